@@ -4,7 +4,33 @@
 //! where a rule selects a frame by its JSON fields and drops, delays, duplicates it or closes
 //! the connection. The same forwarding code runs on real sockets and inside the rig's
 //! simulated network, so it is generic over the stream type.
+//!
+//! - Rules: [`Rule`] (the TOML/JSON shape, and [`Rule::parse`] for the command-line form),
+//!   [`RuleSet::decide`] for the verdict on one frame.
+//! - The simulation seam: [`handshake`] opens both sides over any streams, [`relay`] forwards
+//!   between them, taking clock, sleep and frame records from a [`ProxyEnv`].
+//! - Real mode: [`ProxyArgs`] and [`serve`] (what the `proxy` binary runs), or [`Proxy`] to
+//!   bind first and learn the addresses.
 
+mod admin;
 mod field;
+mod handshake;
+mod relay;
+mod rule;
+mod serve;
 
 pub use field::{all_match, lookup, value_text, FieldMatch, FieldMatchError};
+pub use handshake::{
+    accept_client, connect_upstream, handshake, read_client_hello, reject_client, upstream_request,
+    ClientHello, HandshakeError, UpstreamUrl, MAX_HEAD_BYTES,
+};
+pub use relay::{
+    frame_json, frame_kind, relay, FrameRecord, ProxyEnv, RelayEnd, SharedRules, Side,
+    CLOSE_GRACE_MS,
+};
+pub use rule::{
+    load_rules_file, parse_rules_toml, Action, ActionKind, Count, Decision, Direction, Directions,
+    FrameKind, KindFilter, MatchValue, Rule, RuleError, RuleHit, RuleSet, RuleStatus,
+    MAX_CLOSE_REASON_BYTES, MAX_DELAY_MS, MAX_RULES,
+};
+pub use serve::{rules_from_args, serve, Proxy, ProxyArgs, ServeError};

@@ -1,0 +1,244 @@
+//! The admin endpoint: list, add and remove rules while the proxy runs.
+//!
+//! Shaped like toxiproxy's API so scripts written for it read naturally here, over a minimal
+//! HTTP/1.1 handler (httparse on tokio, one request per connection) rather than an HTTP
+//! framework, to keep the proxy's compile time small.
+
+use crate::handshake::read_head;
+use crate::rule::{Rule, RuleError, RuleSet};
+use serde_json::{json, Value};
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// The largest request body the admin endpoint reads (a rule is a few hundred bytes).
+const MAX_BODY_BYTES: usize = 64 * 1024;
+/// How long one admin request may take to arrive.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// How many admin connections are served at once; more wait in the accept queue.
+const MAX_ADMIN_CONNECTIONS: usize = 16;
+
+/// What the admin endpoint knows about the proxy it controls.
+pub(crate) struct AdminState {
+    pub name: String,
+    pub listen: String,
+    pub upstream: String,
+    pub rules: Rc<RefCell<RuleSet>>,
+    /// Told of every change, for the log.
+    pub on_change: Box<dyn Fn(&Value)>,
+}
+
+/// One admin answer: status and JSON body (`None` for 204).
+struct Reply {
+    status: u16,
+    body: Option<Value>,
+}
+
+fn error(status: u16, message: impl Into<String>) -> Reply {
+    Reply {
+        status,
+        body: Some(json!({"error": message.into(), "status": status})),
+    }
+}
+
+fn ok(body: Value) -> Reply {
+    Reply {
+        status: 200,
+        body: Some(body),
+    }
+}
+
+/// Accepts admin connections until the listener fails; each is served on the current LocalSet.
+pub(crate) async fn serve_admin(listener: TcpListener, state: Rc<AdminState>) {
+    let busy = Rc::new(std::cell::Cell::new(0usize));
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
+        if busy.get() >= MAX_ADMIN_CONNECTIONS {
+            let mut stream = stream;
+            let _ = write_reply(&mut stream, error(503, "too many admin connections")).await;
+            continue;
+        }
+        busy.set(busy.get() + 1);
+        let (state, busy) = (state.clone(), busy.clone());
+        tokio::task::spawn_local(async move {
+            let _ = tokio::time::timeout(REQUEST_TIMEOUT * 2, handle(stream, &state)).await;
+            busy.set(busy.get() - 1);
+        });
+    }
+}
+
+async fn handle(mut stream: TcpStream, state: &AdminState) -> std::io::Result<()> {
+    let reply = match tokio::time::timeout(REQUEST_TIMEOUT, read_request(&mut stream)).await {
+        Err(_) => error(408, "request timed out"),
+        Ok(Err(reply)) => reply,
+        Ok(Ok((method, path, body))) => route(&method, &path, &body, state),
+    };
+    write_reply(&mut stream, reply).await
+}
+
+async fn read_request(stream: &mut TcpStream) -> Result<(String, String, Vec<u8>), Reply> {
+    let (head, mut body) = read_head(stream)
+        .await
+        .map_err(|e| error(400, e.to_string()))?;
+    let mut headers = [httparse::EMPTY_HEADER; 64];
+    let mut request = httparse::Request::new(&mut headers);
+    match request.parse(&head) {
+        Ok(httparse::Status::Complete(_)) => {}
+        Ok(httparse::Status::Partial) => return Err(error(400, "incomplete request head")),
+        Err(e) => return Err(error(400, e.to_string())),
+    }
+    let method = request.method.unwrap_or("").to_string();
+    let path = request.path.unwrap_or("/").to_string();
+    if request
+        .headers
+        .iter()
+        .any(|h| h.name.eq_ignore_ascii_case("transfer-encoding"))
+    {
+        return Err(error(411, "send the body with Content-Length, not chunked"));
+    }
+    let length = match request
+        .headers
+        .iter()
+        .find(|h| h.name.eq_ignore_ascii_case("content-length"))
+    {
+        None => 0,
+        Some(h) => std::str::from_utf8(h.value)
+            .ok()
+            .and_then(|v| v.trim().parse::<usize>().ok())
+            .ok_or_else(|| error(400, "bad Content-Length"))?,
+    };
+    if length > MAX_BODY_BYTES {
+        return Err(error(413, format!("body above {MAX_BODY_BYTES} bytes")));
+    }
+    if body.len() < length {
+        let start = body.len();
+        body.resize(length, 0);
+        stream
+            .read_exact(&mut body[start..])
+            .await
+            .map_err(|e| error(400, format!("reading the body: {e}")))?;
+    }
+    body.truncate(length);
+    Ok((method, path, body))
+}
+
+/// Reads a rule from a JSON object (the TOML shape) or from the command-line text form.
+fn parse_rule_body(body: &[u8]) -> Result<Rule, String> {
+    let text = std::str::from_utf8(body).map_err(|_| "the body is not UTF-8".to_string())?;
+    let trimmed = text.trim();
+    if trimmed.starts_with('{') {
+        let rule: Rule = serde_json::from_str(trimmed).map_err(|e| format!("rule JSON: {e}"))?;
+        rule.validate().map_err(|e| e.to_string())?;
+        Ok(rule)
+    } else {
+        Rule::parse(trimmed).map_err(|e| e.to_string())
+    }
+}
+
+fn route(method: &str, path: &str, body: &[u8], state: &AdminState) -> Reply {
+    let path = path.split('?').next().unwrap_or("");
+    let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    let proxy = || {
+        json!({
+            "name": state.name, "listen": state.listen, "upstream": state.upstream, "enabled": true,
+            "toxics": state.rules.borrow().rules(),
+        })
+    };
+    match (method, segments.as_slice()) {
+        ("GET", ["version"]) => ok(json!(env!("CARGO_PKG_VERSION"))),
+        ("GET", ["proxies"]) => ok(json!({ state.name.clone(): proxy() })),
+        ("GET", ["proxies", name]) if *name == state.name => ok(proxy()),
+        ("GET", ["proxies", name, "toxics"]) if *name == state.name => {
+            ok(json!(state.rules.borrow().rules()))
+        }
+        ("POST", ["proxies", name, "toxics"]) if *name == state.name => {
+            let rule = match parse_rule_body(body) {
+                Ok(rule) => rule,
+                Err(e) => return error(400, e),
+            };
+            let mut rules = state.rules.borrow_mut();
+            match rules.push(rule) {
+                Ok(added) => {
+                    let status = rules.rules().into_iter().find(|r| r.name == added);
+                    drop(rules);
+                    let body = json!(status);
+                    (state.on_change)(&json!({"event": "rule_added", "rule": body}));
+                    ok(body)
+                }
+                Err(e @ RuleError::DuplicateName(_)) => error(409, e.to_string()),
+                Err(e) => error(400, e.to_string()),
+            }
+        }
+        ("GET", ["proxies", name, "toxics", rule]) if *name == state.name => {
+            match state
+                .rules
+                .borrow()
+                .rules()
+                .into_iter()
+                .find(|r| r.name == *rule)
+            {
+                Some(status) => ok(json!(status)),
+                None => error(404, format!("no rule named `{rule}`")),
+            }
+        }
+        ("DELETE", ["proxies", name, "toxics", rule]) if *name == state.name => {
+            if state.rules.borrow_mut().remove(rule) {
+                (state.on_change)(&json!({"event": "rule_removed", "name": rule}));
+                Reply {
+                    status: 204,
+                    body: None,
+                }
+            } else {
+                error(404, format!("no rule named `{rule}`"))
+            }
+        }
+        ("POST", ["reset"]) => {
+            state.rules.borrow_mut().reset();
+            (state.on_change)(&json!({"event": "rules_reset"}));
+            Reply {
+                status: 204,
+                body: None,
+            }
+        }
+        (_, ["proxies", name, ..]) if *name != state.name => error(
+            404,
+            format!("no proxy named `{name}` (this one is `{}`)", state.name),
+        ),
+        (
+            _,
+            ["version"]
+            | ["proxies"]
+            | ["proxies", _]
+            | ["proxies", _, "toxics"]
+            | ["proxies", _, "toxics", _]
+            | ["reset"],
+        ) => error(405, format!("{method} is not allowed on {path}")),
+        _ => error(404, format!("no such endpoint {path}")),
+    }
+}
+
+async fn write_reply(stream: &mut TcpStream, reply: Reply) -> std::io::Result<()> {
+    let reason = tokio_tungstenite::tungstenite::http::StatusCode::from_u16(reply.status)
+        .ok()
+        .and_then(|s| s.canonical_reason())
+        .unwrap_or("");
+    let body = reply.body.map(|b| format!("{b}\n")).unwrap_or_default();
+    let content_type = if reply.status == 204 {
+        ""
+    } else {
+        "Content-Type: application/json\r\n"
+    };
+    let head = format!(
+        "HTTP/1.1 {} {reason}\r\n{content_type}Content-Length: {}\r\nConnection: close\r\n\r\n",
+        reply.status,
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await?;
+    stream.write_all(body.as_bytes()).await?;
+    stream.flush().await?;
+    stream.shutdown().await
+}

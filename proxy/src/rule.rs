@@ -1,0 +1,1190 @@
+//! Fault rules: which frames to cut, and how.
+//!
+//! A rule is read from one of three places that must agree: a `--rule` command-line string, a
+//! `[[rule]]` table of a TOML file (also embedded in the rig's scenario files) and a JSON body
+//! posted to the admin endpoint. The TOML and JSON forms are the serde shape of [`Rule`]; the
+//! command-line form is parsed into the same struct, so one validation serves all three.
+
+use crate::field::{all_match, FieldMatch};
+use rand::Rng;
+use rand_chacha::rand_core::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::Path;
+
+/// The longest delay a rule may ask for (10 minutes): a limit on how long a frame is held.
+pub const MAX_DELAY_MS: u64 = 600_000;
+/// The most rules one proxy holds, so the admin endpoint cannot grow memory without bound.
+pub const MAX_RULES: usize = 1024;
+/// The longest close reason: a close frame's payload is at most 125 bytes, 2 of them the code.
+pub const MAX_CLOSE_REASON_BYTES: usize = 123;
+
+/// Which way a frame travels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Direction {
+    /// Client to upstream.
+    Up,
+    /// Upstream to client.
+    Down,
+}
+
+impl Direction {
+    /// The name used on the command line and in the log.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Direction::Up => "up",
+            Direction::Down => "down",
+        }
+    }
+}
+
+/// Which directions a rule watches.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Directions {
+    Up,
+    Down,
+    #[default]
+    Both,
+}
+
+impl Directions {
+    fn admits(self, direction: Direction) -> bool {
+        matches!(
+            (self, direction),
+            (Directions::Both, _)
+                | (Directions::Up, Direction::Up)
+                | (Directions::Down, Direction::Down)
+        )
+    }
+}
+
+/// The kind of a WebSocket frame as the rules and the log see it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FrameKind {
+    Text,
+    Binary,
+    Ping,
+    Pong,
+    Close,
+}
+
+impl FrameKind {
+    /// The name used on the command line and in the log.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FrameKind::Text => "text",
+            FrameKind::Binary => "binary",
+            FrameKind::Ping => "ping",
+            FrameKind::Pong => "pong",
+            FrameKind::Close => "close",
+        }
+    }
+}
+
+/// Which data frames a rule watches; control frames are never cut by rules.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KindFilter {
+    Text,
+    Binary,
+}
+
+/// What a rule does to a frame it selects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ActionKind {
+    Drop,
+    Delay,
+    Duplicate,
+    Close,
+}
+
+/// How many frames a rule may fire on before it stops matching.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Count {
+    #[default]
+    Once,
+    Times(u64),
+    Always,
+}
+
+impl Count {
+    fn budget(self) -> Option<u64> {
+        match self {
+            Count::Once => Some(1),
+            Count::Times(n) => Some(n),
+            Count::Always => None,
+        }
+    }
+}
+
+impl fmt::Display for Count {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Count::Once => f.write_str("once"),
+            Count::Times(n) => write!(f, "times={n}"),
+            Count::Always => f.write_str("always"),
+        }
+    }
+}
+
+impl Serialize for Count {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Count::Once => serializer.serialize_str("once"),
+            Count::Always => serializer.serialize_str("always"),
+            Count::Times(n) => serializer.serialize_u64(*n),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Count {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct CountVisitor;
+        const EXPECTED: &str = "\"once\", \"always\" or a positive integer";
+        impl serde::de::Visitor<'_> for CountVisitor {
+            type Value = Count;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(EXPECTED)
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Count, E> {
+                match v {
+                    "once" => Ok(Count::Once),
+                    "always" => Ok(Count::Always),
+                    other => Err(E::custom(format!(
+                        "invalid count `{other}`, expected {EXPECTED}"
+                    ))),
+                }
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Count, E> {
+                if v == 0 {
+                    Err(E::custom(format!("invalid count 0, expected {EXPECTED}")))
+                } else {
+                    Ok(Count::Times(v))
+                }
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Count, E> {
+                u64::try_from(v)
+                    .map_err(|_| E::custom(format!("invalid count {v}, expected {EXPECTED}")))
+                    .and_then(|v| self.visit_u64(v))
+            }
+        }
+        deserializer.deserialize_any(CountVisitor)
+    }
+}
+
+/// A scalar a `match` table compares a field with, kept as the text [`FieldMatch`] compares.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MatchValue(pub String);
+
+impl Serialize for MatchValue {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for MatchValue {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct ScalarVisitor;
+        // Numbers take the text serde_json gives them, so a TOML `step = 1` or `ratio = 1.5`
+        // reads exactly like the frame's JSON `1` or `1.5` does through `value_text`.
+        impl serde::de::Visitor<'_> for ScalarVisitor {
+            type Value = MatchValue;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string, number, boolean or null")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<MatchValue, E> {
+                Ok(MatchValue(v.to_string()))
+            }
+            fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<MatchValue, E> {
+                Ok(MatchValue(v.to_string()))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<MatchValue, E> {
+                Ok(MatchValue(v.to_string()))
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<MatchValue, E> {
+                Ok(MatchValue(v.to_string()))
+            }
+            fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<MatchValue, E> {
+                match serde_json::Number::from_f64(v) {
+                    Some(n) => Ok(MatchValue(n.to_string())),
+                    None => Err(E::custom(format!("{v} cannot appear in JSON"))),
+                }
+            }
+            fn visit_unit<E: serde::de::Error>(self) -> Result<MatchValue, E> {
+                Ok(MatchValue("null".to_string()))
+            }
+            fn visit_none<E: serde::de::Error>(self) -> Result<MatchValue, E> {
+                Ok(MatchValue("null".to_string()))
+            }
+        }
+        deserializer.deserialize_any(ScalarVisitor)
+    }
+}
+
+/// One fault rule, in the shape of a TOML `[[rule]]` table or an admin JSON body.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Rule {
+    /// A name for the admin endpoint and the log; the rule set names unnamed rules `rule-N`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    pub action: ActionKind,
+    /// How long a `delay` holds the frame.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delay_ms: Option<u64>,
+    /// The code a `close` sends to both peers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub close_code: Option<u16>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub close_reason: Option<String>,
+    #[serde(default)]
+    pub count: Count,
+    #[serde(default)]
+    pub direction: Directions,
+    /// Only text or only binary frames; both when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<KindFilter>,
+    /// The chance that a frame the rule selects is cut (1.0 when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probability: Option<f64>,
+    /// JSON fields by dotted path and the text each must have.
+    #[serde(default, rename = "match", skip_serializing_if = "BTreeMap::is_empty")]
+    pub matches: BTreeMap<String, MatchValue>,
+}
+
+/// Why a rule, or a rules file, could not be read.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum RuleError {
+    #[error("rule `{rule}`: {problem}")]
+    Invalid { rule: String, problem: String },
+    #[error("rules file {path}: {message}")]
+    File { path: String, message: String },
+    #[error("too many rules (at most {MAX_RULES})")]
+    TooMany,
+    #[error("a rule named `{0}` already exists")]
+    DuplicateName(String),
+}
+
+/// What to do with one frame.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    Forward,
+    Drop,
+    /// Hold the frame (and, to keep order, the frames behind it in the same direction).
+    Delay(u64),
+    /// Forward the frame twice.
+    Duplicate,
+    /// Swallow the frame and close both peers with this code and reason.
+    Close {
+        code: u16,
+        reason: String,
+    },
+}
+
+impl Action {
+    /// The name written to the log.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Action::Forward => "forward",
+            Action::Drop => "drop",
+            Action::Delay(_) => "delay",
+            Action::Duplicate => "duplicate",
+            Action::Close { .. } => "close",
+        }
+    }
+}
+
+/// The rule that fired on a frame.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RuleHit {
+    /// Position in the rule set when it fired.
+    pub index: usize,
+    pub name: String,
+}
+
+/// The verdict on one frame: which rule fired (if any) and the action.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Decision {
+    pub rule: Option<RuleHit>,
+    pub action: Action,
+}
+
+impl Decision {
+    /// Forward unchanged, no rule involved.
+    pub fn forward() -> Self {
+        Decision {
+            rule: None,
+            action: Action::Forward,
+        }
+    }
+}
+
+fn invalid(rule: &str, problem: impl Into<String>) -> RuleError {
+    RuleError::Invalid {
+        rule: rule.to_string(),
+        problem: problem.into(),
+    }
+}
+
+/// Whether a close code may be sent in a close frame (RFC 6455 section 7.4).
+fn sendable_close_code(code: u16) -> bool {
+    matches!(code, 1000..=1003 | 1007..=1014 | 3000..=4999)
+}
+
+impl Rule {
+    /// A rule with this action and every other field at its default.
+    pub fn new(action: ActionKind) -> Self {
+        Rule {
+            name: None,
+            action,
+            delay_ms: None,
+            close_code: None,
+            close_reason: None,
+            count: Count::Once,
+            direction: Directions::Both,
+            kind: None,
+            probability: None,
+            matches: BTreeMap::new(),
+        }
+    }
+
+    /// Reads the command-line form `ACTION [COUNT] [DIRECTION] [KIND] [p=P] [--] [PATH=VALUE]...`.
+    ///
+    /// Options may come in any order before the first condition; `--` ends them early so a
+    /// condition on a field called `p` or `times` can be written. Double quotes group words
+    /// (`text="a b"`), so the whole rule can be one shell argument.
+    pub fn parse(text: &str) -> Result<Rule, RuleError> {
+        let words = split_words(text).map_err(|problem| invalid(text, problem))?;
+        let mut words = words.into_iter().peekable();
+        let action = words.next().ok_or_else(|| {
+            invalid(
+                text,
+                "empty rule; expected ACTION (drop, delay=MS, duplicate or close=CODE[:REASON])",
+            )
+        })?;
+        let mut rule = parse_action(text, &action)?;
+        let (mut count, mut direction, mut kind, mut probability) = (None, None, None, None);
+        while let Some(word) = words.peek() {
+            let word = word.as_str();
+            fn set<T>(
+                slot: &mut Option<T>,
+                value: T,
+                what: &str,
+                text: &str,
+            ) -> Result<(), RuleError> {
+                match slot.replace(value) {
+                    Some(_) => Err(invalid(text, format!("{what} given twice"))),
+                    None => Ok(()),
+                }
+            }
+            match word {
+                "--" => {
+                    words.next();
+                    break;
+                }
+                "once" => set(&mut count, Count::Once, "count", text)?,
+                "always" => set(&mut count, Count::Always, "count", text)?,
+                "up" => set(&mut direction, Directions::Up, "direction", text)?,
+                "down" => set(&mut direction, Directions::Down, "direction", text)?,
+                "both" => set(&mut direction, Directions::Both, "direction", text)?,
+                "text" => set(&mut kind, KindFilter::Text, "frame kind", text)?,
+                "binary" => set(&mut kind, KindFilter::Binary, "frame kind", text)?,
+                _ => {
+                    if let Some(n) = word.strip_prefix("times=") {
+                        let n = n
+                            .parse::<u64>()
+                            .ok()
+                            .filter(|n| *n > 0)
+                            .ok_or_else(|| invalid(text, format!("bad count `{word}`, expected times=N with N a positive integer")))?;
+                        set(&mut count, Count::Times(n), "count", text)?;
+                    } else if let Some(p) = word.strip_prefix("p=") {
+                        let p = p.parse::<f64>().map_err(|_| {
+                            invalid(
+                                text,
+                                format!("bad probability `{word}`, expected p=P with 0 <= P <= 1"),
+                            )
+                        })?;
+                        set(&mut probability, p, "probability", text)?;
+                    } else if word.contains('=') {
+                        break;
+                    } else {
+                        return Err(invalid(
+                            text,
+                            format!("unexpected word `{word}`; expected once, always, times=N, up, down, both, text, binary, p=P or PATH=VALUE"),
+                        ));
+                    }
+                }
+            }
+            words.next();
+        }
+        for word in words {
+            let condition = FieldMatch::parse(&word).map_err(|e| invalid(text, e.to_string()))?;
+            if rule
+                .matches
+                .insert(
+                    condition.path(),
+                    MatchValue(condition.expected().to_string()),
+                )
+                .is_some()
+            {
+                return Err(invalid(
+                    text,
+                    format!("field `{}` given twice", condition.path()),
+                ));
+            }
+        }
+        rule.count = count.unwrap_or_default();
+        rule.direction = direction.unwrap_or_default();
+        rule.kind = kind;
+        rule.probability = probability;
+        rule.compile(text)?;
+        Ok(rule)
+    }
+
+    /// A short text naming the rule in errors: its name or its command-line form.
+    pub fn label(&self) -> String {
+        self.name.clone().unwrap_or_else(|| self.to_string())
+    }
+
+    /// Checks the fields belong together and builds the matcher; `label` names it in errors.
+    fn compile(&self, label: &str) -> Result<Compiled, RuleError> {
+        let action = match self.action {
+            ActionKind::Drop => Action::Drop,
+            ActionKind::Duplicate => Action::Duplicate,
+            ActionKind::Delay => {
+                let ms = self
+                    .delay_ms
+                    .ok_or_else(|| invalid(label, "action delay needs delay_ms"))?;
+                if ms > MAX_DELAY_MS {
+                    return Err(invalid(
+                        label,
+                        format!("delay_ms {ms} is above the limit of {MAX_DELAY_MS}"),
+                    ));
+                }
+                Action::Delay(ms)
+            }
+            ActionKind::Close => {
+                let code = self
+                    .close_code
+                    .ok_or_else(|| invalid(label, "action close needs close_code"))?;
+                if !sendable_close_code(code) {
+                    return Err(invalid(label, format!("close code {code} cannot be sent; expected 1000-1003, 1007-1014 or 3000-4999")));
+                }
+                let reason = self.close_reason.clone().unwrap_or_default();
+                if reason.len() > MAX_CLOSE_REASON_BYTES {
+                    return Err(invalid(label, format!("close reason is {} bytes, at most {MAX_CLOSE_REASON_BYTES} fit in a close frame", reason.len())));
+                }
+                Action::Close { code, reason }
+            }
+        };
+        if self.delay_ms.is_some() && self.action != ActionKind::Delay {
+            return Err(invalid(label, "delay_ms is only for action delay"));
+        }
+        if (self.close_code.is_some() || self.close_reason.is_some())
+            && self.action != ActionKind::Close
+        {
+            return Err(invalid(
+                label,
+                "close_code and close_reason are only for action close",
+            ));
+        }
+        if let Some(p) = self.probability {
+            if !(0.0..=1.0).contains(&p) {
+                return Err(invalid(label, format!("probability {p} is outside 0..=1")));
+            }
+        }
+        if let Some(name) = &self.name {
+            if name.is_empty() || name.len() > 128 || name.contains(['/', '?', '#', ' ']) {
+                return Err(invalid(
+                    label,
+                    "name must be 1-128 characters without `/`, `?`, `#` or spaces",
+                ));
+            }
+        }
+        let conditions = self
+            .matches
+            .iter()
+            .map(|(path, value)| FieldMatch::new(path, value.0.clone()))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| invalid(label, e.to_string()))?;
+        Ok(Compiled { action, conditions })
+    }
+
+    /// Checks the rule is complete and consistent, as [`RuleSet::push`] will.
+    pub fn validate(&self) -> Result<(), RuleError> {
+        self.compile(&self.label()).map(|_| ())
+    }
+}
+
+/// The command-line form, which [`Rule::parse`] reads back (names are not part of it).
+impl fmt::Display for Rule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.action {
+            ActionKind::Drop => f.write_str("drop")?,
+            ActionKind::Duplicate => f.write_str("duplicate")?,
+            ActionKind::Delay => write!(f, "delay={}", self.delay_ms.unwrap_or(0))?,
+            ActionKind::Close => {
+                write!(f, "close={}", self.close_code.unwrap_or(0))?;
+                if let Some(reason) = &self.close_reason {
+                    write!(f, ":{}", quote_word(reason))?;
+                }
+            }
+        }
+        write!(f, " {}", self.count)?;
+        let direction = match self.direction {
+            Directions::Up => "up",
+            Directions::Down => "down",
+            Directions::Both => "both",
+        };
+        write!(f, " {direction}")?;
+        match self.kind {
+            Some(KindFilter::Text) => f.write_str(" text")?,
+            Some(KindFilter::Binary) => f.write_str(" binary")?,
+            None => {}
+        }
+        if let Some(p) = self.probability {
+            write!(f, " p={p}")?;
+        }
+        if !self.matches.is_empty() {
+            f.write_str(" --")?;
+        }
+        for (path, value) in &self.matches {
+            write!(f, " {}", quote_word(&format!("{path}={}", value.0)))?;
+        }
+        Ok(())
+    }
+}
+
+fn quote_word(word: &str) -> String {
+    if word.is_empty() || word.contains([' ', '\t', '\n', '"', '\\']) {
+        let escaped = word.replace('\\', "\\\\").replace('"', "\\\"");
+        format!("\"{escaped}\"")
+    } else {
+        word.to_string()
+    }
+}
+
+/// Splits on whitespace; double quotes group, and inside them `\"` and `\\` escape.
+fn split_words(text: &str) -> Result<Vec<String>, String> {
+    let mut words = Vec::new();
+    let mut current = String::new();
+    let mut in_word = false;
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '"' => {
+                in_word = true;
+                loop {
+                    match chars.next() {
+                        None => return Err("unterminated double quote".to_string()),
+                        Some('"') => break,
+                        Some('\\') => match chars.next() {
+                            Some(e @ ('"' | '\\')) => current.push(e),
+                            Some(other) => {
+                                current.push('\\');
+                                current.push(other);
+                            }
+                            None => return Err("unterminated double quote".to_string()),
+                        },
+                        Some(other) => current.push(other),
+                    }
+                }
+            }
+            c if c.is_whitespace() => {
+                if in_word {
+                    words.push(std::mem::take(&mut current));
+                    in_word = false;
+                }
+            }
+            c => {
+                in_word = true;
+                current.push(c);
+            }
+        }
+    }
+    if in_word {
+        words.push(current);
+    }
+    Ok(words)
+}
+
+fn parse_action(text: &str, word: &str) -> Result<Rule, RuleError> {
+    let expected = "expected ACTION: drop, delay=MS, duplicate or close=CODE[:REASON]";
+    let (name, arg) = match word.split_once('=') {
+        Some((name, arg)) => (name, Some(arg)),
+        None => (word, None),
+    };
+    match (name, arg) {
+        ("drop", None) => Ok(Rule::new(ActionKind::Drop)),
+        ("duplicate", None) => Ok(Rule::new(ActionKind::Duplicate)),
+        ("delay", Some(ms)) => {
+            let ms = ms
+                .parse::<u64>()
+                .map_err(|_| invalid(text, format!("bad delay `{word}`, expected delay=MS with MS a whole number of milliseconds")))?;
+            let mut rule = Rule::new(ActionKind::Delay);
+            rule.delay_ms = Some(ms);
+            Ok(rule)
+        }
+        ("close", Some(arg)) => {
+            let (code, reason) = match arg.split_once(':') {
+                Some((code, reason)) => (code, Some(reason.to_string())),
+                None => (arg, None),
+            };
+            let code = code.parse::<u16>().map_err(|_| {
+                invalid(
+                    text,
+                    format!("bad close `{word}`, expected close=CODE or close=CODE:REASON"),
+                )
+            })?;
+            let mut rule = Rule::new(ActionKind::Close);
+            rule.close_code = Some(code);
+            rule.close_reason = reason;
+            Ok(rule)
+        }
+        ("delay" | "close", None) => {
+            Err(invalid(text, format!("`{word}` needs a value; {expected}")))
+        }
+        ("drop" | "duplicate", Some(_)) => Err(invalid(
+            text,
+            format!("`{name}` takes no value; {expected}"),
+        )),
+        _ => Err(invalid(
+            text,
+            format!("unknown action `{word}`; {expected}"),
+        )),
+    }
+}
+
+/// The `[[rule]]` array of a rules file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RulesFile {
+    #[serde(default)]
+    rule: Vec<Rule>,
+}
+
+/// Reads the rules of a TOML text; `origin` names it in errors (a path, usually).
+pub fn parse_rules_toml(text: &str, origin: &str) -> Result<Vec<Rule>, RuleError> {
+    let file: RulesFile = toml::from_str(text).map_err(|e| {
+        let position = e
+            .span()
+            .map(|span| {
+                let (line, column) = line_column(text, span.start);
+                format!("line {line}, column {column}: ")
+            })
+            .unwrap_or_default();
+        RuleError::File {
+            path: origin.to_string(),
+            message: format!("{position}{}", e.message()),
+        }
+    })?;
+    for (i, rule) in file.rule.iter().enumerate() {
+        rule.validate().map_err(|e| RuleError::File {
+            path: origin.to_string(),
+            message: format!("rule {} of the file: {e}", i + 1),
+        })?;
+    }
+    Ok(file.rule)
+}
+
+/// Reads a rules file from disk.
+pub fn load_rules_file(path: &Path) -> Result<Vec<Rule>, RuleError> {
+    let text = std::fs::read_to_string(path).map_err(|e| RuleError::File {
+        path: path.display().to_string(),
+        message: e.to_string(),
+    })?;
+    parse_rules_toml(&text, &path.display().to_string())
+}
+
+/// 1-based line and column (in characters) of a byte offset.
+fn line_column(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..text.floor_char_boundary_compat(offset)];
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, column)
+}
+
+trait FloorCharBoundary {
+    fn floor_char_boundary_compat(&self, index: usize) -> usize;
+}
+
+impl FloorCharBoundary for str {
+    fn floor_char_boundary_compat(&self, index: usize) -> usize {
+        let mut i = index.min(self.len());
+        while !self.is_char_boundary(i) {
+            i -= 1;
+        }
+        i
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Compiled {
+    action: Action,
+    conditions: Vec<FieldMatch>,
+}
+
+#[derive(Clone, Debug)]
+struct Entry {
+    name: String,
+    rule: Rule,
+    compiled: Compiled,
+    /// Frames the rule may still fire on; `None` for `always`.
+    remaining: Option<u64>,
+}
+
+/// A rule as listed by [`RuleSet::rules`]: its name, its definition and how often it may still fire.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RuleStatus {
+    pub name: String,
+    #[serde(flatten)]
+    pub rule: Rule,
+    /// `null` for a rule that never runs out.
+    pub remaining: Option<u64>,
+}
+
+/// The ordered rules of one proxy, their remaining counts and the seeded generator for probabilities.
+#[derive(Clone, Debug)]
+pub struct RuleSet {
+    entries: Vec<Entry>,
+    seed: u64,
+    rng: ChaCha8Rng,
+    /// Source of `rule-N` names; never reused, so a deleted name stays deleted.
+    next_id: u64,
+}
+
+impl RuleSet {
+    /// An empty set whose probabilities are drawn from ChaCha8 seeded with `seed`.
+    pub fn new(seed: u64) -> Self {
+        RuleSet {
+            entries: Vec::new(),
+            seed,
+            rng: ChaCha8Rng::seed_from_u64(seed),
+            next_id: 1,
+        }
+    }
+
+    /// A set holding these rules in order.
+    pub fn with_rules(seed: u64, rules: impl IntoIterator<Item = Rule>) -> Result<Self, RuleError> {
+        let mut set = RuleSet::new(seed);
+        for rule in rules {
+            set.push(rule)?;
+        }
+        Ok(set)
+    }
+
+    /// Appends a rule (it matches after every rule already there) and returns its name.
+    pub fn push(&mut self, rule: Rule) -> Result<String, RuleError> {
+        let compiled = rule.compile(&rule.label())?;
+        if self.entries.len() >= MAX_RULES {
+            return Err(RuleError::TooMany);
+        }
+        let name = match &rule.name {
+            Some(name) => name.clone(),
+            None => loop {
+                let candidate = format!("rule-{}", self.next_id);
+                self.next_id += 1;
+                if !self.entries.iter().any(|e| e.name == candidate) {
+                    break candidate;
+                }
+            },
+        };
+        if self.entries.iter().any(|e| e.name == name) {
+            return Err(RuleError::DuplicateName(name));
+        }
+        self.entries.push(Entry {
+            name: name.clone(),
+            remaining: rule.count.budget(),
+            rule,
+            compiled,
+        });
+        Ok(name)
+    }
+
+    /// Removes the rule with this name; false if there is none.
+    pub fn remove(&mut self, name: &str) -> bool {
+        let before = self.entries.len();
+        self.entries.retain(|e| e.name != name);
+        self.entries.len() != before
+    }
+
+    /// Removes every rule and reseeds the generator, so a reset run draws as a fresh one does.
+    pub fn reset(&mut self) {
+        self.entries.clear();
+        self.rng = ChaCha8Rng::seed_from_u64(self.seed);
+        self.next_id = 1;
+    }
+
+    /// The rules in match order.
+    pub fn rules(&self) -> Vec<RuleStatus> {
+        self.entries
+            .iter()
+            .map(|e| RuleStatus {
+                name: e.name.clone(),
+                rule: e.rule.clone(),
+                remaining: e.remaining,
+            })
+            .collect()
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The verdict on one data frame. `json` is the frame parsed as JSON, if it is JSON text.
+    ///
+    /// The first rule that admits the direction and kind, whose conditions all hold, whose
+    /// count is not used up and whose probability draw succeeds fires; a rule whose draw fails
+    /// lets the frame fall through to the rules after it (as toxiproxy's toxicity does). The
+    /// generator is drawn from only for rules with a probability below 1 that otherwise
+    /// match, so the draws depend on the frames alone. Control frames (`ping`, `pong`,
+    /// `close`) are never cut.
+    pub fn decide(
+        &mut self,
+        direction: Direction,
+        kind: FrameKind,
+        json: Option<&serde_json::Value>,
+    ) -> Decision {
+        self.decide_with(direction, kind, || json.cloned())
+    }
+
+    /// Like [`decide`](Self::decide), but parses the frame only if some rule needs its fields.
+    pub fn decide_with(
+        &mut self,
+        direction: Direction,
+        kind: FrameKind,
+        json: impl FnOnce() -> Option<serde_json::Value>,
+    ) -> Decision {
+        let kind_filter = match kind {
+            FrameKind::Text => KindFilter::Text,
+            FrameKind::Binary => KindFilter::Binary,
+            FrameKind::Ping | FrameKind::Pong | FrameKind::Close => return Decision::forward(),
+        };
+        let mut json = Some(json);
+        let mut parsed: Option<serde_json::Value> = None;
+        for (index, entry) in self.entries.iter_mut().enumerate() {
+            if entry.remaining == Some(0)
+                || !entry.rule.direction.admits(direction)
+                || entry.rule.kind.is_some_and(|k| k != kind_filter)
+            {
+                continue;
+            }
+            if !entry.compiled.conditions.is_empty() {
+                if let Some(parse) = json.take() {
+                    parsed = parse();
+                }
+                match &parsed {
+                    Some(doc) if all_match(&entry.compiled.conditions, doc) => {}
+                    _ => continue,
+                }
+            }
+            if let Some(p) = entry.rule.probability {
+                if p < 1.0 && self.rng.random::<f64>() >= p {
+                    continue;
+                }
+            }
+            if let Some(remaining) = &mut entry.remaining {
+                *remaining -= 1;
+            }
+            return Decision {
+                rule: Some(RuleHit {
+                    index,
+                    name: entry.name.clone(),
+                }),
+                action: entry.compiled.action.clone(),
+            };
+        }
+        Decision::forward()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn turn_result(session: &str) -> serde_json::Value {
+        json!({"type": "invocationresult", "function_id": "harness::turn", "result": {"session_id": session, "step": 1}})
+    }
+
+    #[test]
+    fn parses_the_documented_example() {
+        let rule = Rule::parse(
+            "drop once up type=invocationresult function_id=harness::turn result.session_id=s1",
+        )
+        .unwrap();
+        assert_eq!(rule.action, ActionKind::Drop);
+        assert_eq!(rule.count, Count::Once);
+        assert_eq!(rule.direction, Directions::Up);
+        assert_eq!(rule.matches.len(), 3);
+        assert_eq!(rule.matches["result.session_id"], MatchValue("s1".into()));
+    }
+
+    #[test]
+    fn parses_every_option_and_round_trips_through_display() {
+        for text in [
+            "drop",
+            "delay=250 always down text",
+            "duplicate times=3 binary p=0.25",
+            "close=4000:bye once both type=x",
+            "close=1001",
+            "drop -- p=1 times=2",
+            r#"drop text="hello world" quote="say \"hi\"""#,
+        ] {
+            let rule = Rule::parse(text).unwrap_or_else(|e| panic!("{text}: {e}"));
+            let again = Rule::parse(&rule.to_string()).unwrap();
+            assert_eq!(rule, again, "{text} -> {rule}");
+        }
+        let rule = Rule::parse(r#"drop text="hello world""#).unwrap();
+        assert_eq!(rule.matches["text"], MatchValue("hello world".into()));
+        let rule = Rule::parse("drop -- p=1 times=2").unwrap();
+        assert_eq!(rule.probability, None);
+        assert_eq!(rule.matches["p"], MatchValue("1".into()));
+        let rule = Rule::parse("close=4000:bye").unwrap();
+        assert_eq!(rule.close_reason.as_deref(), Some("bye"));
+    }
+
+    #[test]
+    fn rejects_bad_rules_with_the_rule_and_the_expectation() {
+        for (text, needle) in [
+            ("", "empty rule"),
+            ("explode", "unknown action `explode`"),
+            ("delay", "needs a value"),
+            ("delay=soon", "delay=MS"),
+            ("drop=1", "takes no value"),
+            ("close=1006", "cannot be sent"),
+            ("close=abc", "close=CODE"),
+            ("drop times=0", "times=N"),
+            ("drop p=2", "outside 0..=1"),
+            ("drop p=x", "p=P"),
+            ("drop once always", "count given twice"),
+            ("drop sideways", "unexpected word `sideways`"),
+            ("drop a..b=1", "empty segment"),
+            ("drop a=1 nonsense", "expected PATH=VALUE"),
+            ("drop a=1 a=2", "field `a` given twice"),
+            ("drop x=\"open", "unterminated"),
+            ("delay=600001", "above the limit"),
+        ] {
+            let err = Rule::parse(text).unwrap_err().to_string();
+            assert!(err.contains(needle), "{text:?}: {err}");
+            assert!(err.contains(&format!("rule `{text}`")), "{text:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn reads_the_toml_shape() {
+        let rules = parse_rules_toml(
+            r#"
+[[rule]]
+action = "drop"
+count = "once"
+direction = "up"
+probability = 1.0
+match = { type = "invocationresult", function_id = "harness::turn", "result.session_id" = "s1", "result.step" = 1 }
+
+[[rule]]
+action = "delay"
+delay_ms = 20
+count = 3
+
+[[rule]]
+name = "bye"
+action = "close"
+close_code = 4000
+close_reason = "rig says bye"
+count = "always"
+direction = "down"
+kind = "binary"
+"#,
+            "rules.toml",
+        )
+        .unwrap();
+        assert_eq!(rules.len(), 3);
+        assert_eq!(rules[0].matches["result.step"], MatchValue("1".into()));
+        assert_eq!(rules[1].count, Count::Times(3));
+        assert_eq!(rules[2].close_reason.as_deref(), Some("rig says bye"));
+        let mut set = RuleSet::with_rules(0, rules).unwrap();
+        let d = set.decide(Direction::Up, FrameKind::Text, Some(&turn_result("s1")));
+        assert_eq!(d.action, Action::Drop);
+    }
+
+    #[test]
+    fn toml_errors_name_the_file_line_and_column() {
+        let err = parse_rules_toml("[[rule]]\naction = \"drop\"\ncount = \"twice\"\n", "r.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("r.toml") && err.contains("line 3"), "{err}");
+        assert!(
+            err.contains("\"once\", \"always\" or a positive integer"),
+            "{err}"
+        );
+        let err = parse_rules_toml("[[rule]]\naction = \"drop\"\nactoin = 1\n", "r.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("line 3") && err.contains("actoin"), "{err}");
+        let err = parse_rules_toml("[[rule]]\naction = \"delay\"\n", "r.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("rule 1") && err.contains("needs delay_ms"),
+            "{err}"
+        );
+        let err = parse_rules_toml(
+            "[[rule]]\naction = \"drop\"\nmatch = { a = [1] }\n",
+            "r.toml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("string, number, boolean"), "{err}");
+    }
+
+    #[test]
+    fn first_match_wins_and_counts_run_out() {
+        let mut set = RuleSet::with_rules(
+            0,
+            [
+                Rule::parse("drop once up type=invocationresult result.session_id=s1").unwrap(),
+                Rule::parse("duplicate times=2 up type=invocationresult").unwrap(),
+            ],
+        )
+        .unwrap();
+        let s1 = turn_result("s1");
+        let s2 = turn_result("s2");
+        // Down frames never match `up` rules.
+        assert_eq!(
+            set.decide(Direction::Down, FrameKind::Text, Some(&s1))
+                .action,
+            Action::Forward
+        );
+        let first = set.decide(Direction::Up, FrameKind::Text, Some(&s1));
+        assert_eq!(first.action, Action::Drop);
+        assert_eq!(
+            first.rule,
+            Some(RuleHit {
+                index: 0,
+                name: "rule-1".into()
+            })
+        );
+        // The drop is used up: the next s1 frame falls to the second rule.
+        assert_eq!(
+            set.decide(Direction::Up, FrameKind::Text, Some(&s1)).action,
+            Action::Duplicate
+        );
+        assert_eq!(
+            set.decide(Direction::Up, FrameKind::Text, Some(&s2)).action,
+            Action::Duplicate
+        );
+        assert_eq!(
+            set.decide(Direction::Up, FrameKind::Text, Some(&s2)),
+            Decision::forward()
+        );
+        assert_eq!(set.rules()[0].remaining, Some(0));
+    }
+
+    #[test]
+    fn non_json_and_binary_frames_only_match_rules_without_conditions() {
+        let mut set = RuleSet::with_rules(
+            0,
+            [
+                Rule::parse("drop always type=x").unwrap(),
+                Rule::parse("delay=5 always binary").unwrap(),
+            ],
+        )
+        .unwrap();
+        assert_eq!(
+            set.decide(Direction::Up, FrameKind::Text, None),
+            Decision::forward()
+        );
+        assert_eq!(
+            set.decide(Direction::Up, FrameKind::Binary, None).action,
+            Action::Delay(5)
+        );
+        assert_eq!(
+            set.decide(Direction::Up, FrameKind::Ping, None),
+            Decision::forward()
+        );
+        assert_eq!(
+            set.decide(Direction::Up, FrameKind::Close, None),
+            Decision::forward()
+        );
+    }
+
+    #[test]
+    fn the_frame_is_parsed_only_when_a_rule_needs_it() {
+        let mut set =
+            RuleSet::with_rules(0, [Rule::parse("drop always binary a=1").unwrap()]).unwrap();
+        let d = set.decide_with(Direction::Up, FrameKind::Text, || {
+            panic!("parsed a frame no rule reads")
+        });
+        assert_eq!(d, Decision::forward());
+    }
+
+    #[test]
+    fn probability_draws_are_seeded() {
+        let run = |seed| {
+            let mut set =
+                RuleSet::with_rules(seed, [Rule::parse("drop always p=0.25").unwrap()]).unwrap();
+            (0..1000)
+                .map(|_| set.decide(Direction::Up, FrameKind::Text, None).action == Action::Drop)
+                .collect::<Vec<bool>>()
+        };
+        let a = run(7);
+        assert_eq!(a, run(7));
+        assert_ne!(a, run(8));
+        let hits = a.iter().filter(|x| **x).count();
+        assert!((200..300).contains(&hits), "{hits} of 1000 at p=0.25");
+        // A reset reseeds: the draws start over.
+        let mut set = RuleSet::with_rules(7, [Rule::parse("drop always p=0.25").unwrap()]).unwrap();
+        let first: Vec<bool> = (0..10)
+            .map(|_| set.decide(Direction::Up, FrameKind::Text, None).action == Action::Drop)
+            .collect();
+        set.reset();
+        set.push(Rule::parse("drop always p=0.25").unwrap())
+            .unwrap();
+        let again: Vec<bool> = (0..10)
+            .map(|_| set.decide(Direction::Up, FrameKind::Text, None).action == Action::Drop)
+            .collect();
+        assert_eq!(first, again);
+    }
+
+    #[test]
+    fn names_are_unique_and_removable() {
+        let mut set = RuleSet::new(0);
+        assert_eq!(set.push(Rule::parse("drop").unwrap()).unwrap(), "rule-1");
+        let mut named = Rule::parse("drop").unwrap();
+        named.name = Some("cut".into());
+        assert_eq!(set.push(named.clone()).unwrap(), "cut");
+        assert_eq!(set.push(named), Err(RuleError::DuplicateName("cut".into())));
+        assert!(set.remove("rule-1"));
+        assert!(!set.remove("rule-1"));
+        assert_eq!(set.push(Rule::parse("drop").unwrap()).unwrap(), "rule-2");
+        assert_eq!(set.len(), 2);
+    }
+
+    #[test]
+    fn json_bodies_use_the_toml_shape() {
+        let rule: Rule = serde_json::from_value(json!({
+            "action": "close", "close_code": 1011, "count": 2, "direction": "down",
+            "match": {"type": "x", "n": 3, "ok": true, "none": null}
+        }))
+        .unwrap();
+        rule.validate().unwrap();
+        assert_eq!(rule.matches["n"], MatchValue("3".into()));
+        assert_eq!(rule.matches["none"], MatchValue("null".into()));
+        let listed = serde_json::to_value(RuleSet::with_rules(0, [rule]).unwrap().rules()).unwrap();
+        assert_eq!(listed[0]["name"], "rule-1");
+        assert_eq!(listed[0]["count"], 2);
+        assert_eq!(listed[0]["remaining"], 2);
+        assert!(serde_json::from_value::<Rule>(json!({"action": "drop", "bogus": 1})).is_err());
+    }
+}
