@@ -438,7 +438,7 @@ async fn serve_connection(
     let end: RelayEnd = relay(client, upstream_ws, rules, conn, env).await;
     let mut line = serde_json::to_value(&end).unwrap_or(Value::Null);
     if let Value::Object(map) = &mut line {
-        map.insert("event".into(), json!("close"));
+        map.insert("event".into(), json!("end"));
         map.insert("conn".into(), json!(conn));
     }
     log(line);
