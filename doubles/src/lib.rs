@@ -11,6 +11,6 @@ mod session;
 mod store;
 
 pub use model::ScriptedModel;
-pub use service::{Call, Double, Observation, ServiceError};
+pub use service::{Call, Double, EffectRecord, Observation, ServiceError};
 pub use session::SessionService;
 pub use store::StateStore;

@@ -40,6 +40,24 @@ pub enum Observation {
         value: Option<Value>,
         version: u64,
     },
+    /// A request for an external effect reached the service; the ledger keeps every one.
+    Effect(EffectRecord),
+}
+
+/// One line of the effect ledger: a request for an external effect and what became of it.
+/// Only the services write it; the system under test can neither read nor write it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EffectRecord {
+    /// What kind of effect, e.g. `ticket.create`.
+    pub kind: String,
+    /// The logical action the request belongs to.
+    pub action_id: String,
+    pub idempotency_key: Option<String>,
+    pub fencing_token: Option<u64>,
+    /// Whether the effect happened (a new object exists) because of this request.
+    pub accepted: bool,
+    /// Why: `created`, `duplicate key`, `stale token`, ...
+    pub reason: String,
 }
 
 /// A service the harness depends on.

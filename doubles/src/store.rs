@@ -30,9 +30,10 @@ impl StateStore {
         Self::default()
     }
 
-    /// Writes a record directly, as a scenario's seeded world does before the run.
-    pub fn seed(&mut self, scope: &str, key: &str, value: Value) {
-        self.write(scope, key, value);
+    /// Writes a record directly, as a scenario's seeded world (or an outside actor) does;
+    /// returns its new version.
+    pub fn seed(&mut self, scope: &str, key: &str, value: Value) -> u64 {
+        self.write(scope, key, value)
     }
 
     pub fn get(&self, scope: &str, key: &str) -> Option<&Value> {

@@ -1,0 +1,26 @@
+# Recipes for working on the rig. `just --list` shows them.
+
+# Run every test: unit tests, one test per scenario file, snapshot checks.
+test:
+    cargo test --workspace
+
+# Run the shipped scenarios (or the given paths) and print one line per run.
+run *paths="scenarios":
+    cargo run --release -p rig -- run {{paths}}
+
+# Replay one run of a scenario from its seed, with its full trace written next to it.
+replay file seed:
+    cargo run --release -p rig -- run {{file}} --seed {{seed}} --trace {{file}}.seed{{seed}}.trace.jsonl
+
+# Review changed snapshots interactively (needs cargo-insta: cargo install cargo-insta).
+review:
+    cargo insta review --workspace
+
+# Formatting and lints, as CI checks them.
+lint:
+    cargo fmt --all -- --check
+    cargo clippy --workspace --all-targets -- -D warnings
+
+# Speed benchmarks (release build).
+bench:
+    cargo run --release -p rig -- bench

@@ -1,0 +1,30 @@
+//! The bus: an engine and its workers speaking JSON frames over WebSocket.
+//!
+//! Everything here is generic over the byte stream, so the same engine and workers run on
+//! turmoil's simulated TCP and on real sockets.
+
+mod engine;
+pub mod protocol;
+pub mod websocket;
+mod worker;
+
+pub use engine::{Engine, QUEUE_ENQUEUE, WORKERS_REGISTER};
+pub use protocol::{Action, ErrorBody, Frame};
+pub use worker::{Answer, Bus, Connection, Invocation, InvokeError, Provider};
+
+/// The most frames waiting to be written to one peer; a peer that falls further behind is
+/// disconnected (a reported outcome) rather than buffered without bound.
+pub const OUTBOX_CAPACITY: usize = 4_096;
+
+/// Which way a frame crossed the engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FrameDirection {
+    In,
+    Out,
+}
+
+/// Where the bus reports what it saw. The simulation records it in the trace.
+pub trait BusObserver {
+    fn frame(&self, direction: FrameDirection, peer: &str, frame: &Frame);
+    fn note(&self, host: &str, what: &str, detail: serde_json::Value);
+}

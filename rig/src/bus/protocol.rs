@@ -1,0 +1,125 @@
+//! The frame shapes of the bus, as the iii engine speaks them: one JSON object per WebSocket
+//! text frame, the kind in `type`, lowercase with no separators.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum Frame {
+    /// engine → worker, the first frame on every connection.
+    WorkerRegistered { worker_id: String },
+    /// worker → engine; the engine sends no acknowledgement.
+    RegisterFunction {
+        id: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        description: Option<String>,
+    },
+    /// caller → engine → provider, with the caller's invocation id kept end to end.
+    InvokeFunction {
+        invocation_id: String,
+        function_id: String,
+        data: Value,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        action: Option<Action>,
+    },
+    /// provider → engine → caller.
+    InvocationResult {
+        invocation_id: String,
+        function_id: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        result: Option<Value>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<ErrorBody>,
+    },
+}
+
+impl Frame {
+    /// The wire name of the frame kind.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Frame::WorkerRegistered { .. } => "workerregistered",
+            Frame::RegisterFunction { .. } => "registerfunction",
+            Frame::InvokeFunction { .. } => "invokefunction",
+            Frame::InvocationResult { .. } => "invocationresult",
+        }
+    }
+
+    pub fn function_id(&self) -> Option<&str> {
+        match self {
+            Frame::RegisterFunction { id, .. } => Some(id),
+            Frame::InvokeFunction { function_id, .. }
+            | Frame::InvocationResult { function_id, .. } => Some(function_id),
+            Frame::WorkerRegistered { .. } => None,
+        }
+    }
+
+    pub fn invocation_id(&self) -> Option<&str> {
+        match self {
+            Frame::InvokeFunction { invocation_id, .. }
+            | Frame::InvocationResult { invocation_id, .. } => Some(invocation_id),
+            _ => None,
+        }
+    }
+}
+
+/// How the engine should treat an invocation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum Action {
+    /// Fire and forget: the provider's result is discarded.
+    Void,
+    /// Through the queue: the caller gets the queue's receipt, the provider runs on delivery.
+    Enqueue { queue: String },
+}
+
+/// An error result, as the engine and providers report it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub code: String,
+    pub message: String,
+}
+
+impl ErrorBody {
+    pub fn new(code: &str, message: impl Into<String>) -> Self {
+        Self {
+            code: code.to_string(),
+            message: message.into(),
+        }
+    }
+}
+
+/// Error codes the real engine uses, kept verbatim so doubles behave like it.
+pub mod codes {
+    pub const FUNCTION_NOT_FOUND: &str = "function_not_found";
+    pub const INVOCATION_STOPPED: &str = "invocation_stopped";
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn wire_names_are_lowercase_without_separators() {
+        let frame = Frame::InvocationResult {
+            invocation_id: "i1".into(),
+            function_id: "harness::turn".into(),
+            result: Some(json!({"status": "failed"})),
+            error: None,
+        };
+        let wire = serde_json::to_value(&frame).unwrap();
+        assert_eq!(wire["type"], "invocationresult");
+        assert!(wire.get("error").is_none());
+        let enqueue = json!({"type": "invokefunction", "invocation_id": "i2", "function_id": "f", "data": {},
+                             "action": {"type": "enqueue", "queue": "harness-turn"}});
+        let parsed: Frame = serde_json::from_value(enqueue).unwrap();
+        assert!(matches!(
+            parsed,
+            Frame::InvokeFunction {
+                action: Some(Action::Enqueue { .. }),
+                ..
+            }
+        ));
+    }
+}

@@ -1,0 +1,206 @@
+//! The `rig` command line.
+
+use clap::{Parser, Subcommand};
+use rig::{report, run, Policy, Scenario};
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "rig",
+    version,
+    about = "A deterministic fault-injection test rig for durable agent harnesses"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run scenario files (or every .toml file under a folder) and report each run.
+    Run(RunArgs),
+}
+
+#[derive(clap::Args)]
+struct RunArgs {
+    /// Scenario files or folders (searched recursively for .toml files).
+    #[arg(required = true)]
+    paths: Vec<PathBuf>,
+    /// Run this one seed.
+    #[arg(long, conflicts_with = "seeds")]
+    seed: Option<u64>,
+    /// Run a range of seeds, `A..B` (B excluded).
+    #[arg(long, value_parser = parse_seed_range)]
+    seeds: Option<std::ops::Range<u64>>,
+    /// Run only this policy (by default every policy the scenario declares).
+    #[arg(long)]
+    policy: Option<String>,
+    /// One JSON object per line per run instead of the human report.
+    #[arg(long)]
+    json: bool,
+    /// Write the full trace of every run as JSON lines to this file.
+    #[arg(long)]
+    trace: Option<PathBuf>,
+}
+
+fn parse_seed_range(text: &str) -> Result<std::ops::Range<u64>, String> {
+    let (start, end) = text
+        .split_once("..")
+        .ok_or_else(|| format!("expected A..B, found `{text}`"))?;
+    let start: u64 = start
+        .parse()
+        .map_err(|_| format!("`{start}` is not a seed"))?;
+    let end: u64 = end.parse().map_err(|_| format!("`{end}` is not a seed"))?;
+    if end <= start {
+        return Err(format!("the range {start}..{end} is empty"));
+    }
+    Ok(start..end)
+}
+
+/// Exit codes other tools rely on.
+const EXIT_FAILED: u8 = 1;
+const EXIT_BAD_INPUT: u8 = 2;
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .without_time()
+        .init();
+    match Cli::parse().command {
+        Command::Run(args) => run_command(args),
+    }
+}
+
+/// Every scenario file under the given paths, sorted, so runs are listed in a stable order.
+fn scenario_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
+    let mut files = Vec::new();
+    for path in paths {
+        if path.is_dir() {
+            collect_toml(path, &mut files)
+                .map_err(|e| format!("{}: cannot read the folder: {e}", path.display()))?;
+        } else if path.is_file() {
+            files.push(path.clone());
+        } else {
+            return Err(format!("{}: no such file or folder", path.display()));
+        }
+    }
+    if files.is_empty() {
+        return Err("no scenario files (*.toml) under the given paths".into());
+    }
+    files.sort();
+    files.dedup();
+    Ok(files)
+}
+
+fn collect_toml(folder: &Path, files: &mut Vec<PathBuf>) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(folder)? {
+        let path = entry?.path();
+        if path.is_dir() {
+            collect_toml(&path, files)?;
+        } else if path.extension().is_some_and(|e| e == "toml") {
+            files.push(path);
+        }
+    }
+    Ok(())
+}
+
+fn run_command(args: RunArgs) -> ExitCode {
+    let policy = match args
+        .policy
+        .as_deref()
+        .map(|name| Policy::from_name(name).ok_or(name))
+    {
+        Some(Err(name)) => {
+            let known: Vec<_> = Policy::ALL.iter().map(|p| p.name()).collect();
+            eprintln!(
+                "error: unknown policy `{name}`, expected one of {}",
+                known.join(", ")
+            );
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+        Some(Ok(policy)) => Some(policy),
+        None => None,
+    };
+    let files = match scenario_files(&args.paths) {
+        Ok(files) => files,
+        Err(error) => {
+            eprintln!("error: {error}");
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+    };
+    // Load everything first: a bad file is reported before any run starts.
+    let mut scenarios = Vec::new();
+    let mut bad_input = false;
+    for file in &files {
+        match Scenario::load(file) {
+            Ok(scenario) => scenarios.push(scenario),
+            Err(error) => {
+                eprintln!("error: {error}");
+                bad_input = true;
+            }
+        }
+    }
+    if bad_input {
+        return ExitCode::from(EXIT_BAD_INPUT);
+    }
+    let seeds = match (args.seed, args.seeds) {
+        (Some(seed), _) => seed..seed + 1,
+        (None, Some(range)) => range,
+        (None, None) => 0..1,
+    };
+    let mut trace_file = match args.trace.as_ref().map(std::fs::File::create).transpose() {
+        Ok(file) => file.map(std::io::BufWriter::new),
+        Err(error) => {
+            eprintln!("error: cannot write the trace file: {error}");
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+    };
+    let (mut passed, mut failed) = (0u64, 0u64);
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    for scenario in &scenarios {
+        let runs: Vec<_> = scenario
+            .runs
+            .iter()
+            .filter(|r| policy.is_none_or(|p| p == r.policy))
+            .collect();
+        for policy_run in runs {
+            for seed in seeds.clone() {
+                let outcome = run(scenario, policy_run, seed);
+                let line = if args.json {
+                    report::json_line(&outcome).to_string()
+                } else {
+                    report::human(&outcome)
+                };
+                let _ = writeln!(out, "{line}");
+                if let Some(file) = trace_file.as_mut() {
+                    for event in outcome.trace.json_lines() {
+                        let _ = writeln!(
+                            file,
+                            "{{\"scenario\":{},\"policy\":\"{}\",\"seed\":{},\"event\":{event}}}",
+                            serde_json::json!(outcome.scenario),
+                            outcome.policy.name(),
+                            seed
+                        );
+                    }
+                }
+                if outcome.passed {
+                    passed += 1
+                } else {
+                    failed += 1
+                }
+            }
+        }
+    }
+    if !args.json {
+        let _ = writeln!(out, "{passed} passed, {failed} failed");
+    }
+    if failed > 0 {
+        ExitCode::from(EXIT_FAILED)
+    } else {
+        ExitCode::SUCCESS
+    }
+}

@@ -1,0 +1,200 @@
+//! What a run looks like to a person (one line, plus the story when it failed), to a machine
+//! (one JSON object per line), and to a snapshot (a readable summary without wall-clock figures).
+
+use crate::run::RunOutcome;
+use crate::trace::{Event, EventKind};
+use serde_json::{json, Value};
+use std::fmt::Write as _;
+
+/// How many trace events a failure report shows.
+const EXCERPT_EVENTS: usize = 25;
+/// How long a payload may get in a one-line rendering before it is cut.
+const PAYLOAD_CHARS_MAX: usize = 160;
+
+/// One line per run; a failure adds what failed, a trace excerpt and the repro command.
+pub fn human(outcome: &RunOutcome) -> String {
+    let verdict = if outcome.passed { "PASS" } else { "FAIL" };
+    let mut line = format!(
+        "{verdict} {} [{}] seed={} sim={}ms wall={}us steps={} hash={}",
+        outcome.scenario,
+        outcome.policy.name(),
+        outcome.seed,
+        outcome.sim_ms,
+        outcome.wall_us,
+        outcome.steps,
+        &outcome.trace_hash[..12]
+    );
+    if !outcome.violations.is_empty() {
+        let fired: Vec<&str> = outcome.violations.iter().map(|v| v.oracle.name()).collect();
+        let _ = write!(line, " violations={}", fired.join(","));
+        if outcome
+            .expected_violations
+            .iter()
+            .all(|o| fired.contains(&o.name()))
+            && !outcome.expected_violations.is_empty()
+        {
+            line.push_str(" (expected)");
+        }
+    }
+    if outcome.passed {
+        return line;
+    }
+    for failure in &outcome.failures {
+        let _ = write!(line, "\n    - {failure}");
+    }
+    let _ = write!(line, "\n    trace (last {EXCERPT_EVENTS} key events):");
+    let key: Vec<&Event> = outcome
+        .trace
+        .events()
+        .iter()
+        .filter(|e| is_key_event(e))
+        .collect();
+    for event in &key[key.len().saturating_sub(EXCERPT_EVENTS)..] {
+        let _ = write!(line, "\n      {}", render_event(event));
+    }
+    let _ = write!(line, "\n    repro: {}", outcome.repro());
+    line
+}
+
+/// The `--json` object of one run.
+pub fn json_line(outcome: &RunOutcome) -> Value {
+    json!({
+        "scenario": outcome.scenario,
+        "policy": outcome.policy.name(),
+        "seed": outcome.seed,
+        "passed": outcome.passed,
+        "trace_hash": outcome.trace_hash,
+        "sim_ms": outcome.sim_ms,
+        "wall_us": outcome.wall_us,
+        "steps": outcome.steps,
+        "effects": outcome.effects,
+        "violations": outcome.violations.iter().map(|v| v.oracle.name()).collect::<Vec<_>>(),
+        "violation_details": outcome.violations,
+        "expected_violations": outcome.expected_violations.iter().map(|o| o.name()).collect::<Vec<_>>(),
+        "failures": outcome.failures,
+        "repro": outcome.repro(),
+    })
+}
+
+/// Frames are the bulk of a trace and rarely the story; everything else is.
+fn is_key_event(event: &Event) -> bool {
+    !matches!(event.kind, EventKind::Frame { .. })
+}
+
+fn shorten(value: &Value) -> String {
+    let text = value.to_string();
+    if text.chars().count() <= PAYLOAD_CHARS_MAX {
+        return text;
+    }
+    let cut: String = text.chars().take(PAYLOAD_CHARS_MAX).collect();
+    format!("{cut}…")
+}
+
+/// One event on one line: time, host, what.
+pub fn render_event(event: &Event) -> String {
+    let what = match &event.kind {
+        EventKind::Frame {
+            direction,
+            peer,
+            frame,
+            function_id,
+            ..
+        } => {
+            format!(
+                "frame {direction} {peer} {frame} {}",
+                function_id.as_deref().unwrap_or("")
+            )
+        }
+        EventKind::Call {
+            function, payload, ..
+        } => format!("call {function} {}", shorten(payload)),
+        EventKind::Commit {
+            scope,
+            key,
+            value,
+            version,
+        } => format!("commit {scope}/{key} v{version} {}", shorten(value)),
+        EventKind::Effect {
+            effect,
+            action,
+            idempotency_key,
+            token,
+            accepted,
+            reason,
+        } => format!(
+            "effect {effect} action={action} key={} token={} {} ({reason})",
+            idempotency_key.as_deref().unwrap_or("-"),
+            token.map_or_else(|| "-".to_string(), |t| t.to_string()),
+            if *accepted { "accepted" } else { "refused" }
+        ),
+        EventKind::Cut {
+            cut,
+            action,
+            function,
+        } => format!("cut #{} {action} on {function}", cut + 1),
+        EventKind::ProxyRule {
+            rule,
+            action,
+            direction,
+            frame,
+        } => format!(
+            "proxy rule #{} {action} {direction} {}",
+            rule + 1,
+            shorten(frame)
+        ),
+        EventKind::Rpc {
+            name,
+            function,
+            outcome,
+        } => format!("rpc {name} ({function}) -> {}", shorten(outcome)),
+        EventKind::Control { action, target } => format!("{action} {target}"),
+        EventKind::Note { what, detail } => format!("note {what} {}", shorten(detail)),
+        EventKind::Limit { what } => format!("LIMIT {what}"),
+    };
+    format!("{:>9} ms  {:<8} {what}", event.at_ms, event.host)
+}
+
+/// The snapshot section of one policy run: durable state, ledger, RPC outcomes, verdicts and
+/// the key events. Simulated times only, so it is the same on every machine.
+pub fn snapshot_section(outcome: &RunOutcome) -> String {
+    let mut text = String::new();
+    let expected: Vec<&str> = outcome
+        .expected_violations
+        .iter()
+        .map(|o| o.name())
+        .collect();
+    let _ = writeln!(
+        text,
+        "## policy {} (seed {})",
+        outcome.policy.name(),
+        outcome.seed
+    );
+    let _ = writeln!(text, "passed: {}", outcome.passed);
+    let _ = writeln!(text, "expected violations: [{}]", expected.join(", "));
+    for violation in &outcome.violations {
+        let _ = writeln!(
+            text,
+            "violation {}: {}",
+            violation.oracle.name(),
+            violation.detail
+        );
+    }
+    for failure in &outcome.failures {
+        let _ = writeln!(text, "failure: {failure}");
+    }
+    let _ = writeln!(text, "sim_ms: {}", outcome.sim_ms);
+    let _ = writeln!(text, "effects: {}", json!(outcome.effects));
+    let _ = writeln!(text, "rpc:");
+    for (name, result) in &outcome.rpc {
+        let _ = writeln!(text, "  {name}: {result}");
+    }
+    let _ = writeln!(text, "state:");
+    for (scope, key, value) in &outcome.state {
+        let _ = writeln!(text, "  {scope}/{key}: {value}");
+    }
+    let _ = writeln!(text, "events:");
+    for event in outcome.trace.events().iter().filter(|e| is_key_event(e)) {
+        let _ = writeln!(text, "  {}", render_event(event));
+    }
+    text
+}

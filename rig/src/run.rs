@@ -1,0 +1,350 @@
+//! Running one scenario under one policy from one seed.
+
+use crate::bus::{Bus, Provider};
+use crate::cut::CutTable;
+use crate::expect::{self, effect_counts, Observed};
+use crate::harness::{Harness, HarnessEnv, Policy, ReferenceHarness};
+use crate::oracle::{self, Evidence, Oracle, Violation};
+use crate::scenario::{PolicyRun, Scenario, Step};
+use crate::sim::hosts::{self, ServiceHost};
+use crate::sim::world::World;
+use crate::sim::{Runner, Stop, WaitEnd};
+use crate::trace::{EventKind, Trace};
+use doubles::{ScriptedModel, SessionService, StateStore};
+use proxy::all_match;
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
+use std::rc::Rc;
+
+/// How long the world may take to come up before the script starts.
+const READY_MS_MAX: u64 = 5_000;
+/// Extra time a blocking invoke waits beyond the invocation's own deadline.
+const INVOKE_GRACE_MS: u64 = 1_000;
+
+/// Everything one run produced.
+pub struct RunOutcome {
+    pub scenario: String,
+    pub policy: Policy,
+    pub seed: u64,
+    pub passed: bool,
+    pub trace_hash: String,
+    pub sim_ms: u64,
+    pub wall_us: u64,
+    pub steps: u64,
+    pub effects: BTreeMap<String, u64>,
+    pub violations: Vec<Violation>,
+    pub expected_violations: Vec<Oracle>,
+    pub failures: Vec<String>,
+    pub rpc: BTreeMap<String, Value>,
+    pub state: Vec<(String, String, Value)>,
+    pub trace: Trace,
+}
+
+impl RunOutcome {
+    /// The shell command that replays this run.
+    pub fn repro(&self) -> String {
+        format!(
+            "cargo run --release -p rig -- run {} --policy {} --seed {}",
+            self.scenario,
+            self.policy.name(),
+            self.seed
+        )
+    }
+}
+
+/// Runs `scenario` under `run.policy` from `seed`.
+pub fn run(scenario: &Scenario, run: &PolicyRun, seed: u64) -> RunOutcome {
+    // Wall time is measured for the report only; nothing in the run reads it.
+    let started = std::time::Instant::now();
+    let world = seeded_world(scenario, seed);
+    let mut runner = Runner::new(Rc::clone(&world), scenario.world.network.clone());
+    add_hosts(&mut runner, scenario, run.policy);
+    let mut failures = Vec::new();
+    let (healed_at_ms, quiescent) = match execute(&mut runner, scenario, &mut failures) {
+        Ok(settled) => settled,
+        Err(stop) => {
+            failures.push(match stop {
+                Stop::Limit(what) => format!("limit reached: {what} (seed {seed})"),
+                Stop::HostFailed(why) => format!("a host's software failed: {why} (seed {seed})"),
+            });
+            (runner.now_ms(), false)
+        }
+    };
+    let ended_at_ms = runner.now_ms();
+    let steps = runner.steps();
+    drop(runner);
+
+    let trace = world.take_trace();
+    let store = world.store.borrow();
+    let violations = oracle::check(&Evidence {
+        events: trace.events(),
+        store: &store,
+        healed_at_ms,
+        ended_at_ms,
+        quiescent,
+        effects_per_action_max: scenario.world.effects_per_action_max,
+    });
+    judge_violations(&violations, &run.expected_violations, &mut failures);
+    let effects = effect_counts(trace.events());
+    let rpc = world.rpc.borrow().clone();
+    failures.extend(expect::check(
+        &run.expectations,
+        &Observed {
+            rpc: &rpc,
+            store: &store,
+            events: trace.events(),
+            effects: &effects,
+        },
+    ));
+    let state = store
+        .records()
+        .map(|(s, k, v)| (s.to_string(), k.to_string(), v.clone()))
+        .collect();
+    RunOutcome {
+        scenario: scenario.path.display().to_string(),
+        policy: run.policy,
+        seed,
+        passed: failures.is_empty(),
+        trace_hash: trace.hash(),
+        sim_ms: ended_at_ms,
+        wall_us: u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
+        steps,
+        effects,
+        violations,
+        expected_violations: run.expected_violations.iter().copied().collect(),
+        failures,
+        rpc,
+        state,
+        trace,
+    }
+}
+
+/// A known-bad policy must trip exactly the oracles it declares; any other trip is a failure.
+fn judge_violations(
+    violations: &[Violation],
+    expected: &BTreeSet<Oracle>,
+    failures: &mut Vec<String>,
+) {
+    let fired: BTreeSet<Oracle> = violations.iter().map(|v| v.oracle).collect();
+    for violation in violations.iter().filter(|v| !expected.contains(&v.oracle)) {
+        failures.push(format!(
+            "oracle `{}` fired: {}",
+            violation.oracle.name(),
+            violation.detail
+        ));
+    }
+    for oracle in expected.difference(&fired) {
+        failures.push(format!(
+            "oracle `{}` was expected to fire under this policy, and did not",
+            oracle.name()
+        ));
+    }
+}
+
+fn seeded_world(scenario: &Scenario, seed: u64) -> Rc<World> {
+    let setup = &scenario.world;
+    let mut store = StateStore::new();
+    for (scope, key, value) in &setup.records {
+        store.seed(scope, key, value.clone());
+    }
+    let mut session = SessionService::new();
+    for (session_id, message) in &setup.messages {
+        session.seed_message(session_id, message.clone());
+    }
+    let model = ScriptedModel::new(setup.model.iter().cloned());
+    World::new(
+        seed,
+        CutTable::new(scenario.cuts.iter().cloned()),
+        store,
+        session,
+        model,
+    )
+}
+
+fn add_hosts(runner: &mut Runner, scenario: &Scenario, policy: Policy) {
+    let world = Rc::clone(&runner.world);
+    {
+        let world = Rc::clone(&world);
+        runner.host(hosts::ENGINE_HOST, move || hosts::engine(Rc::clone(&world)));
+    }
+    for (host, double) in world.services() {
+        let (world, functions) = (
+            Rc::clone(&world),
+            double
+                .borrow()
+                .functions()
+                .iter()
+                .map(|f| f.to_string())
+                .collect::<Vec<_>>(),
+        );
+        runner.host(host, move || {
+            let provider: Rc<dyn Provider> =
+                ServiceHost::new(Rc::clone(&world), host, Rc::clone(&double));
+            hosts::worker(
+                Rc::clone(&world),
+                host.to_string(),
+                functions.clone(),
+                provider,
+                Bus::new(Rc::clone(&world.clock)),
+            )
+        });
+    }
+    let config = scenario.world.harness.clone();
+    runner.host("harness", move || {
+        // A fresh harness on every start: whatever it held in memory died with the crash.
+        let note_world = Rc::clone(&world);
+        let env = HarnessEnv {
+            host: "harness".into(),
+            clock: Rc::clone(&world.clock),
+            rng: world.stream("harness"),
+            config: config.clone(),
+            note: Rc::new(move |what, detail| note_world.note_event("harness", what, detail)),
+        };
+        let harness = ReferenceHarness::new(policy, env);
+        let functions = harness.functions();
+        hosts::worker(
+            Rc::clone(&world),
+            "harness".into(),
+            functions,
+            harness,
+            Bus::new(Rc::clone(&world.clock)),
+        )
+    });
+    runner.add_driver();
+}
+
+/// Every function the world registers before the script may start.
+fn expected_functions(world: &World) -> BTreeSet<String> {
+    let mut functions: BTreeSet<String> = world
+        .services()
+        .iter()
+        .flat_map(|(_, d)| {
+            d.borrow()
+                .functions()
+                .iter()
+                .map(|f| f.to_string())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    functions.insert("harness::turn".into());
+    functions
+}
+
+fn world_is_up(runner: &Runner, expected: &BTreeSet<String>) -> bool {
+    if !runner.driver_connected() {
+        return false;
+    }
+    let trace = runner.world.trace();
+    let registered: BTreeSet<&str> = trace
+        .events()
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::Frame {
+                frame: "registerfunction",
+                direction: "in",
+                function_id,
+                ..
+            } => function_id.as_deref(),
+            _ => None,
+        })
+        .collect();
+    expected.iter().all(|f| registered.contains(f.as_str()))
+}
+
+/// Runs the script, heals every fault, and lets the world settle. Returns when it healed and
+/// whether it settled into quiescence (rather than running into the liveness bound).
+fn execute(
+    runner: &mut Runner,
+    scenario: &Scenario,
+    failures: &mut Vec<String>,
+) -> Result<(u64, bool), Stop> {
+    let expected = expected_functions(&runner.world);
+    if runner.run_until(Some(READY_MS_MAX), |r| world_is_up(r, &expected))? != WaitEnd::Met {
+        failures.push(format!(
+            "the world did not come up within {READY_MS_MAX} ms"
+        ));
+        return Ok((runner.now_ms(), false));
+    }
+    for (index, step) in scenario.steps.iter().enumerate() {
+        if let Some(failure) = execute_step(runner, step)? {
+            failures.push(format!("step {}: {failure}", index + 1));
+            break;
+        }
+    }
+    runner.heal();
+    let healed_at_ms = runner.now_ms();
+    let settled = runner.run_until(Some(healed_at_ms + scenario.world.liveness_ms), |_| false)?;
+    Ok((healed_at_ms, settled == WaitEnd::Stalled))
+}
+
+fn wait_for_rpc(runner: &mut Runner, name: &str, within_ms: u64) -> Result<Option<String>, Stop> {
+    let deadline = runner.now_ms() + within_ms;
+    let end = runner.run_until(Some(deadline), |r| r.world.rpc.borrow().contains_key(name))?;
+    Ok((end != WaitEnd::Met)
+        .then(|| format!("no outcome for `{name}` within {within_ms} ms ({end:?})")))
+}
+
+/// Runs one step; `Some(reason)` when the step itself could not complete.
+fn execute_step(runner: &mut Runner, step: &Step) -> Result<Option<String>, Stop> {
+    match step {
+        Step::Invoke { call, detach } => {
+            runner.invoke(call.clone());
+            if !detach {
+                return wait_for_rpc(runner, &call.name, call.timeout_ms + INVOKE_GRACE_MS);
+            }
+        }
+        Step::Await { name, within_ms } => return wait_for_rpc(runner, name, *within_ms),
+        Step::WaitMs(ms) => {
+            let deadline = runner.now_ms() + ms;
+            if runner.run_until(Some(deadline), |_| false)? == WaitEnd::Stalled {
+                runner.skip_to(deadline);
+            }
+        }
+        Step::WaitUntil {
+            conditions,
+            nth,
+            within_ms,
+        } => {
+            let deadline = runner.now_ms() + within_ms;
+            let (mut cursor, mut seen) = (0, 0);
+            let end = runner.run_until(Some(deadline), |r| {
+                let trace = r.world.trace();
+                let events = trace.events();
+                seen += events[cursor..]
+                    .iter()
+                    .filter(|e| all_match(conditions, &e.to_json()))
+                    .count() as u64;
+                cursor = events.len();
+                seen >= *nth
+            })?;
+            if end != WaitEnd::Met {
+                let wanted: Vec<String> = conditions.iter().map(ToString::to_string).collect();
+                return Ok(Some(format!(
+                    "no event #{nth} matching [{}] within {within_ms} ms ({end:?})",
+                    wanted.join(", ")
+                )));
+            }
+        }
+        Step::Put { scope, key, value } => {
+            let world = &runner.world;
+            let version = world.store.borrow_mut().seed(scope, key, value.clone());
+            world.record(
+                "driver",
+                EventKind::Commit {
+                    scope: scope.clone(),
+                    key: key.clone(),
+                    value: value.clone(),
+                    version,
+                },
+            );
+        }
+        Step::Crash(host) => runner.crash(host),
+        Step::Restart(host) => runner.restart(host),
+        Step::Partition(a, b) => runner.partition(a, b),
+        Step::Repair(a, b) => runner.repair(a, b),
+        Step::Hold(a, b) => runner.hold(a, b),
+        Step::Release(a, b) => runner.release(a, b),
+        Step::Heal => runner.heal(),
+    }
+    Ok(None)
+}

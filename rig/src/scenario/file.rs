@@ -1,0 +1,273 @@
+//! The scenario file as written: strict TOML, every table closed to unknown keys.
+
+use serde::de::{self, Deserializer, Visitor};
+use serde::Deserialize;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use toml::Spanned;
+
+/// A whole scenario file. Its name is its file name; it is never written inside.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScenarioFile {
+    /// What the scenario reproduces, in a sentence or two (shown in reports).
+    #[serde(default)]
+    pub about: Option<String>,
+    #[serde(default)]
+    pub world: WorldSpec,
+    #[serde(default, rename = "cut")]
+    pub cuts: Vec<Spanned<CutSpec>>,
+    #[serde(default, rename = "step")]
+    pub steps: Vec<Spanned<StepSpec>>,
+    /// Expectations every policy run must meet.
+    #[serde(default)]
+    pub expect: ExpectSpec,
+    /// The harness policies to run, each with its own expectations.
+    pub policy: Spanned<BTreeMap<String, PolicySpec>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WorldSpec {
+    pub session_timeout_ms: u64,
+    pub model_timeout_ms: u64,
+    pub enqueue_attempts: u32,
+    pub terminalize_attempts: u32,
+    pub terminalize_backoff_ms: u64,
+    pub tick_ms: u64,
+    pub latency_ms_min: u64,
+    pub latency_ms_max: u64,
+    pub duration_ms_max: u64,
+    pub steps_max: u64,
+    /// How long after the final heal every turn must be terminal or held.
+    pub liveness_ms: u64,
+    /// How many external effects one action may produce.
+    pub effects_per_action_max: u64,
+    #[serde(rename = "record")]
+    pub records: Vec<RecordSpec>,
+    #[serde(rename = "message")]
+    pub messages: Vec<MessageSpec>,
+    /// The scripted model's replies, in order.
+    pub model: Vec<Value>,
+}
+
+impl Default for WorldSpec {
+    fn default() -> Self {
+        let harness = crate::harness::HarnessConfig::default();
+        let network = crate::sim::NetworkConfig::default();
+        Self {
+            session_timeout_ms: harness.session_timeout_ms,
+            model_timeout_ms: harness.model_timeout_ms,
+            enqueue_attempts: harness.enqueue_attempts,
+            terminalize_attempts: harness.terminalize_attempts,
+            terminalize_backoff_ms: harness.terminalize_backoff_ms,
+            tick_ms: network.tick_ms,
+            latency_ms_min: network.latency_ms_min,
+            latency_ms_max: network.latency_ms_max,
+            duration_ms_max: network.duration_ms_max,
+            steps_max: network.steps_max,
+            liveness_ms: 60_000,
+            effects_per_action_max: 1,
+            records: Vec::new(),
+            messages: Vec::new(),
+            model: Vec::new(),
+        }
+    }
+}
+
+/// A durable record present before the run starts.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RecordSpec {
+    pub scope: String,
+    pub key: String,
+    pub value: Value,
+}
+
+/// A message in a session's log before the run starts.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MessageSpec {
+    pub session_id: String,
+    pub message: Value,
+}
+
+/// A service cut.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CutSpec {
+    pub function: Spanned<String>,
+    #[serde(default, rename = "match")]
+    pub conditions: BTreeMap<String, Spanned<toml::Value>>,
+    pub action: CutAction,
+    #[serde(default)]
+    pub delay_ms: Option<u64>,
+    #[serde(default)]
+    pub code: Option<String>,
+    #[serde(default)]
+    pub message: Option<String>,
+    /// Matching calls to let through before the cut starts firing.
+    #[serde(default)]
+    pub skip: u64,
+    #[serde(default)]
+    pub count: CountSpec,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum CutAction {
+    LostAck,
+    Timeout,
+    Reject,
+    Delay,
+}
+
+/// `"once"`, `"always"` or a number of times.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CountSpec {
+    #[default]
+    Once,
+    Always,
+    Times(u64),
+}
+
+impl<'de> Deserialize<'de> for CountSpec {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct CountVisitor;
+        impl Visitor<'_> for CountVisitor {
+            type Value = CountSpec;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str(r#""once", "always" or a whole number of times"#)
+            }
+            fn visit_i64<E: de::Error>(self, n: i64) -> Result<CountSpec, E> {
+                u64::try_from(n)
+                    .map(CountSpec::Times)
+                    .map_err(|_| E::invalid_value(de::Unexpected::Signed(n), &self))
+            }
+            fn visit_u64<E: de::Error>(self, n: u64) -> Result<CountSpec, E> {
+                Ok(CountSpec::Times(n))
+            }
+            fn visit_str<E: de::Error>(self, word: &str) -> Result<CountSpec, E> {
+                match word {
+                    "once" => Ok(CountSpec::Once),
+                    "always" => Ok(CountSpec::Always),
+                    other => Err(E::invalid_value(de::Unexpected::Str(other), &self)),
+                }
+            }
+        }
+        deserializer.deserialize_any(CountVisitor)
+    }
+}
+
+/// One step of the script; each `[[step]]` table has exactly one of these keys.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum StepSpec {
+    /// Invoke a function through the driver.
+    Invoke(InvokeSpec),
+    /// Wait for a detached invocation's outcome.
+    Await(AwaitSpec),
+    /// Let simulated time pass.
+    WaitMs(u64),
+    /// Wait until the trace holds a matching event.
+    WaitUntil(WaitUntilSpec),
+    /// Write a durable record directly, as an outside actor would.
+    Put(RecordSpec),
+    Crash(Spanned<String>),
+    Restart(Spanned<String>),
+    Partition(Spanned<[String; 2]>),
+    Repair(Spanned<[String; 2]>),
+    Hold(Spanned<[String; 2]>),
+    Release(Spanned<[String; 2]>),
+    /// Heal every fault: disarm cuts, repair links, restart crashed hosts.
+    Heal(bool),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InvokeSpec {
+    pub function: Spanned<String>,
+    #[serde(default)]
+    pub payload: Value,
+    /// The name its outcome is known by in `[expect.rpc]` and `await`.
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default = "default_invoke_timeout_ms")]
+    pub timeout_ms: u64,
+    /// Go on with the next step without waiting for the outcome.
+    #[serde(default)]
+    pub detach: bool,
+    /// Send it through this queue (an `enqueue` action) instead of directly.
+    #[serde(default)]
+    pub queue: Option<String>,
+}
+
+fn default_invoke_timeout_ms() -> u64 {
+    10_000
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AwaitSpec {
+    pub name: Spanned<String>,
+    #[serde(default = "default_invoke_timeout_ms")]
+    pub within_ms: u64,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WaitUntilSpec {
+    #[serde(rename = "match")]
+    pub conditions: BTreeMap<String, Spanned<toml::Value>>,
+    /// Wait for the n-th matching event (from the start of the run).
+    #[serde(default = "one")]
+    pub nth: u64,
+    pub within_ms: u64,
+}
+
+fn one() -> u64 {
+    1
+}
+
+/// Expectations: what the run must show afterwards.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ExpectSpec {
+    /// Driver outcomes by name: `{ outcome = "ok", "result.status" = "failed" }`.
+    pub rpc: BTreeMap<String, BTreeMap<String, Spanned<toml::Value>>>,
+    /// Durable records by `"scope/key"`: field conditions on the value.
+    pub state: BTreeMap<String, BTreeMap<String, Spanned<toml::Value>>>,
+    /// Durable records (`"scope/key"`) that must not exist.
+    pub absent: Vec<String>,
+    /// Calls arriving at the doubles, by function: exact counts.
+    pub calls: BTreeMap<String, u64>,
+    /// Trace events matching conditions: counts and identical payloads.
+    pub events: Vec<Spanned<EventExpectSpec>>,
+    /// External effects by kind, counted from the ledger: exact counts, absent kinds zero.
+    pub effects: Option<BTreeMap<String, u64>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EventExpectSpec {
+    #[serde(rename = "match")]
+    pub conditions: BTreeMap<String, Spanned<toml::Value>>,
+    #[serde(default)]
+    pub count: Option<u64>,
+    #[serde(default)]
+    pub count_min: Option<u64>,
+    /// A dotted path whose value must be byte-identical across every matching event.
+    #[serde(default)]
+    pub same: Option<String>,
+}
+
+/// One policy to run the scenario under.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicySpec {
+    /// The oracles this (known-bad) policy must trip; any other violation fails the run.
+    #[serde(default)]
+    pub violations: Vec<String>,
+    #[serde(default)]
+    pub expect: ExpectSpec,
+}

@@ -1,0 +1,589 @@
+//! Scenarios: a world, its cuts, a script of steps, and what each policy run must show.
+//!
+//! A scenario is data. Loading checks it strictly, and every error names the file, line and
+//! column and what was expected there.
+
+mod file;
+
+use crate::cut::{Count, ServiceCut, ServiceFault};
+use crate::harness::{HarnessConfig, Policy};
+use crate::oracle::Oracle;
+use crate::sim::hosts::DriverCall;
+use crate::sim::NetworkConfig;
+use file::{CountSpec, CutAction, CutSpec, ExpectSpec, ScenarioFile, StepSpec, WorldSpec};
+use proxy::FieldMatch;
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use toml::Spanned;
+
+/// A loaded, validated scenario.
+#[derive(Debug, Clone)]
+pub struct Scenario {
+    pub path: PathBuf,
+    pub about: Option<String>,
+    pub world: WorldSetup,
+    pub cuts: Vec<ServiceCut>,
+    pub steps: Vec<Step>,
+    pub runs: Vec<PolicyRun>,
+}
+
+/// The world a scenario starts from.
+#[derive(Debug, Clone)]
+pub struct WorldSetup {
+    pub harness: HarnessConfig,
+    pub network: NetworkConfig,
+    pub liveness_ms: u64,
+    pub effects_per_action_max: u64,
+    pub records: Vec<(String, String, Value)>,
+    pub messages: Vec<(String, Value)>,
+    pub model: Vec<Value>,
+}
+
+/// One step of the script.
+#[derive(Debug, Clone)]
+pub enum Step {
+    Invoke {
+        call: DriverCall,
+        detach: bool,
+    },
+    Await {
+        name: String,
+        within_ms: u64,
+    },
+    WaitMs(u64),
+    WaitUntil {
+        conditions: Vec<FieldMatch>,
+        nth: u64,
+        within_ms: u64,
+    },
+    Put {
+        scope: String,
+        key: String,
+        value: Value,
+    },
+    Crash(String),
+    Restart(String),
+    Partition(String, String),
+    Repair(String, String),
+    Hold(String, String),
+    Release(String, String),
+    Heal,
+}
+
+/// One policy to run the scenario under, with everything it must show.
+#[derive(Debug, Clone)]
+pub struct PolicyRun {
+    pub policy: Policy,
+    pub expected_violations: BTreeSet<Oracle>,
+    pub expectations: Vec<Expectation>,
+}
+
+/// Something a run must show afterwards.
+#[derive(Debug, Clone)]
+pub enum Expectation {
+    Rpc {
+        name: String,
+        conditions: Vec<FieldMatch>,
+    },
+    State {
+        scope: String,
+        key: String,
+        conditions: Vec<FieldMatch>,
+    },
+    Absent {
+        scope: String,
+        key: String,
+    },
+    Events {
+        conditions: Vec<FieldMatch>,
+        count: Option<u64>,
+        count_min: Option<u64>,
+        same: Option<String>,
+    },
+    Effects(BTreeMap<String, u64>),
+}
+
+/// A scenario that could not be loaded: where, and what was expected.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{path}:{line}:{column}: {message}")]
+pub struct ScenarioError {
+    pub path: String,
+    pub line: usize,
+    pub column: usize,
+    pub message: String,
+}
+
+/// The hosts of the simulated world, by the names scenario files use.
+pub const HOSTS: [&str; 6] = ["engine", "store", "session", "model", "harness", "driver"];
+
+/// Every function a scenario may invoke or cut.
+pub fn known_functions() -> BTreeSet<&'static str> {
+    let mut functions: BTreeSet<&'static str> = BTreeSet::new();
+    functions.extend(doubles::StateStore::FUNCTIONS);
+    functions.extend(doubles::SessionService::FUNCTIONS);
+    functions.extend(doubles::ScriptedModel::FUNCTIONS);
+    functions.extend(["harness::turn", crate::bus::WORKERS_REGISTER]);
+    functions
+}
+
+impl Scenario {
+    /// Reads and validates a scenario file.
+    pub fn load(path: &Path) -> Result<Self, ScenarioError> {
+        let source = std::fs::read_to_string(path).map_err(|e| ScenarioError {
+            path: path.display().to_string(),
+            line: 0,
+            column: 0,
+            message: format!("cannot read the file: {e}"),
+        })?;
+        Self::parse(path, &source)
+    }
+
+    /// Validates a scenario from its text; `path` names it in errors and reports.
+    pub fn parse(path: &Path, source: &str) -> Result<Self, ScenarioError> {
+        let at = Locator { path, source };
+        let parsed: ScenarioFile =
+            toml::from_str(source).map_err(|e| at.error(e.span().unwrap_or(0..0), e.message()))?;
+        let functions = known_functions();
+        let world = world_setup(parsed.world);
+        let cuts = parsed
+            .cuts
+            .into_iter()
+            .map(|cut| compile_cut(&at, &functions, cut))
+            .collect::<Result<_, _>>()?;
+        let steps = parsed
+            .steps
+            .into_iter()
+            .map(|step| compile_step(&at, &functions, step))
+            .collect::<Result<_, _>>()?;
+        let shared = compile_expect(&at, parsed.expect)?;
+        let policy_span = parsed.policy.span();
+        let policies = parsed.policy.into_inner();
+        if policies.is_empty() {
+            return Err(at.error(policy_span, "expected at least one `[policy.NAME]` table"));
+        }
+        let mut runs = Vec::new();
+        for (name, spec) in policies {
+            let span = at
+                .find(&format!("policy.{name}"))
+                .unwrap_or(policy_span.clone());
+            let policy = Policy::from_name(&name).ok_or_else(|| {
+                let known: Vec<_> = Policy::ALL.iter().map(|p| p.name()).collect();
+                at.error(
+                    span.clone(),
+                    &format!(
+                        "unknown policy `{name}`, expected one of {}",
+                        known.join(", ")
+                    ),
+                )
+            })?;
+            let expected_violations = spec
+                .violations
+                .iter()
+                .map(|v| {
+                    Oracle::from_name(v).ok_or_else(|| {
+                        let known: Vec<_> = Oracle::ALL.iter().map(|o| o.name()).collect();
+                        at.error(
+                            span.clone(),
+                            &format!(
+                                "unknown oracle `{v}` in `violations`, expected one of {}",
+                                known.join(", ")
+                            ),
+                        )
+                    })
+                })
+                .collect::<Result<_, _>>()?;
+            let mut expectations = shared.clone();
+            expectations.extend(compile_expect(&at, spec.expect)?);
+            runs.push(PolicyRun {
+                policy,
+                expected_violations,
+                expectations,
+            });
+        }
+        Ok(Scenario {
+            path: path.to_path_buf(),
+            about: parsed.about,
+            world,
+            cuts,
+            steps,
+            runs,
+        })
+    }
+
+    /// The scenario's name: its file name without the extension.
+    pub fn name(&self) -> String {
+        self.path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    }
+}
+
+/// Turns byte spans into file, line and column.
+struct Locator<'a> {
+    path: &'a Path,
+    source: &'a str,
+}
+
+impl Locator<'_> {
+    fn error(&self, span: Range<usize>, message: &str) -> ScenarioError {
+        let before = &self.source[..span.start.min(self.source.len())];
+        let line = before.matches('\n').count() + 1;
+        let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+        ScenarioError {
+            path: self.path.display().to_string(),
+            line,
+            column,
+            message: message.trim().to_string(),
+        }
+    }
+
+    fn find(&self, text: &str) -> Option<Range<usize>> {
+        self.source
+            .find(text)
+            .map(|start| start..start + text.len())
+    }
+}
+
+fn world_setup(spec: WorldSpec) -> WorldSetup {
+    WorldSetup {
+        harness: HarnessConfig {
+            session_timeout_ms: spec.session_timeout_ms,
+            model_timeout_ms: spec.model_timeout_ms,
+            enqueue_attempts: spec.enqueue_attempts,
+            turn_queue: HarnessConfig::default().turn_queue,
+            terminalize_attempts: spec.terminalize_attempts,
+            terminalize_backoff_ms: spec.terminalize_backoff_ms,
+        },
+        network: NetworkConfig {
+            tick_ms: spec.tick_ms.max(1),
+            latency_ms_min: spec.latency_ms_min,
+            latency_ms_max: spec.latency_ms_max.max(spec.latency_ms_min),
+            duration_ms_max: spec.duration_ms_max,
+            steps_max: spec.steps_max,
+        },
+        liveness_ms: spec.liveness_ms,
+        effects_per_action_max: spec.effects_per_action_max,
+        records: spec
+            .records
+            .into_iter()
+            .map(|r| (r.scope, r.key, r.value))
+            .collect(),
+        messages: spec
+            .messages
+            .into_iter()
+            .map(|m| (m.session_id, m.message))
+            .collect(),
+        model: spec.model,
+    }
+}
+
+fn known_function(
+    at: &Locator,
+    functions: &BTreeSet<&str>,
+    function: &Spanned<String>,
+) -> Result<String, ScenarioError> {
+    if functions.contains(function.get_ref().as_str()) {
+        return Ok(function.get_ref().clone());
+    }
+    let known: Vec<_> = functions.iter().copied().collect();
+    Err(at.error(
+        function.span(),
+        &format!(
+            "unknown function `{}`, expected one of {}",
+            function.get_ref(),
+            known.join(", ")
+        ),
+    ))
+}
+
+fn known_host(at: &Locator, host: &Spanned<String>) -> Result<String, ScenarioError> {
+    if HOSTS.contains(&host.get_ref().as_str()) {
+        return Ok(host.get_ref().clone());
+    }
+    Err(at.error(
+        host.span(),
+        &format!(
+            "unknown host `{}`, expected one of {}",
+            host.get_ref(),
+            HOSTS.join(", ")
+        ),
+    ))
+}
+
+fn known_link(at: &Locator, link: Spanned<[String; 2]>) -> Result<(String, String), ScenarioError> {
+    let span = link.span();
+    let [a, b] = link.into_inner();
+    let a = known_host(at, &Spanned::new(span.clone(), a))?;
+    let b = known_host(at, &Spanned::new(span, b))?;
+    Ok((a, b))
+}
+
+/// `PATH = VALUE` conditions from a TOML table; values must be scalars.
+fn conditions(
+    at: &Locator,
+    table: BTreeMap<String, Spanned<toml::Value>>,
+) -> Result<Vec<FieldMatch>, ScenarioError> {
+    table
+        .into_iter()
+        .map(|(path, value)| {
+            let span = value.span();
+            let text = match value.into_inner() {
+                toml::Value::String(s) => s,
+                toml::Value::Integer(i) => i.to_string(),
+                toml::Value::Float(f) => f.to_string(),
+                toml::Value::Boolean(b) => b.to_string(),
+                _ => {
+                    return Err(at.error(
+                        span,
+                        &format!("`{path}`: expected a string, number or boolean to compare with"),
+                    ))
+                }
+            };
+            FieldMatch::new(&path, text).map_err(|e| at.error(span, &e.to_string()))
+        })
+        .collect()
+}
+
+fn compile_cut(
+    at: &Locator,
+    functions: &BTreeSet<&str>,
+    cut: Spanned<CutSpec>,
+) -> Result<ServiceCut, ScenarioError> {
+    let span = cut.span();
+    let cut = cut.into_inner();
+    let function = known_function(at, functions, &cut.function)?;
+    let fault = match cut.action {
+        CutAction::LostAck => ServiceFault::LostAck,
+        CutAction::Timeout => ServiceFault::Timeout,
+        CutAction::Reject => ServiceFault::Reject {
+            code: cut.code.unwrap_or_else(|| "rejected".into()),
+            message: cut.message.unwrap_or_else(|| "rejected by a cut".into()),
+        },
+        CutAction::Delay => ServiceFault::Delay {
+            ms: cut
+                .delay_ms
+                .ok_or_else(|| at.error(span.clone(), "a `delay` cut needs `delay_ms`"))?,
+        },
+    };
+    let count = match cut.count {
+        CountSpec::Once => Count::Times(1),
+        CountSpec::Always => Count::Always,
+        CountSpec::Times(n) => Count::Times(n),
+    };
+    Ok(ServiceCut {
+        function,
+        conditions: conditions(at, cut.conditions)?,
+        fault,
+        skip: cut.skip,
+        count,
+    })
+}
+
+fn compile_step(
+    at: &Locator,
+    functions: &BTreeSet<&str>,
+    step: Spanned<StepSpec>,
+) -> Result<Step, ScenarioError> {
+    let span = step.span();
+    Ok(match step.into_inner() {
+        StepSpec::Invoke(invoke) => {
+            let function = known_function(at, functions, &invoke.function)?;
+            let name = invoke.name.unwrap_or_else(|| function.clone());
+            let action = invoke
+                .queue
+                .map(|queue| crate::bus::Action::Enqueue { queue });
+            let payload = if invoke.payload.is_null() {
+                Value::Object(Default::default())
+            } else {
+                invoke.payload
+            };
+            Step::Invoke {
+                call: DriverCall {
+                    name,
+                    function,
+                    payload,
+                    action,
+                    timeout_ms: invoke.timeout_ms,
+                },
+                detach: invoke.detach,
+            }
+        }
+        StepSpec::Await(wait) => Step::Await {
+            name: wait.name.into_inner(),
+            within_ms: wait.within_ms,
+        },
+        StepSpec::WaitMs(ms) => Step::WaitMs(ms),
+        StepSpec::WaitUntil(wait) => {
+            if wait.conditions.is_empty() {
+                return Err(at.error(span, "`wait_until` needs at least one condition in `match`"));
+            }
+            Step::WaitUntil {
+                conditions: conditions(at, wait.conditions)?,
+                nth: wait.nth.max(1),
+                within_ms: wait.within_ms,
+            }
+        }
+        StepSpec::Put(record) => Step::Put {
+            scope: record.scope,
+            key: record.key,
+            value: record.value,
+        },
+        StepSpec::Crash(host) => Step::Crash(known_host(at, &host)?),
+        StepSpec::Restart(host) => Step::Restart(known_host(at, &host)?),
+        StepSpec::Partition(link) => known_link(at, link).map(|(a, b)| Step::Partition(a, b))?,
+        StepSpec::Repair(link) => known_link(at, link).map(|(a, b)| Step::Repair(a, b))?,
+        StepSpec::Hold(link) => known_link(at, link).map(|(a, b)| Step::Hold(a, b))?,
+        StepSpec::Release(link) => known_link(at, link).map(|(a, b)| Step::Release(a, b))?,
+        StepSpec::Heal(true) => Step::Heal,
+        StepSpec::Heal(false) => {
+            return Err(at.error(
+                span,
+                "`heal = false` does nothing; write `heal = true` or drop the step",
+            ))
+        }
+    })
+}
+
+fn scope_key(at: &Locator, text: &str) -> Result<(String, String), ScenarioError> {
+    text.split_once('/')
+        .map(|(s, k)| (s.to_string(), k.to_string()))
+        .ok_or_else(|| {
+            at.error(
+                at.find(text).unwrap_or(0..0),
+                &format!("`{text}`: expected \"scope/key\""),
+            )
+        })
+}
+
+fn compile_expect(at: &Locator, spec: ExpectSpec) -> Result<Vec<Expectation>, ScenarioError> {
+    let mut expectations = Vec::new();
+    for (name, table) in spec.rpc {
+        expectations.push(Expectation::Rpc {
+            name,
+            conditions: conditions(at, table)?,
+        });
+    }
+    for (record, table) in spec.state {
+        let (scope, key) = scope_key(at, &record)?;
+        expectations.push(Expectation::State {
+            scope,
+            key,
+            conditions: conditions(at, table)?,
+        });
+    }
+    for record in spec.absent {
+        let (scope, key) = scope_key(at, &record)?;
+        expectations.push(Expectation::Absent { scope, key });
+    }
+    for (function, count) in spec.calls {
+        let conditions = vec![
+            FieldMatch::new("kind", "call").expect("valid path"),
+            FieldMatch::new("function", function).expect("valid path"),
+        ];
+        expectations.push(Expectation::Events {
+            conditions,
+            count: Some(count),
+            count_min: None,
+            same: None,
+        });
+    }
+    for events in spec.events {
+        let span = events.span();
+        let events = events.into_inner();
+        if events.count.is_none() && events.count_min.is_none() && events.same.is_none() {
+            return Err(at.error(
+                span,
+                "an `[[expect.events]]` entry needs `count`, `count_min` or `same`",
+            ));
+        }
+        expectations.push(Expectation::Events {
+            conditions: conditions(at, events.conditions)?,
+            count: events.count,
+            count_min: events.count_min,
+            same: events.same,
+        });
+    }
+    if let Some(effects) = spec.effects {
+        expectations.push(Expectation::Effects(effects));
+    }
+    Ok(expectations)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(source: &str) -> Result<Scenario, ScenarioError> {
+        Scenario::parse(Path::new("bad.toml"), source)
+    }
+
+    #[test]
+    fn unknown_keys_name_line_and_column() {
+        let error = parse("[world]\nsession_timeout_ms = 300\nbogus = 1\n[policy.reference]\n")
+            .unwrap_err();
+        assert_eq!((error.line, error.column), (3, 1), "{error}");
+        assert!(error.message.contains("bogus"), "{error}");
+    }
+
+    #[test]
+    fn wrong_types_are_errors() {
+        let error =
+            parse("[world]\nsession_timeout_ms = \"soon\"\n[policy.reference]\n").unwrap_err();
+        assert_eq!(error.line, 2, "{error}");
+    }
+
+    #[test]
+    fn unknown_functions_hosts_policies_and_oracles_are_errors() {
+        let cut = "[[cut]]\nfunction = \"state::sett\"\naction = \"timeout\"\n[policy.reference]\n";
+        let error = parse(cut).unwrap_err();
+        assert_eq!((error.line, error.column), (2, 12), "{error}");
+        assert!(
+            error.message.contains("state::set"),
+            "lists the known functions: {error}"
+        );
+        let crash = "[[step]]\ncrash = \"stor\"\n[policy.reference]\n";
+        assert_eq!(parse(crash).unwrap_err().line, 2);
+        let policy = "[policy.sloppy]\n";
+        assert!(parse(policy)
+            .unwrap_err()
+            .message
+            .contains("unknown policy `sloppy`"));
+        let oracle = "[policy.swallow]\nviolations = [\"liveliness\"]\n";
+        assert!(parse(oracle)
+            .unwrap_err()
+            .message
+            .contains("unknown oracle"));
+    }
+
+    #[test]
+    fn a_scenario_needs_a_policy() {
+        assert!(parse("[world]\n").unwrap_err().message.contains("policy"));
+    }
+
+    #[test]
+    fn a_valid_scenario_compiles_shared_and_policy_expectations() {
+        let source = r#"
+            [[cut]]
+            function = "state::set"
+            match = { scope = "harness_turn", "value.status" = "failed" }
+            action = "lost-ack"
+            count = 2
+            [[step]]
+            invoke = { function = "harness::turn", payload = { session_id = "s1" }, name = "turn" }
+            [expect]
+            calls = { "session::messages" = 1 }
+            [policy.swallow]
+            violations = ["liveness"]
+            expect.rpc.turn = { "result.skipped" = true }
+        "#;
+        let scenario = parse(source).unwrap();
+        assert_eq!(scenario.cuts[0].count, Count::Times(2));
+        assert_eq!(scenario.runs[0].expectations.len(), 2);
+        assert!(scenario.runs[0]
+            .expected_violations
+            .contains(&Oracle::Liveness));
+    }
+}

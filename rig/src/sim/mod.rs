@@ -1,0 +1,333 @@
+//! The simulation facade: the one place turmoil is configured and stepped.
+//!
+//! Every Builder option is set here explicitly (turmoil's defaults include an OS-seeded RNG and
+//! a wall-clock epoch), hosts are added here, and the [`Runner`] steps the simulation, fires the
+//! facade clock's timers, and warps the clock across quiescent stretches.
+
+pub mod clock;
+pub mod hosts;
+pub mod streams;
+pub mod world;
+
+use crate::bus::Bus;
+use crate::trace::EventKind;
+use hosts::DriverCall;
+use std::collections::BTreeSet;
+use std::rc::Rc;
+use std::time::{Duration, UNIX_EPOCH};
+use tokio::sync::mpsc;
+use world::World;
+
+/// The network and time knobs of one simulated world.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NetworkConfig {
+    pub tick_ms: u64,
+    pub latency_ms_min: u64,
+    pub latency_ms_max: u64,
+    /// The simulated time after which a run stops and reports the limit.
+    pub duration_ms_max: u64,
+    /// The most simulation steps a run may take, however little simulated time they cover.
+    pub steps_max: u64,
+}
+
+impl Default for NetworkConfig {
+    fn default() -> Self {
+        Self {
+            tick_ms: 1,
+            latency_ms_min: 1,
+            latency_ms_max: 3,
+            duration_ms_max: 7_200_000,
+            steps_max: 2_000_000,
+        }
+    }
+}
+
+/// A fixed epoch (2026-01-01T00:00:00Z), so nothing in a run depends on when it ran.
+const EPOCH_SECS: u64 = 1_767_225_600;
+
+/// Builds the turmoil simulation with every option set from the seed and the config.
+fn build(seed: u64, config: &NetworkConfig) -> turmoil::Sim<'static> {
+    turmoil::Builder::new()
+        .rng_seed(seed)
+        .epoch(UNIX_EPOCH + Duration::from_secs(EPOCH_SECS))
+        .tick_duration(Duration::from_millis(config.tick_ms))
+        .min_message_latency(Duration::from_millis(config.latency_ms_min))
+        .max_message_latency(Duration::from_millis(config.latency_ms_max))
+        // turmoil's elapsed time never runs ahead of the rig's clock, so its own bound is only a
+        // backstop behind `duration_ms_max`.
+        .simulation_duration(Duration::from_millis(
+            config.duration_ms_max.saturating_add(1_000),
+        ))
+        .fail_rate(0.0)
+        .repair_rate(1.0)
+        .tcp_capacity(65_536)
+        .udp_capacity(64)
+        .ephemeral_ports(49_152..=65_535)
+        .ip_version(turmoil::IpVersion::V4)
+        // Host order within a step is drawn from the seeded RNG, so seeds explore interleavings.
+        .enable_random_order()
+        .build()
+}
+
+/// Why a run stopped before its script finished.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stop {
+    /// A limit was hit (simulated duration, steps); the run reports it with its seed.
+    Limit(String),
+    /// A host's software failed.
+    HostFailed(String),
+}
+
+/// How a bounded wait ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitEnd {
+    Met,
+    Deadline,
+    /// Nothing is in flight and no timer is pending: nothing can ever happen again.
+    Stalled,
+}
+
+/// Steps one simulated world and controls its hosts.
+pub struct Runner {
+    sim: turmoil::Sim<'static>,
+    pub world: Rc<World>,
+    config: NetworkConfig,
+    warp_ms: u64,
+    quiet_steps: u32,
+    steps: u64,
+    crashed: BTreeSet<String>,
+    cut_links: BTreeSet<(String, String)>,
+    driver: Option<(Bus, mpsc::UnboundedSender<DriverCall>)>,
+}
+
+impl Runner {
+    pub fn new(world: Rc<World>, config: NetworkConfig) -> Self {
+        let sim = build(world.seed, &config);
+        Self {
+            sim,
+            world,
+            config,
+            warp_ms: 0,
+            quiet_steps: 0,
+            steps: 0,
+            crashed: BTreeSet::new(),
+            cut_links: BTreeSet::new(),
+            driver: None,
+        }
+    }
+
+    /// Adds a host whose software is rebuilt from `software` on every restart.
+    pub fn host<F, Fut>(&mut self, name: &str, software: F)
+    where
+        F: Fn() -> Fut + 'static,
+        Fut: std::future::Future<Output = turmoil::Result> + 'static,
+    {
+        self.sim.host(name, software);
+    }
+
+    /// Adds the scenario's driver, the client through which steps invoke functions.
+    pub fn add_driver(&mut self) {
+        let (sender, receiver) = mpsc::unbounded_channel();
+        let bus = Bus::new(Rc::clone(&self.world.clock));
+        self.sim.client(
+            "driver",
+            hosts::driver(Rc::clone(&self.world), bus.clone(), receiver),
+        );
+        self.driver = Some((bus, sender));
+    }
+
+    pub fn driver_connected(&self) -> bool {
+        self.driver
+            .as_ref()
+            .is_some_and(|(bus, _)| bus.is_connected())
+    }
+
+    /// Hands an invocation to the driver; its outcome lands in `world.rpc` under `call.name`.
+    pub fn invoke(&mut self, call: DriverCall) {
+        if let Some((_, sender)) = &self.driver {
+            let _ = sender.send(call);
+        }
+    }
+
+    /// Simulated milliseconds since the start of the run.
+    pub fn now_ms(&self) -> u64 {
+        u64::try_from(self.sim.elapsed().as_millis())
+            .unwrap_or(u64::MAX)
+            .saturating_add(self.warp_ms)
+    }
+
+    pub fn steps(&self) -> u64 {
+        self.steps
+    }
+
+    fn in_flight(&self) -> usize {
+        let mut messages = 0;
+        self.sim
+            .links(|links| links.for_each(|link| messages += link.count()));
+        messages
+    }
+
+    /// Runs one tick: fires the timers due now, steps every host, and notes whether anything
+    /// happened.
+    pub fn step(&mut self) -> Result<(), Stop> {
+        let now = self.now_ms();
+        if now > self.config.duration_ms_max {
+            return Err(self.limit(format!(
+                "simulated duration {} ms",
+                self.config.duration_ms_max
+            )));
+        }
+        if self.steps >= self.config.steps_max {
+            return Err(self.limit(format!("{} simulation steps", self.config.steps_max)));
+        }
+        let woken = self.world.clock.advance_to(now);
+        let activity = self.world.activity();
+        self.sim
+            .step()
+            .map_err(|error| Stop::HostFailed(error.to_string()))?;
+        self.steps += 1;
+        let quiet = woken == 0 && self.world.activity() == activity && self.in_flight() == 0;
+        self.quiet_steps = if quiet { self.quiet_steps + 1 } else { 0 };
+        Ok(())
+    }
+
+    fn limit(&self, what: String) -> Stop {
+        self.world
+            .record("rig", EventKind::Limit { what: what.clone() });
+        Stop::Limit(what)
+    }
+
+    /// Steps until `done` holds, `deadline_ms` passes, or the world stalls (quiet, with no timer
+    /// pending: nothing can ever happen again). Quiescent stretches are skipped by warping the
+    /// clock to the next timer.
+    pub fn run_until(
+        &mut self,
+        deadline_ms: Option<u64>,
+        mut done: impl FnMut(&Self) -> bool,
+    ) -> Result<WaitEnd, Stop> {
+        loop {
+            if done(self) {
+                return Ok(WaitEnd::Met);
+            }
+            let now = self.now_ms();
+            if deadline_ms.is_some_and(|deadline| now >= deadline) {
+                return Ok(WaitEnd::Deadline);
+            }
+            // Two quiet steps in a row: every host ran to idle and nothing crossed the network.
+            if self.quiet_steps >= 2 {
+                match self.world.clock.next_deadline() {
+                    Some(next) => {
+                        self.warp_ms += next
+                            .min(deadline_ms.unwrap_or(u64::MAX))
+                            .saturating_sub(now)
+                    }
+                    None => return Ok(WaitEnd::Stalled),
+                }
+                self.quiet_steps = 0;
+            }
+            self.step()?;
+        }
+    }
+
+    /// Lets simulated time pass up to `at_ms` in a world where nothing can happen meanwhile.
+    pub fn skip_to(&mut self, at_ms: u64) {
+        self.warp_ms += at_ms.saturating_sub(self.now_ms());
+    }
+
+    /// Crashes a host: its software stops and its in-memory state is lost.
+    pub fn crash(&mut self, host: &str) {
+        self.world.record(
+            "rig",
+            EventKind::Control {
+                action: "crash".into(),
+                target: host.into(),
+            },
+        );
+        self.sim.crash(host);
+        self.crashed.insert(host.to_string());
+    }
+
+    /// Restarts a host's software from scratch.
+    pub fn restart(&mut self, host: &str) {
+        self.world.record(
+            "rig",
+            EventKind::Control {
+                action: "restart".into(),
+                target: host.into(),
+            },
+        );
+        self.sim.bounce(host);
+        self.crashed.remove(host);
+    }
+
+    /// Cuts the network between two hosts in both directions.
+    pub fn partition(&mut self, a: &str, b: &str) {
+        self.world.record(
+            "rig",
+            EventKind::Control {
+                action: "partition".into(),
+                target: format!("{a}<->{b}"),
+            },
+        );
+        self.sim.partition(a, b);
+        self.cut_links.insert((a.to_string(), b.to_string()));
+    }
+
+    pub fn repair(&mut self, a: &str, b: &str) {
+        self.world.record(
+            "rig",
+            EventKind::Control {
+                action: "repair".into(),
+                target: format!("{a}<->{b}"),
+            },
+        );
+        self.sim.repair(a, b);
+        self.cut_links.remove(&(a.to_string(), b.to_string()));
+    }
+
+    /// Holds messages between two hosts until released.
+    pub fn hold(&mut self, a: &str, b: &str) {
+        self.world.record(
+            "rig",
+            EventKind::Control {
+                action: "hold".into(),
+                target: format!("{a}<->{b}"),
+            },
+        );
+        self.sim.hold(a, b);
+        self.cut_links.insert((a.to_string(), b.to_string()));
+    }
+
+    pub fn release(&mut self, a: &str, b: &str) {
+        self.world.record(
+            "rig",
+            EventKind::Control {
+                action: "release".into(),
+                target: format!("{a}<->{b}"),
+            },
+        );
+        self.sim.release(a, b);
+        self.sim.repair(a, b);
+        self.cut_links.remove(&(a.to_string(), b.to_string()));
+    }
+
+    /// Heals every fault: disarms the cuts, releases and repairs every link, restarts every
+    /// crashed host.
+    pub fn heal(&mut self) {
+        self.world.record(
+            "rig",
+            EventKind::Control {
+                action: "heal".into(),
+                target: "all".into(),
+            },
+        );
+        self.world.cuts.borrow_mut().heal();
+        for (a, b) in std::mem::take(&mut self.cut_links) {
+            self.sim.release(a.as_str(), b.as_str());
+            self.sim.repair(a.as_str(), b.as_str());
+        }
+        for host in std::mem::take(&mut self.crashed) {
+            self.sim.bounce(host.as_str());
+        }
+    }
+}
