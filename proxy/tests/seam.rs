@@ -86,10 +86,8 @@ fn run(seed: u64, rules: &[&str], count: usize) -> (Vec<String>, RelayEnd, Vec<S
                 .await
                 .expect("server handshake");
             while let Some(Ok(message)) = ws.next().await {
-                if message.is_text() || message.is_binary() {
-                    if ws.send(message).await.is_err() {
-                        break;
-                    }
+                if (message.is_text() || message.is_binary()) && ws.send(message).await.is_err() {
+                    break;
                 }
             }
         });
