@@ -1172,6 +1172,44 @@ kind = "binary"
     }
 
     #[test]
+    fn no_input_panics() {
+        let sample = r#"close=4000:bye times=3 down binary p=0.5 -- a.b="x y" c=1 é=ü"#;
+        let mut inputs: Vec<String> = Vec::new();
+        for (i, _) in sample.char_indices() {
+            for (j, _) in sample.char_indices().filter(|(j, _)| *j > i) {
+                inputs.push(sample[i..j].to_string());
+            }
+        }
+        inputs.extend(
+            [
+                "\"",
+                "\\",
+                "=",
+                "==",
+                "p=",
+                "times=",
+                "delay=-1",
+                "close=99999",
+                "drop \"\\",
+                "drop \u{0}=\u{0}",
+            ]
+            .map(String::from),
+        );
+        for input in &inputs {
+            let _ = Rule::parse(input);
+            let _ = parse_rules_toml(input, "fuzz.toml");
+            let _ = parse_rules_toml(
+                &format!("[[rule]]\naction = \"drop\"\nmatch = {{ {input} }}\n"),
+                "fuzz.toml",
+            );
+        }
+        let err = parse_rules_toml("[[rule]]\nactión = \"é\"\n", "u.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("line 2"), "{err}");
+    }
+
+    #[test]
     fn json_bodies_use_the_toml_shape() {
         let rule: Rule = serde_json::from_value(json!({
             "action": "close", "close_code": 1011, "count": 2, "direction": "down",
