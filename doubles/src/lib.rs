@@ -1,16 +1,18 @@
 //! Test doubles for the rig: the services a harness depends on.
 //!
 //! Each double is a plain state machine behind the [`Double`] trait: it takes one call and
-//! returns a reply plus what it observed (commits, effects). It owns no clock, socket or task,
-//! so the rig can host it on a simulated network and apply cuts around it, and a live mode can
-//! host the same logic on real sockets.
+//! returns a reply plus what it observed (commits, effects, lease grants, fenced writes). It
+//! owns no clock, socket or task, so the rig can host it on a simulated network and apply cuts
+//! around it, and a live mode can host the same logic on real sockets.
 
 mod model;
 mod service;
 mod session;
 mod store;
+mod ticket;
 
 pub use model::ScriptedModel;
 pub use service::{Call, Double, EffectRecord, Observation, ServiceError};
 pub use session::SessionService;
-pub use store::StateStore;
+pub use store::{LeaseView, StateStore};
+pub use ticket::{Ticket, TicketConfig, TicketService};

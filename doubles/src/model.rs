@@ -15,9 +15,7 @@ impl ScriptedModel {
     pub const FUNCTIONS: &'static [&'static str] = &["model::generate"];
 
     pub fn new(script: impl IntoIterator<Item = Value>) -> Self {
-        Self {
-            script: script.into_iter().collect(),
-        }
+        Self { script: script.into_iter().collect() }
     }
 }
 
@@ -30,16 +28,9 @@ impl Double for ScriptedModel {
         Self::FUNCTIONS
     }
 
-    fn handle(
-        &mut self,
-        call: Call<'_>,
-        _observed: &mut Vec<Observation>,
-    ) -> Result<Value, ServiceError> {
+    fn handle(&mut self, call: Call<'_>, _observed: &mut Vec<Observation>) -> Result<Value, ServiceError> {
         match call.function {
-            "model::generate" => Ok(self
-                .script
-                .pop_front()
-                .unwrap_or_else(|| json!({ "text": "done" }))),
+            "model::generate" => Ok(self.script.pop_front().unwrap_or_else(|| json!({ "text": "done" }))),
             other => Err(ServiceError::new("function_not_found", other)),
         }
     }

@@ -18,10 +18,7 @@ pub struct ServiceError {
 
 impl ServiceError {
     pub fn new(code: &str, message: impl Into<String>) -> Self {
-        Self {
-            code: code.to_string(),
-            message: message.into(),
-        }
+        Self { code: code.to_string(), message: message.into() }
     }
 
     pub fn bad_request(message: impl Into<String>) -> Self {
@@ -34,14 +31,30 @@ impl ServiceError {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Observation {
     /// A state write took effect (`value: None` is a delete).
-    Commit {
-        scope: String,
-        key: String,
-        value: Option<Value>,
-        version: u64,
-    },
+    Commit { scope: String, key: String, value: Option<Value>, version: u64 },
     /// A request for an external effect reached the service; the ledger keeps every one.
     Effect(EffectRecord),
+    /// The state store granted (or renewed) a lease: `owner` holds the ownership domain
+    /// `scope/key` under fencing token `token` until `expires_at_ms` (simulated ms).
+    ///
+    /// Emitted on every acquisition, each of which issues a new, strictly greater token, and
+    /// on every renewal, which repeats the token of the grant it extends with the new expiry
+    /// (so a renewal is recognisable by its token not being new). The rig needs every grant:
+    /// the fencing oracle judges, from the services' view, that no write or effect carrying a
+    /// token older than the latest granted for its domain was accepted, so it must learn each
+    /// token the moment it is issued.
+    Lease { scope: String, key: String, owner: String, token: u64, expires_at_ms: u64 },
+    /// A state write that named a fence (the lease protecting it) was judged: `scope`/`key`
+    /// is the record written, `domain` the lease as `"lease_scope/lease_key"`, `token` the
+    /// token the writer carried, `accepted` whether the fence let it through (the token was
+    /// not older than the lease's latest).
+    ///
+    /// Emitted for every fenced write attempt, accepted or not; an accepted one that changed
+    /// the record is also followed by its `Commit`. (An accepted fence does not imply a write:
+    /// a compare-and-set on the wrong version or a delete of a missing key writes nothing.)
+    /// The rig needs every one: the fencing oracle checks each acceptance against the tokens
+    /// granted so far, and counts rejections as the fence doing its job.
+    Fenced { scope: String, key: String, domain: String, token: u64, accepted: bool },
 }
 
 /// One line of the effect ledger: a request for an external effect and what became of it.
@@ -67,11 +80,7 @@ pub trait Double {
     /// The bus functions it serves.
     fn functions(&self) -> &'static [&'static str];
     /// Handles one call. Observations are appended to `observed` only for what took effect.
-    fn handle(
-        &mut self,
-        call: Call<'_>,
-        observed: &mut Vec<Observation>,
-    ) -> Result<Value, ServiceError>;
+    fn handle(&mut self, call: Call<'_>, observed: &mut Vec<Observation>) -> Result<Value, ServiceError>;
 }
 
 /// A required string field of a payload.
@@ -80,4 +89,32 @@ pub(crate) fn text_field<'a>(payload: &'a Value, field: &str) -> Result<&'a str,
         .get(field)
         .and_then(Value::as_str)
         .ok_or_else(|| ServiceError::bad_request(format!("missing string field `{field}`")))
+}
+
+/// A required non-negative integer field of a payload.
+pub(crate) fn u64_field(payload: &Value, field: &str) -> Result<u64, ServiceError> {
+    payload
+        .get(field)
+        .and_then(Value::as_u64)
+        .ok_or_else(|| ServiceError::bad_request(format!("missing non-negative integer field `{field}`")))
+}
+
+/// An optional string field of a payload: absent and `null` are `None`, any other
+/// non-string is a bad request.
+pub(crate) fn optional_text_field<'a>(payload: &'a Value, field: &str) -> Result<Option<&'a str>, ServiceError> {
+    match payload.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(text)) => Ok(Some(text)),
+        Some(_) => Err(ServiceError::bad_request(format!("field `{field}` must be a string"))),
+    }
+}
+
+/// An optional object field of a payload: absent and `null` are `None`, any other
+/// non-object is a bad request.
+pub(crate) fn optional_object_field<'a>(payload: &'a Value, field: &str) -> Result<Option<&'a Value>, ServiceError> {
+    match payload.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(object @ Value::Object(_)) => Ok(Some(object)),
+        Some(_) => Err(ServiceError::bad_request(format!("field `{field}` must be an object"))),
+    }
 }

@@ -15,11 +15,7 @@ struct Session {
 }
 
 impl SessionService {
-    pub const FUNCTIONS: &'static [&'static str] = &[
-        "session::messages",
-        "session::append",
-        "session::set-status",
-    ];
+    pub const FUNCTIONS: &'static [&'static str] = &["session::messages", "session::append", "session::set-status"];
 
     pub fn new() -> Self {
         Self::default()
@@ -27,25 +23,17 @@ impl SessionService {
 
     /// Adds a message to a session's log before the run starts.
     pub fn seed_message(&mut self, session_id: &str, message: Value) {
-        self.sessions
-            .entry(session_id.to_string())
-            .or_default()
-            .entries
-            .push(message);
+        self.sessions.entry(session_id.to_string()).or_default().entries.push(message);
     }
 
     /// The status last set on a session, if any.
     pub fn status(&self, session_id: &str) -> Option<&str> {
-        self.sessions
-            .get(session_id)
-            .and_then(|s| s.status.as_deref())
+        self.sessions.get(session_id).and_then(|s| s.status.as_deref())
     }
 
     /// A session's log, oldest first.
     pub fn entries(&self, session_id: &str) -> &[Value] {
-        self.sessions
-            .get(session_id)
-            .map_or(&[], |s| s.entries.as_slice())
+        self.sessions.get(session_id).map_or(&[], |s| s.entries.as_slice())
     }
 
     /// Every session id, ordered.
@@ -63,11 +51,7 @@ impl Double for SessionService {
         Self::FUNCTIONS
     }
 
-    fn handle(
-        &mut self,
-        call: Call<'_>,
-        _observed: &mut Vec<Observation>,
-    ) -> Result<Value, ServiceError> {
+    fn handle(&mut self, call: Call<'_>, _observed: &mut Vec<Observation>) -> Result<Value, ServiceError> {
         let session_id = text_field(call.payload, "session_id")?;
         match call.function {
             "session::messages" => Ok(json!({ "entries": self.entries(session_id) })),
@@ -83,10 +67,7 @@ impl Double for SessionService {
             }
             "session::set-status" => {
                 let status = text_field(call.payload, "status")?;
-                self.sessions
-                    .entry(session_id.to_string())
-                    .or_default()
-                    .status = Some(status.to_string());
+                self.sessions.entry(session_id.to_string()).or_default().status = Some(status.to_string());
                 Ok(json!({}))
             }
             other => Err(ServiceError::new("function_not_found", other)),
@@ -102,30 +83,13 @@ mod tests {
     fn append_then_read_back_in_order() {
         let mut service = SessionService::new();
         service.seed_message("s1", json!({"role": "user", "content": "hi"}));
-        let append =
-            json!({"session_id": "s1", "entry": {"role": "assistant", "content": "hello"}});
-        let reply = service
-            .handle(
-                Call {
-                    function: "session::append",
-                    payload: &append,
-                    now_ms: 0,
-                },
-                &mut Vec::new(),
-            )
-            .unwrap();
+        let append = json!({"session_id": "s1", "entry": {"role": "assistant", "content": "hello"}});
+        let reply =
+            service.handle(Call { function: "session::append", payload: &append, now_ms: 0 }, &mut Vec::new()).unwrap();
         assert_eq!(reply, json!({"entry_id": "e2"}));
         let read = json!({"session_id": "s1"});
-        let messages = service
-            .handle(
-                Call {
-                    function: "session::messages",
-                    payload: &read,
-                    now_ms: 0,
-                },
-                &mut Vec::new(),
-            )
-            .unwrap();
+        let messages =
+            service.handle(Call { function: "session::messages", payload: &read, now_ms: 0 }, &mut Vec::new()).unwrap();
         assert_eq!(messages["entries"][1]["content"], json!("hello"));
         assert_eq!(messages["entries"].as_array().unwrap().len(), 2);
     }
