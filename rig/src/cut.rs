@@ -73,26 +73,13 @@ struct Armed {
 
 impl CutTable {
     pub fn new(cuts: impl IntoIterator<Item = ServiceCut>) -> Self {
-        Self {
-            cuts: cuts
-                .into_iter()
-                .map(|cut| Armed {
-                    cut,
-                    matched: 0,
-                    fired: 0,
-                    healed: false,
-                })
-                .collect(),
-        }
+        Self { cuts: cuts.into_iter().map(|cut| Armed { cut, matched: 0, fired: 0, healed: false }).collect() }
     }
 
     /// Which cut (by index) takes this call, and with what fault.
     pub fn decide(&mut self, function: &str, payload: &Value) -> Option<(usize, ServiceFault)> {
         for (index, armed) in self.cuts.iter_mut().enumerate() {
-            if armed.healed
-                || armed.cut.function != function
-                || !all_match(&armed.cut.conditions, payload)
-            {
+            if armed.healed || armed.cut.function != function || !all_match(&armed.cut.conditions, payload) {
                 continue;
             }
             armed.matched += 1;
@@ -135,16 +122,9 @@ mod tests {
     fn fires_on_matching_calls_within_its_count_after_skipping() {
         let mut table = CutTable::new([cut(1, Count::Times(2))]);
         let failed = json!({"value": {"status": "failed"}});
-        assert_eq!(
-            table.decide("state::set", &json!({"value": {"status": "running"}})),
-            None
-        );
+        assert_eq!(table.decide("state::set", &json!({"value": {"status": "running"}})), None);
         assert_eq!(table.decide("state::get", &failed), None);
-        assert_eq!(
-            table.decide("state::set", &failed),
-            None,
-            "the first match is skipped"
-        );
+        assert_eq!(table.decide("state::set", &failed), None, "the first match is skipped");
         assert!(table.decide("state::set", &failed).is_some());
         assert!(table.decide("state::set", &failed).is_some());
         assert_eq!(table.decide("state::set", &failed), None, "count used up");

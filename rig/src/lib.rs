@@ -11,6 +11,7 @@ pub mod cut;
 pub mod expect;
 pub mod harness;
 pub mod oracle;
+pub mod queue;
 pub mod report;
 pub mod run;
 pub mod scenario;

@@ -7,11 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(
-    name = "rig",
-    version,
-    about = "A deterministic fault-injection test rig for durable agent harnesses"
-)]
+#[command(name = "rig", version, about = "A deterministic fault-injection test rig for durable agent harnesses")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -46,12 +42,8 @@ struct RunArgs {
 }
 
 fn parse_seed_range(text: &str) -> Result<std::ops::Range<u64>, String> {
-    let (start, end) = text
-        .split_once("..")
-        .ok_or_else(|| format!("expected A..B, found `{text}`"))?;
-    let start: u64 = start
-        .parse()
-        .map_err(|_| format!("`{start}` is not a seed"))?;
+    let (start, end) = text.split_once("..").ok_or_else(|| format!("expected A..B, found `{text}`"))?;
+    let start: u64 = start.parse().map_err(|_| format!("`{start}` is not a seed"))?;
     let end: u64 = end.parse().map_err(|_| format!("`{end}` is not a seed"))?;
     if end <= start {
         return Err(format!("the range {start}..{end} is empty"));
@@ -79,8 +71,7 @@ fn scenario_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
     let mut files = Vec::new();
     for path in paths {
         if path.is_dir() {
-            collect_toml(path, &mut files)
-                .map_err(|e| format!("{}: cannot read the folder: {e}", path.display()))?;
+            collect_toml(path, &mut files).map_err(|e| format!("{}: cannot read the folder: {e}", path.display()))?;
         } else if path.is_file() {
             files.push(path.clone());
         } else {
@@ -108,17 +99,10 @@ fn collect_toml(folder: &Path, files: &mut Vec<PathBuf>) -> std::io::Result<()> 
 }
 
 fn run_command(args: RunArgs) -> ExitCode {
-    let policy = match args
-        .policy
-        .as_deref()
-        .map(|name| Policy::from_name(name).ok_or(name))
-    {
+    let policy = match args.policy.as_deref().map(|name| Policy::from_name(name).ok_or(name)) {
         Some(Err(name)) => {
             let known: Vec<_> = Policy::ALL.iter().map(|p| p.name()).collect();
-            eprintln!(
-                "error: unknown policy `{name}`, expected one of {}",
-                known.join(", ")
-            );
+            eprintln!("error: unknown policy `{name}`, expected one of {}", known.join(", "));
             return ExitCode::from(EXIT_BAD_INPUT);
         }
         Some(Ok(policy)) => Some(policy),
@@ -162,19 +146,11 @@ fn run_command(args: RunArgs) -> ExitCode {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     for scenario in &scenarios {
-        let runs: Vec<_> = scenario
-            .runs
-            .iter()
-            .filter(|r| policy.is_none_or(|p| p == r.policy))
-            .collect();
+        let runs: Vec<_> = scenario.runs.iter().filter(|r| policy.is_none_or(|p| p == r.policy)).collect();
         for policy_run in runs {
             for seed in seeds.clone() {
                 let outcome = run(scenario, policy_run, seed);
-                let line = if args.json {
-                    report::json_line(&outcome).to_string()
-                } else {
-                    report::human(&outcome)
-                };
+                let line = if args.json { report::json_line(&outcome).to_string() } else { report::human(&outcome) };
                 let _ = writeln!(out, "{line}");
                 if let Some(file) = trace_file.as_mut() {
                     for event in outcome.trace.json_lines() {

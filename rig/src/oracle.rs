@@ -80,16 +80,8 @@ pub fn check(evidence: &Evidence<'_>) -> Vec<Violation> {
 fn effects(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
     let mut per_action: BTreeMap<(&str, &str), u64> = BTreeMap::new();
     for event in evidence.events {
-        if let EventKind::Effect {
-            effect,
-            action,
-            accepted: true,
-            ..
-        } = &event.kind
-        {
-            *per_action
-                .entry((effect.as_str(), action.as_str()))
-                .or_default() += 1;
+        if let EventKind::Effect { effect, action, accepted: true, .. } = &event.kind {
+            *per_action.entry((effect.as_str(), action.as_str())).or_default() += 1;
         }
     }
     for ((kind, action), count) in per_action {
@@ -116,10 +108,8 @@ fn liveness(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
         if scope != TURN_SCOPE || is_terminal(record) {
             continue;
         }
-        let held_with_reason = status(record) == "held"
-            && record["held_reason"]
-                .as_str()
-                .is_some_and(|r| !r.is_empty());
+        let held_with_reason =
+            status(record) == "held" && record["held_reason"].as_str().is_some_and(|r| !r.is_empty());
         if !held_with_reason {
             violations.push(Violation {
                 oracle: Oracle::Liveness,
@@ -146,9 +136,7 @@ fn monotonic(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
         }
         let turn = value["turn_id"].as_str().unwrap_or("?").to_string();
         if is_terminal(value) {
-            terminal_turns
-                .entry(turn)
-                .or_insert((event.at_ms, status(value).to_string()));
+            terminal_turns.entry(turn).or_insert((event.at_ms, status(value).to_string()));
         } else if let Some((at_ms, was)) = terminal_turns.get(&turn) {
             violations.push(Violation {
                 oracle: Oracle::Monotonic,

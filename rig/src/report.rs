@@ -27,10 +27,7 @@ pub fn human(outcome: &RunOutcome) -> String {
     if !outcome.violations.is_empty() {
         let fired: Vec<&str> = outcome.violations.iter().map(|v| v.oracle.name()).collect();
         let _ = write!(line, " violations={}", fired.join(","));
-        if outcome
-            .expected_violations
-            .iter()
-            .all(|o| fired.contains(&o.name()))
+        if outcome.expected_violations.iter().all(|o| fired.contains(&o.name()))
             && !outcome.expected_violations.is_empty()
         {
             line.push_str(" (expected)");
@@ -43,12 +40,7 @@ pub fn human(outcome: &RunOutcome) -> String {
         let _ = write!(line, "\n    - {failure}");
     }
     let _ = write!(line, "\n    trace (last {EXCERPT_EVENTS} key events):");
-    let key: Vec<&Event> = outcome
-        .trace
-        .events()
-        .iter()
-        .filter(|e| is_key_event(e))
-        .collect();
+    let key: Vec<&Event> = outcome.trace.events().iter().filter(|e| is_key_event(e)).collect();
     for event in &key[key.len().saturating_sub(EXCERPT_EVENTS)..] {
         let _ = write!(line, "\n      {}", render_event(event));
     }
@@ -93,60 +85,31 @@ fn shorten(value: &Value) -> String {
 /// One event on one line: time, host, what.
 pub fn render_event(event: &Event) -> String {
     let what = match &event.kind {
-        EventKind::Frame {
-            direction,
-            peer,
-            frame,
-            function_id,
-            ..
-        } => {
-            format!(
-                "frame {direction} {peer} {frame} {}",
-                function_id.as_deref().unwrap_or("")
-            )
+        EventKind::Frame { direction, peer, frame, function_id, .. } => {
+            format!("frame {direction} {peer} {frame} {}", function_id.as_deref().unwrap_or(""))
         }
-        EventKind::Call {
-            function, payload, ..
-        } => format!("call {function} {}", shorten(payload)),
-        EventKind::Commit {
-            scope,
-            key,
-            value,
-            version,
-        } => format!("commit {scope}/{key} v{version} {}", shorten(value)),
-        EventKind::Effect {
-            effect,
-            action,
-            idempotency_key,
-            token,
-            accepted,
-            reason,
-        } => format!(
+        EventKind::Call { function, payload, .. } => format!("call {function} {}", shorten(payload)),
+        EventKind::Commit { scope, key, value, version } => {
+            format!("commit {scope}/{key} v{version} {}", shorten(value))
+        }
+        EventKind::Effect { effect, action, idempotency_key, token, accepted, reason } => format!(
             "effect {effect} action={action} key={} token={} {} ({reason})",
             idempotency_key.as_deref().unwrap_or("-"),
             token.map_or_else(|| "-".to_string(), |t| t.to_string()),
             if *accepted { "accepted" } else { "refused" }
         ),
-        EventKind::Cut {
-            cut,
-            action,
-            function,
-        } => format!("cut #{} {action} on {function}", cut + 1),
-        EventKind::ProxyRule {
-            rule,
-            action,
-            direction,
-            frame,
-        } => format!(
-            "proxy rule #{} {action} {direction} {}",
-            rule + 1,
-            shorten(frame)
+        EventKind::Lease { domain, owner, token, expires_at_ms } => {
+            format!("lease {domain} to {owner} token={token} until {expires_at_ms} ms")
+        }
+        EventKind::Fenced { scope, key, domain, token, accepted } => format!(
+            "fenced write {scope}/{key} under {domain} token={token} {}",
+            if *accepted { "accepted" } else { "rejected" }
         ),
-        EventKind::Rpc {
-            name,
-            function,
-            outcome,
-        } => format!("rpc {name} ({function}) -> {}", shorten(outcome)),
+        EventKind::Cut { cut, action, function } => format!("cut #{} {action} on {function}", cut + 1),
+        EventKind::ProxyRule { rule, action, direction, frame } => {
+            format!("proxy rule #{} {action} {direction} {}", rule + 1, shorten(frame))
+        }
+        EventKind::Rpc { name, function, outcome } => format!("rpc {name} ({function}) -> {}", shorten(outcome)),
         EventKind::Control { action, target } => format!("{action} {target}"),
         EventKind::Note { what, detail } => format!("note {what} {}", shorten(detail)),
         EventKind::Limit { what } => format!("LIMIT {what}"),
@@ -158,26 +121,12 @@ pub fn render_event(event: &Event) -> String {
 /// the key events. Simulated times only, so it is the same on every machine.
 pub fn snapshot_section(outcome: &RunOutcome) -> String {
     let mut text = String::new();
-    let expected: Vec<&str> = outcome
-        .expected_violations
-        .iter()
-        .map(|o| o.name())
-        .collect();
-    let _ = writeln!(
-        text,
-        "## policy {} (seed {})",
-        outcome.policy.name(),
-        outcome.seed
-    );
+    let expected: Vec<&str> = outcome.expected_violations.iter().map(|o| o.name()).collect();
+    let _ = writeln!(text, "## policy {} (seed {})", outcome.policy.name(), outcome.seed);
     let _ = writeln!(text, "passed: {}", outcome.passed);
     let _ = writeln!(text, "expected violations: [{}]", expected.join(", "));
     for violation in &outcome.violations {
-        let _ = writeln!(
-            text,
-            "violation {}: {}",
-            violation.oracle.name(),
-            violation.detail
-        );
+        let _ = writeln!(text, "violation {}: {}", violation.oracle.name(), violation.detail);
     }
     for failure in &outcome.failures {
         let _ = writeln!(text, "failure: {failure}");

@@ -5,6 +5,7 @@ use crate::cut::CutTable;
 use crate::expect::{self, effect_counts, Observed};
 use crate::harness::{Harness, HarnessEnv, Policy, ReferenceHarness};
 use crate::oracle::{self, Evidence, Oracle, Violation};
+use crate::queue::{self, QueueWorker};
 use crate::scenario::{PolicyRun, Scenario, Step};
 use crate::sim::hosts::{self, ServiceHost};
 use crate::sim::world::World;
@@ -89,17 +90,9 @@ pub fn run(scenario: &Scenario, run: &PolicyRun, seed: u64) -> RunOutcome {
     let rpc = world.rpc.borrow().clone();
     failures.extend(expect::check(
         &run.expectations,
-        &Observed {
-            rpc: &rpc,
-            store: &store,
-            events: trace.events(),
-            effects: &effects,
-        },
+        &Observed { rpc: &rpc, store: &store, events: trace.events(), effects: &effects },
     ));
-    let state = store
-        .records()
-        .map(|(s, k, v)| (s.to_string(), k.to_string(), v.clone()))
-        .collect();
+    let state = store.records().map(|(s, k, v)| (s.to_string(), k.to_string(), v.clone())).collect();
     RunOutcome {
         scenario: scenario.path.display().to_string(),
         policy: run.policy,
@@ -120,24 +113,13 @@ pub fn run(scenario: &Scenario, run: &PolicyRun, seed: u64) -> RunOutcome {
 }
 
 /// A known-bad policy must trip exactly the oracles it declares; any other trip is a failure.
-fn judge_violations(
-    violations: &[Violation],
-    expected: &BTreeSet<Oracle>,
-    failures: &mut Vec<String>,
-) {
+fn judge_violations(violations: &[Violation], expected: &BTreeSet<Oracle>, failures: &mut Vec<String>) {
     let fired: BTreeSet<Oracle> = violations.iter().map(|v| v.oracle).collect();
     for violation in violations.iter().filter(|v| !expected.contains(&v.oracle)) {
-        failures.push(format!(
-            "oracle `{}` fired: {}",
-            violation.oracle.name(),
-            violation.detail
-        ));
+        failures.push(format!("oracle `{}` fired: {}", violation.oracle.name(), violation.detail));
     }
     for oracle in expected.difference(&fired) {
-        failures.push(format!(
-            "oracle `{}` was expected to fire under this policy, and did not",
-            oracle.name()
-        ));
+        failures.push(format!("oracle `{}` was expected to fire under this policy, and did not", oracle.name()));
     }
 }
 
@@ -152,44 +134,48 @@ fn seeded_world(scenario: &Scenario, seed: u64) -> Rc<World> {
         session.seed_message(session_id, message.clone());
     }
     let model = ScriptedModel::new(setup.model.iter().cloned());
-    World::new(
-        seed,
-        CutTable::new(scenario.cuts.iter().cloned()),
-        store,
-        session,
-        model,
-    )
+    World::new(seed, CutTable::new(scenario.cuts.iter().cloned()), store, session, model)
 }
 
 fn add_hosts(runner: &mut Runner, scenario: &Scenario, policy: Policy) {
     let world = Rc::clone(&runner.world);
+    // A worker placed behind the proxy dials the proxy where the others dial the engine.
+    let engine_for = |host: &str| match &scenario.proxy {
+        Some(proxy) if proxy.worker == host => hosts::PROXY_HOST,
+        _ => hosts::ENGINE_HOST,
+    };
     {
         let world = Rc::clone(&world);
         runner.host(hosts::ENGINE_HOST, move || hosts::engine(Rc::clone(&world)));
     }
+    if let Some(proxy) = &scenario.proxy {
+        let rules = proxy::RuleSet::with_rules(world.seed, proxy.rules.iter().cloned()).expect("validated rules");
+        *world.proxy_rules.borrow_mut() = Some(Rc::new(std::cell::RefCell::new(rules)));
+        let world = Rc::clone(&world);
+        runner.host(hosts::PROXY_HOST, move || hosts::drop_proxy(Rc::clone(&world)));
+    }
     for (host, double) in world.services() {
-        let (world, functions) = (
-            Rc::clone(&world),
-            double
-                .borrow()
-                .functions()
-                .iter()
-                .map(|f| f.to_string())
-                .collect::<Vec<_>>(),
-        );
+        let functions: Vec<String> = double.borrow().functions().iter().map(|f| f.to_string()).collect();
+        let (world, engine) = (Rc::clone(&world), engine_for(host));
         runner.host(host, move || {
-            let provider: Rc<dyn Provider> =
-                ServiceHost::new(Rc::clone(&world), host, Rc::clone(&double));
-            hosts::worker(
-                Rc::clone(&world),
-                host.to_string(),
-                functions.clone(),
-                provider,
-                Bus::new(Rc::clone(&world.clock)),
-            )
+            let provider: Rc<dyn Provider> = ServiceHost::new(Rc::clone(&world), host, Rc::clone(&double));
+            let bus = Bus::new(Rc::clone(&world.clock));
+            hosts::worker(Rc::clone(&world), engine, host.to_string(), functions.clone(), provider, bus)
         });
     }
-    let config = scenario.world.harness.clone();
+    if !scenario.world.queues.is_empty() {
+        for (name, config) in &scenario.world.queues {
+            world.queues.borrow_mut().define(name, config.clone());
+        }
+        let (world, engine) = (Rc::clone(&world), engine_for(queue::HOST));
+        runner.host(queue::HOST, move || {
+            let bus = Bus::new(Rc::clone(&world.clock));
+            let worker = QueueWorker::start(Rc::clone(&world), bus.clone());
+            let functions = queue::FUNCTIONS.iter().map(|f| f.to_string()).collect();
+            hosts::worker(Rc::clone(&world), engine, queue::HOST.into(), functions, worker, bus)
+        });
+    }
+    let (config, engine) = (scenario.world.harness.clone(), engine_for("harness"));
     runner.host("harness", move || {
         // A fresh harness on every start: whatever it held in memory died with the crash.
         let note_world = Rc::clone(&world);
@@ -204,6 +190,7 @@ fn add_hosts(runner: &mut Runner, scenario: &Scenario, policy: Policy) {
         let functions = harness.functions();
         hosts::worker(
             Rc::clone(&world),
+            engine,
             "harness".into(),
             functions,
             harness,
@@ -214,19 +201,16 @@ fn add_hosts(runner: &mut Runner, scenario: &Scenario, policy: Policy) {
 }
 
 /// Every function the world registers before the script may start.
-fn expected_functions(world: &World) -> BTreeSet<String> {
+fn expected_functions(world: &World, has_queue: bool) -> BTreeSet<String> {
     let mut functions: BTreeSet<String> = world
         .services()
         .iter()
-        .flat_map(|(_, d)| {
-            d.borrow()
-                .functions()
-                .iter()
-                .map(|f| f.to_string())
-                .collect::<Vec<_>>()
-        })
+        .flat_map(|(_, d)| d.borrow().functions().iter().map(|f| f.to_string()).collect::<Vec<_>>())
         .collect();
     functions.insert("harness::turn".into());
+    if has_queue {
+        functions.extend(queue::FUNCTIONS.iter().map(|f| f.to_string()));
+    }
     functions
 }
 
@@ -239,12 +223,7 @@ fn world_is_up(runner: &Runner, expected: &BTreeSet<String>) -> bool {
         .events()
         .iter()
         .filter_map(|e| match &e.kind {
-            EventKind::Frame {
-                frame: "registerfunction",
-                direction: "in",
-                function_id,
-                ..
-            } => function_id.as_deref(),
+            EventKind::Frame { frame: "registerfunction", direction: "in", function_id, .. } => function_id.as_deref(),
             _ => None,
         })
         .collect();
@@ -253,16 +232,10 @@ fn world_is_up(runner: &Runner, expected: &BTreeSet<String>) -> bool {
 
 /// Runs the script, heals every fault, and lets the world settle. Returns when it healed and
 /// whether it settled into quiescence (rather than running into the liveness bound).
-fn execute(
-    runner: &mut Runner,
-    scenario: &Scenario,
-    failures: &mut Vec<String>,
-) -> Result<(u64, bool), Stop> {
-    let expected = expected_functions(&runner.world);
+fn execute(runner: &mut Runner, scenario: &Scenario, failures: &mut Vec<String>) -> Result<(u64, bool), Stop> {
+    let expected = expected_functions(&runner.world, !scenario.world.queues.is_empty());
     if runner.run_until(Some(READY_MS_MAX), |r| world_is_up(r, &expected))? != WaitEnd::Met {
-        failures.push(format!(
-            "the world did not come up within {READY_MS_MAX} ms"
-        ));
+        failures.push(format!("the world did not come up within {READY_MS_MAX} ms"));
         return Ok((runner.now_ms(), false));
     }
     for (index, step) in scenario.steps.iter().enumerate() {
@@ -280,8 +253,7 @@ fn execute(
 fn wait_for_rpc(runner: &mut Runner, name: &str, within_ms: u64) -> Result<Option<String>, Stop> {
     let deadline = runner.now_ms() + within_ms;
     let end = runner.run_until(Some(deadline), |r| r.world.rpc.borrow().contains_key(name))?;
-    Ok((end != WaitEnd::Met)
-        .then(|| format!("no outcome for `{name}` within {within_ms} ms ({end:?})")))
+    Ok((end != WaitEnd::Met).then(|| format!("no outcome for `{name}` within {within_ms} ms ({end:?})")))
 }
 
 /// Runs one step; `Some(reason)` when the step itself could not complete.
@@ -300,20 +272,13 @@ fn execute_step(runner: &mut Runner, step: &Step) -> Result<Option<String>, Stop
                 runner.skip_to(deadline);
             }
         }
-        Step::WaitUntil {
-            conditions,
-            nth,
-            within_ms,
-        } => {
+        Step::WaitUntil { conditions, nth, within_ms } => {
             let deadline = runner.now_ms() + within_ms;
             let (mut cursor, mut seen) = (0, 0);
             let end = runner.run_until(Some(deadline), |r| {
                 let trace = r.world.trace();
                 let events = trace.events();
-                seen += events[cursor..]
-                    .iter()
-                    .filter(|e| all_match(conditions, &e.to_json()))
-                    .count() as u64;
+                seen += events[cursor..].iter().filter(|e| all_match(conditions, &e.to_json())).count() as u64;
                 cursor = events.len();
                 seen >= *nth
             })?;
@@ -330,12 +295,7 @@ fn execute_step(runner: &mut Runner, step: &Step) -> Result<Option<String>, Stop
             let version = world.store.borrow_mut().seed(scope, key, value.clone());
             world.record(
                 "driver",
-                EventKind::Commit {
-                    scope: scope.clone(),
-                    key: key.clone(),
-                    value: value.clone(),
-                    version,
-                },
+                EventKind::Commit { scope: scope.clone(), key: key.clone(), value: value.clone(), version },
             );
         }
         Step::Crash(host) => runner.crash(host),

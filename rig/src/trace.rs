@@ -33,18 +33,9 @@ pub enum EventKind {
         invocation_id: Option<String>,
     },
     /// A call arriving at a double, before any cut decides its fate.
-    Call {
-        service: String,
-        function: String,
-        payload: Value,
-    },
+    Call { service: String, function: String, payload: Value },
     /// A state write that took effect (`value: null` for a delete).
-    Commit {
-        scope: String,
-        key: String,
-        value: Value,
-        version: u64,
-    },
+    Commit { scope: String, key: String, value: Value, version: u64 },
     /// A request for an external effect, as the service's ledger recorded it.
     Effect {
         effect: String,
@@ -56,25 +47,16 @@ pub enum EventKind {
         accepted: bool,
         reason: String,
     },
+    /// The store granted or renewed a lease on an ownership domain (`scope/key`).
+    Lease { domain: String, owner: String, token: u64, expires_at_ms: u64 },
+    /// The store judged a write protected by a fence (the lease of `domain`).
+    Fenced { scope: String, key: String, domain: String, token: u64, accepted: bool },
     /// A cut fired on a call.
-    Cut {
-        cut: usize,
-        action: String,
-        function: String,
-    },
+    Cut { cut: usize, action: String, function: String },
     /// A frame matched a proxy rule.
-    ProxyRule {
-        rule: usize,
-        action: String,
-        direction: String,
-        frame: Value,
-    },
+    ProxyRule { rule: usize, action: String, direction: String, frame: Value },
     /// The outcome of an invocation made by the scenario's driver.
-    Rpc {
-        name: String,
-        function: String,
-        outcome: Value,
-    },
+    Rpc { name: String, function: String, outcome: Value },
     /// The runner changed the world: crash, restart, partition, repair, heal.
     Control { action: String, target: String },
     /// A component's own account of a decision (a harness finalisation retry, a queue redelivery).
@@ -104,19 +86,12 @@ impl Trace {
 
     /// The hex digest of the canonical trace so far.
     pub fn hash(&self) -> String {
-        self.digest
-            .clone()
-            .finalize()
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect()
+        self.digest.clone().finalize().iter().map(|b| format!("{b:02x}")).collect()
     }
 
     /// The canonical JSON lines, for `--trace FILE`.
     pub fn json_lines(&self) -> impl Iterator<Item = String> + '_ {
-        self.events
-            .iter()
-            .map(|e| serde_json::to_string(e).expect("trace events serialize"))
+        self.events.iter().map(|e| serde_json::to_string(e).expect("trace events serialize"))
     }
 }
 

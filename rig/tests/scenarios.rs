@@ -9,27 +9,18 @@ use std::path::{Path, PathBuf};
 const SEEDS: std::ops::Range<u64> = 0..4;
 
 fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("rig sits in the workspace")
-        .to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("rig sits in the workspace").to_path_buf()
 }
 
 fn run_scenario(path: &Path) -> datatest_stable::Result<()> {
     let scenarios = workspace().join("scenarios");
-    let relative = path
-        .canonicalize()?
-        .strip_prefix(scenarios.canonicalize()?)?
-        .to_path_buf();
+    let relative = path.canonicalize()?.strip_prefix(scenarios.canonicalize()?)?.to_path_buf();
     let source = std::fs::read_to_string(path)?;
     // Named as users type it from the workspace root, so failure repro lines work as printed.
     let scenario = Scenario::parse(&Path::new("scenarios").join(&relative), &source)?;
 
     let mut failures = Vec::new();
-    let mut snapshot = format!(
-        "{}\n\n",
-        scenario.about.as_deref().unwrap_or("(no description)")
-    );
+    let mut snapshot = format!("{}\n\n", scenario.about.as_deref().unwrap_or("(no description)"));
     for policy_run in &scenario.runs {
         for seed in SEEDS {
             let first = run(&scenario, policy_run, seed);
@@ -52,14 +43,8 @@ fn run_scenario(path: &Path) -> datatest_stable::Result<()> {
         }
     }
 
-    let snapshot_folder = workspace()
-        .join("snapshots")
-        .join(relative.parent().unwrap_or(Path::new("")));
-    let stem = relative
-        .file_stem()
-        .expect("scenario files have names")
-        .to_string_lossy()
-        .into_owned();
+    let snapshot_folder = workspace().join("snapshots").join(relative.parent().unwrap_or(Path::new("")));
+    let stem = relative.file_stem().expect("scenario files have names").to_string_lossy().into_owned();
     let mut settings = insta::Settings::clone_current();
     settings.set_snapshot_path(snapshot_folder);
     settings.set_prepend_module_to_snapshot(false);

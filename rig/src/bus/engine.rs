@@ -50,10 +50,7 @@ struct Route {
 
 impl Engine {
     pub fn new(observer: Rc<dyn BusObserver>) -> Rc<Self> {
-        Rc::new(Self {
-            state: RefCell::default(),
-            observer,
-        })
+        Rc::new(Self { state: RefCell::default(), observer })
     }
 
     /// Serves one worker connection until it closes.
@@ -67,13 +64,7 @@ impl Engine {
             let mut state = self.state.borrow_mut();
             state.next_connection += 1;
             let id = state.next_connection;
-            state.connections.insert(
-                id,
-                Peer {
-                    name: format!("worker-{id}"),
-                    outbox,
-                },
-            );
+            state.connections.insert(id, Peer { name: format!("worker-{id}"), outbox });
             id
         };
         let writer = tokio::task::spawn_local(async move {
@@ -83,21 +74,14 @@ impl Engine {
                 }
             }
         });
-        self.send(
-            id,
-            Frame::WorkerRegistered {
-                worker_id: format!("worker-{id}"),
-            },
-        );
+        self.send(id, Frame::WorkerRegistered { worker_id: format!("worker-{id}") });
         while let Some(Ok(message)) = stream.next().await {
             match message {
                 Message::Text(text) => match serde_json::from_str::<Frame>(&text) {
                     Ok(frame) => self.receive(id, frame),
-                    Err(error) => self.observer.note(
-                        "engine",
-                        "unreadable_frame",
-                        json!({ "error": error.to_string() }),
-                    ),
+                    Err(error) => {
+                        self.observer.note("engine", "unreadable_frame", json!({ "error": error.to_string() }))
+                    }
                 },
                 Message::Close(_) => break,
                 _ => {}
@@ -108,11 +92,7 @@ impl Engine {
     }
 
     fn peer_name(&self, id: u64) -> String {
-        self.state
-            .borrow()
-            .connections
-            .get(&id)
-            .map_or_else(|| format!("worker-{id}"), |p| p.name.clone())
+        self.state.borrow().connections.get(&id).map_or_else(|| format!("worker-{id}"), |p| p.name.clone())
     }
 
     fn send(&self, to: u64, frame: Frame) {
@@ -128,25 +108,13 @@ impl Engine {
         };
         if full {
             // A worker that cannot keep up is cut off rather than buffered without bound.
-            self.observer.note(
-                "engine",
-                "outbox_full",
-                json!({ "peer": name, "capacity": OUTBOX_CAPACITY }),
-            );
+            self.observer.note("engine", "outbox_full", json!({ "peer": name, "capacity": OUTBOX_CAPACITY }));
             self.disconnect(to);
         }
     }
 
     fn reply_error(&self, to: u64, invocation_id: String, function_id: String, error: ErrorBody) {
-        self.send(
-            to,
-            Frame::InvocationResult {
-                invocation_id,
-                function_id,
-                result: None,
-                error: Some(error),
-            },
-        );
+        self.send(to, Frame::InvocationResult { invocation_id, function_id, result: None, error: Some(error) });
     }
 
     fn receive(&self, from: u64, frame: Frame) {
@@ -156,37 +124,14 @@ impl Engine {
             Frame::RegisterFunction { id, .. } => {
                 self.state.borrow_mut().providers.insert(id, from);
             }
-            Frame::InvokeFunction {
-                invocation_id,
-                function_id,
-                data,
-                action,
-            } => {
+            Frame::InvokeFunction { invocation_id, function_id, data, action } => {
                 self.route(from, invocation_id, function_id, data, action);
             }
-            Frame::InvocationResult {
-                invocation_id,
-                result,
-                error,
-                ..
-            } => {
+            Frame::InvocationResult { invocation_id, result, error, .. } => {
                 let route = self.state.borrow_mut().pending.remove(&invocation_id);
                 // A result nobody waits for (late, or for a void call) is dropped here.
-                if let Some(Route {
-                    caller: Some(caller),
-                    function_id,
-                    ..
-                }) = route
-                {
-                    self.send(
-                        caller,
-                        Frame::InvocationResult {
-                            invocation_id,
-                            function_id,
-                            result,
-                            error,
-                        },
-                    );
+                if let Some(Route { caller: Some(caller), function_id, .. }) = route {
+                    self.send(caller, Frame::InvocationResult { invocation_id, function_id, result, error });
                 }
             }
             Frame::WorkerRegistered { .. } => {}
@@ -202,22 +147,13 @@ impl Engine {
         action: Option<Action>,
     ) {
         if function_id == WORKERS_REGISTER {
-            if let (Some(name), Some(peer)) = (
-                data.get("name").and_then(|n| n.as_str()),
-                self.state.borrow_mut().connections.get_mut(&from),
-            ) {
+            if let (Some(name), Some(peer)) =
+                (data.get("name").and_then(|n| n.as_str()), self.state.borrow_mut().connections.get_mut(&from))
+            {
                 peer.name = name.to_string();
             }
             let result = Some(json!({ "registered": true }));
-            return self.send(
-                from,
-                Frame::InvocationResult {
-                    invocation_id,
-                    function_id,
-                    result,
-                    error: None,
-                },
-            );
+            return self.send(from, Frame::InvocationResult { invocation_id, function_id, result, error: None });
         }
         let (target, forwarded, caller) = match &action {
             Some(Action::Enqueue { queue }) => (
@@ -231,31 +167,14 @@ impl Engine {
         let provider = self.state.borrow().providers.get(&target).copied();
         let Some(provider) = provider else {
             if caller.is_some() {
-                self.reply_error(
-                    from,
-                    invocation_id,
-                    function_id,
-                    ErrorBody::new(codes::FUNCTION_NOT_FOUND, target),
-                );
+                self.reply_error(from, invocation_id, function_id, ErrorBody::new(codes::FUNCTION_NOT_FOUND, target));
             }
             return;
         };
-        self.state.borrow_mut().pending.insert(
-            invocation_id.clone(),
-            Route {
-                caller,
-                provider,
-                function_id,
-            },
-        );
+        self.state.borrow_mut().pending.insert(invocation_id.clone(), Route { caller, provider, function_id });
         self.send(
             provider,
-            Frame::InvokeFunction {
-                invocation_id,
-                function_id: target,
-                data: forwarded,
-                action: None,
-            },
+            Frame::InvokeFunction { invocation_id, function_id: target, data: forwarded, action: None },
         );
     }
 
@@ -267,9 +186,7 @@ impl Engine {
             }
             state.providers.retain(|_, provider| *provider != id);
             let pending = std::mem::take(&mut state.pending);
-            let (stopped, kept): (Vec<_>, Vec<_>) = pending
-                .into_iter()
-                .partition(|(_, route)| route.provider == id);
+            let (stopped, kept): (Vec<_>, Vec<_>) = pending.into_iter().partition(|(_, route)| route.provider == id);
             state.pending = kept.into_iter().collect();
             stopped
         };

@@ -48,16 +48,18 @@ impl Frame {
     pub fn function_id(&self) -> Option<&str> {
         match self {
             Frame::RegisterFunction { id, .. } => Some(id),
-            Frame::InvokeFunction { function_id, .. }
-            | Frame::InvocationResult { function_id, .. } => Some(function_id),
+            Frame::InvokeFunction { function_id, .. } | Frame::InvocationResult { function_id, .. } => {
+                Some(function_id)
+            }
             Frame::WorkerRegistered { .. } => None,
         }
     }
 
     pub fn invocation_id(&self) -> Option<&str> {
         match self {
-            Frame::InvokeFunction { invocation_id, .. }
-            | Frame::InvocationResult { invocation_id, .. } => Some(invocation_id),
+            Frame::InvokeFunction { invocation_id, .. } | Frame::InvocationResult { invocation_id, .. } => {
+                Some(invocation_id)
+            }
             _ => None,
         }
     }
@@ -82,10 +84,7 @@ pub struct ErrorBody {
 
 impl ErrorBody {
     pub fn new(code: &str, message: impl Into<String>) -> Self {
-        Self {
-            code: code.to_string(),
-            message: message.into(),
-        }
+        Self { code: code.to_string(), message: message.into() }
     }
 }
 
@@ -114,12 +113,6 @@ mod tests {
         let enqueue = json!({"type": "invokefunction", "invocation_id": "i2", "function_id": "f", "data": {},
                              "action": {"type": "enqueue", "queue": "harness-turn"}});
         let parsed: Frame = serde_json::from_value(enqueue).unwrap();
-        assert!(matches!(
-            parsed,
-            Frame::InvokeFunction {
-                action: Some(Action::Enqueue { .. }),
-                ..
-            }
-        ));
+        assert!(matches!(parsed, Frame::InvokeFunction { action: Some(Action::Enqueue { .. }), .. }));
     }
 }

@@ -77,12 +77,7 @@ pub struct Connection {
 impl Connection {
     fn send(&self, frame: &Frame) -> bool {
         !self.closed.get()
-            && self
-                .outbox
-                .try_send(Message::text(
-                    serde_json::to_string(frame).expect("frames serialize"),
-                ))
-                .is_ok()
+            && self.outbox.try_send(Message::text(serde_json::to_string(frame).expect("frames serialize"))).is_ok()
     }
 
     async fn invoke(
@@ -94,9 +89,7 @@ impl Connection {
     ) -> Result<Value, InvokeError> {
         let invocation_id = uuid(&mut self.ids.borrow_mut());
         let (reply, answer) = oneshot::channel();
-        self.pending
-            .borrow_mut()
-            .insert(invocation_id.clone(), reply);
+        self.pending.borrow_mut().insert(invocation_id.clone(), reply);
         let frame = Frame::InvokeFunction {
             invocation_id: invocation_id.clone(),
             function_id: function_id.to_string(),
@@ -113,9 +106,7 @@ impl Connection {
             Ok(Ok(Ok(result))) => Ok(result),
             Ok(Ok(Err(error))) => Err(InvokeError::Rejected(error)),
             Ok(Err(_)) => Err(InvokeError::Disconnected),
-            Err(_) => Err(InvokeError::Timeout {
-                after_ms: timeout_ms,
-            }),
+            Err(_) => Err(InvokeError::Timeout { after_ms: timeout_ms }),
         }
     }
 
@@ -152,14 +143,9 @@ impl Connection {
             let (connection, name) = (Rc::clone(&connection), name.to_string());
             tokio::task::spawn_local(async move {
                 // Name first, then functions, as iii workers do; registerfunction has no ack.
-                let _ = connection
-                    .invoke(WORKERS_REGISTER, json!({ "name": name }), None, 5_000)
-                    .await;
+                let _ = connection.invoke(WORKERS_REGISTER, json!({ "name": name }), None, 5_000).await;
                 for id in functions {
-                    connection.send(&Frame::RegisterFunction {
-                        id,
-                        description: None,
-                    });
+                    connection.send(&Frame::RegisterFunction { id, description: None });
                 }
             })
         };
@@ -168,42 +154,21 @@ impl Connection {
                 continue;
             };
             match serde_json::from_str::<Frame>(&text) {
-                Ok(Frame::InvokeFunction {
-                    invocation_id,
-                    function_id,
-                    data,
-                    ..
-                }) => {
-                    let call = Invocation {
-                        invocation_id,
-                        function_id,
-                        data,
-                    };
-                    let (connection, provider, bus) =
-                        (Rc::clone(&connection), Rc::clone(&provider), bus.clone());
+                Ok(Frame::InvokeFunction { invocation_id, function_id, data, .. }) => {
+                    let call = Invocation { invocation_id, function_id, data };
+                    let (connection, provider, bus) = (Rc::clone(&connection), Rc::clone(&provider), bus.clone());
                     tokio::task::spawn_local(async move {
-                        let (invocation_id, function_id) =
-                            (call.invocation_id.clone(), call.function_id.clone());
+                        let (invocation_id, function_id) = (call.invocation_id.clone(), call.function_id.clone());
                         if let Some(answer) = provider.invoke(call, bus).await {
                             let (result, error) = match answer {
                                 Ok(result) => (Some(result), None),
                                 Err(error) => (None, Some(error)),
                             };
-                            connection.send(&Frame::InvocationResult {
-                                invocation_id,
-                                function_id,
-                                result,
-                                error,
-                            });
+                            connection.send(&Frame::InvocationResult { invocation_id, function_id, result, error });
                         }
                     });
                 }
-                Ok(Frame::InvocationResult {
-                    invocation_id,
-                    result,
-                    error,
-                    ..
-                }) => {
+                Ok(Frame::InvocationResult { invocation_id, result, error, .. }) => {
                     if let Some(reply) = connection.pending.borrow_mut().remove(&invocation_id) {
                         let _ = reply.send(match error {
                             Some(error) => Err(error),
@@ -232,10 +197,7 @@ pub struct Bus {
 
 impl Bus {
     pub fn new(clock: Rc<Clock>) -> Self {
-        Self {
-            current: Rc::default(),
-            clock,
-        }
+        Self { current: Rc::default(), clock }
     }
 
     pub fn clock(&self) -> &Rc<Clock> {
@@ -258,12 +220,7 @@ impl Bus {
     }
 
     /// Invokes a function and waits for its result at most `timeout_ms`.
-    pub async fn invoke(
-        &self,
-        function_id: &str,
-        data: Value,
-        timeout_ms: u64,
-    ) -> Result<Value, InvokeError> {
+    pub async fn invoke(&self, function_id: &str, data: Value, timeout_ms: u64) -> Result<Value, InvokeError> {
         self.invoke_with(function_id, data, None, timeout_ms).await
     }
 
@@ -277,11 +234,7 @@ impl Bus {
     ) -> Result<Value, InvokeError> {
         let connection = self.current.borrow().clone();
         match connection {
-            Some(connection) => {
-                connection
-                    .invoke(function_id, data, action, timeout_ms)
-                    .await
-            }
+            Some(connection) => connection.invoke(function_id, data, action, timeout_ms).await,
             None => Err(InvokeError::Disconnected),
         }
     }

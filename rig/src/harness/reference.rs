@@ -12,6 +12,9 @@
 //!   whole-record readback, an unconfirmed finalisation is retried later as terminalisation
 //!   only (never re-running model or tool steps), and an exhausted reseed enqueue is surfaced
 //!   and the new turn held with its reason instead of left running.
+//! - `unguarded`: reference finalisation without the stale-turn guard: it trusts every
+//!   delivery and marks the delivered turn running at the delivered step before running it,
+//!   so a redelivered old turn is resurrected over its successor.
 
 use super::{Harness, HarnessEnv};
 use crate::bus::{Action, Answer, Bus, ErrorBody, Invocation, InvokeError, Provider};
@@ -36,17 +39,24 @@ pub enum Policy {
     Swallow,
     Propagate,
     Reference,
+    Unguarded,
 }
 
 impl Policy {
-    pub const ALL: [Policy; 3] = [Policy::Swallow, Policy::Propagate, Policy::Reference];
+    pub const ALL: [Policy; 4] = [Policy::Swallow, Policy::Propagate, Policy::Reference, Policy::Unguarded];
 
     pub fn name(self) -> &'static str {
         match self {
             Policy::Swallow => "swallow",
             Policy::Propagate => "propagate",
             Policy::Reference => "reference",
+            Policy::Unguarded => "unguarded",
         }
+    }
+
+    /// Whether failed finalisation is confirmed, retried and surfaced (the reference behaviour).
+    fn recovers(self) -> bool {
+        matches!(self, Policy::Reference | Policy::Unguarded)
     }
 
     pub fn from_name(name: &str) -> Option<Self> {
@@ -97,11 +107,7 @@ pub struct ReferenceHarness {
 
 impl ReferenceHarness {
     pub fn new(policy: Policy, env: HarnessEnv) -> Rc<Self> {
-        Rc::new(Self {
-            policy,
-            env,
-            session_locks: RefCell::default(),
-        })
+        Rc::new(Self { policy, env, session_locks: RefCell::default() })
     }
 
     fn note(&self, what: &str, detail: Value) {
@@ -113,28 +119,23 @@ impl ReferenceHarness {
     }
 
     fn session_lock(&self, session_id: &str) -> Rc<tokio::sync::Mutex<()>> {
-        Rc::clone(
-            self.session_locks
-                .borrow_mut()
-                .entry(session_id.to_string())
-                .or_default(),
-        )
+        Rc::clone(self.session_locks.borrow_mut().entry(session_id.to_string()).or_default())
     }
 
     async fn turn(self: &Rc<Self>, bus: &Bus, request: TurnRequest) -> Result<Value, ErrorBody> {
         let lock = self.session_lock(&request.session_id);
-        let _guard = if self.policy.locks_sessions() {
-            Some(lock.lock().await)
-        } else {
-            None
+        let _guard = if self.policy.locks_sessions() { Some(lock.lock().await) } else { None };
+        let record = self.get_turn(bus, &request.session_id).await.map_err(|e| error_body("get_turn", &e))?;
+        let record = match (self.policy, record) {
+            (Policy::Unguarded, Some(record)) => Some(self.resume_as_delivered(bus, &request, record).await?),
+            (_, record) => record,
         };
-        let record = self
-            .get_turn(bus, &request.session_id)
-            .await
-            .map_err(|e| error_body("get_turn", &e))?;
         let Some(record) = record.filter(|r| is_current(r, &request)) else {
             // The stale-turn guard: a delivery for a turn that is no longer current does nothing.
-            self.note("stale_turn_skipped", json!({ "session_id": request.session_id, "turn_id": request.turn_id, "step": request.step }));
+            self.note(
+                "stale_turn_skipped",
+                json!({ "session_id": request.session_id, "turn_id": request.turn_id, "step": request.step }),
+            );
             return Ok(self.skipped(&request, "stale"));
         };
         match self.run_step(bus, &record).await {
@@ -143,27 +144,35 @@ impl ReferenceHarness {
         }
     }
 
+    /// The unguarded policy's bug: whatever the durable record says, the delivery is taken as
+    /// the truth and the record is rewritten to the delivered turn and step, running.
+    async fn resume_as_delivered(
+        &self,
+        bus: &Bus,
+        request: &TurnRequest,
+        mut record: Value,
+    ) -> Result<Value, ErrorBody> {
+        if is_current(&record, request) {
+            return Ok(record);
+        }
+        record["turn_id"] = json!(request.turn_id);
+        record["step"] = json!(request.step);
+        record["status"] = json!("running");
+        self.put_turn(bus, &record).await.map_err(|e| error_body("put_turn", &e))?;
+        Ok(record)
+    }
+
     async fn run_step(&self, bus: &Bus, record: &Value) -> Result<Value, StepFailure> {
         let session_id = &record["session_id"];
         let timeout = self.env.config.session_timeout_ms;
         let messages = bus
-            .invoke(
-                "session::messages",
-                json!({ "session_id": session_id }),
-                timeout,
-            )
+            .invoke("session::messages", json!({ "session_id": session_id }), timeout)
             .await
-            .map_err(|error| StepFailure {
-                during: "session::messages",
-                error,
-            })?;
+            .map_err(|error| StepFailure { during: "session::messages", error })?;
         let prompt = json!({ "session_id": session_id, "turn_id": record["turn_id"], "step": record["step"], "messages": messages["entries"] });
         bus.invoke("model::generate", prompt, self.env.config.model_timeout_ms)
             .await
-            .map_err(|error| StepFailure {
-                during: "model::generate",
-                error,
-            })
+            .map_err(|error| StepFailure { during: "model::generate", error })
     }
 
     async fn complete(
@@ -190,23 +199,17 @@ impl ReferenceHarness {
         request: &TurnRequest,
         failure: StepFailure,
     ) -> Result<Value, ErrorBody> {
-        self.note("turn_step_failed", json!({ "session_id": request.session_id, "turn_id": request.turn_id, "error": failure.summary() }));
+        self.note(
+            "turn_step_failed",
+            json!({ "session_id": request.session_id, "turn_id": request.turn_id, "error": failure.summary() }),
+        );
         let record = match self.get_turn(bus, &request.session_id).await {
             Ok(Some(record)) if is_current(&record, request) => record,
             Ok(_) => return Ok(self.skipped(request, "not current")),
             Err(error) => match self.policy {
                 // `.ok().flatten()`: the read error becomes "no record", and so a skip.
                 Policy::Swallow => return Ok(self.skipped(request, "unreadable")),
-                _ => {
-                    return self.unfinalized(
-                        bus,
-                        request,
-                        Intent::Failed {
-                            cause: failure.summary(),
-                        },
-                        &error,
-                    )
-                }
+                _ => return self.unfinalized(bus, request, Intent::Failed { cause: failure.summary() }, &error),
             },
         };
         let failed = failed_record(record, &failure.summary(), self.now());
@@ -228,16 +231,17 @@ impl ReferenceHarness {
         match self.policy {
             Policy::Swallow => Ok(self.skipped(request, "finalization failed")),
             Policy::Propagate => Err(error_body("finalize", error)),
-            Policy::Reference => {
-                self.note("finalization_deferred", json!({ "session_id": request.session_id, "turn_id": request.turn_id, "cause": error.to_string() }));
+            Policy::Reference | Policy::Unguarded => {
+                self.note(
+                    "finalization_deferred",
+                    json!({ "session_id": request.session_id, "turn_id": request.turn_id, "cause": error.to_string() }),
+                );
                 let status = match &intent {
                     Intent::Record(record) => record["status"].clone(),
                     Intent::Failed { .. } => json!("failed"),
                 };
                 let (harness, retry_bus, retry) = (Rc::clone(self), bus.clone(), request.clone());
-                tokio::task::spawn_local(async move {
-                    harness.terminalize_later(&retry_bus, &retry, intent).await
-                });
+                tokio::task::spawn_local(async move { harness.terminalize_later(&retry_bus, &retry, intent).await });
                 Ok(json!({
                     "session_id": request.session_id, "turn_id": request.turn_id, "status": status,
                     "skipped": false, "next_step": null, "finalized": false,
@@ -265,21 +269,16 @@ impl ReferenceHarness {
                 Err(_) => continue,
             };
             if record["turn_id"] == json!(request.turn_id) && is_terminal(&record) {
-                self.note(
-                    "terminalization_confirmed",
-                    json!({ "turn_id": request.turn_id, "attempt": attempt }),
-                );
+                self.note("terminalization_confirmed", json!({ "turn_id": request.turn_id, "attempt": attempt }));
                 return;
             }
             if !is_current(&record, request) {
                 break;
             }
             let (terminal, entry, session_status) = match &intent {
-                Intent::Record(terminal) if terminal["status"] == json!("completed") => (
-                    terminal.clone(),
-                    json!({ "role": "assistant", "text": terminal["result"]["text"] }),
-                    "idle",
-                ),
+                Intent::Record(terminal) if terminal["status"] == json!("completed") => {
+                    (terminal.clone(), json!({ "role": "assistant", "text": terminal["result"]["text"] }), "idle")
+                }
                 Intent::Record(terminal) => (
                     terminal.clone(),
                     json!({ "role": "system", "kind": "error", "text": terminal["result_error"] }),
@@ -291,15 +290,8 @@ impl ReferenceHarness {
                     "error",
                 ),
             };
-            if self
-                .finalize(bus, &terminal, entry, session_status)
-                .await
-                .is_ok()
-            {
-                self.note(
-                    "terminalized",
-                    json!({ "turn_id": request.turn_id, "attempt": attempt }),
-                );
+            if self.finalize(bus, &terminal, entry, session_status).await.is_ok() {
+                self.note("terminalized", json!({ "turn_id": request.turn_id, "attempt": attempt }));
                 return;
             }
         }
@@ -321,26 +313,16 @@ impl ReferenceHarness {
         let session_id = &terminal["session_id"];
         let timeout = self.env.config.session_timeout_ms;
         // Presentation is best effort: the durable record already says what happened.
+        let _ = bus.invoke("session::append", json!({ "session_id": session_id, "entry": entry }), timeout).await;
         let _ = bus
-            .invoke(
-                "session::append",
-                json!({ "session_id": session_id, "entry": entry }),
-                timeout,
-            )
-            .await;
-        let _ = bus
-            .invoke(
-                "session::set-status",
-                json!({ "session_id": session_id, "status": session_status }),
-                timeout,
-            )
+            .invoke("session::set-status", json!({ "session_id": session_id, "status": session_status }), timeout)
             .await;
         let reseed = self.reseed_queued_input(bus, terminal).await;
         let mut result = json!({
             "session_id": session_id, "turn_id": terminal["turn_id"], "status": terminal["status"],
             "skipped": false, "next_step": null,
         });
-        if let (Policy::Reference, Some(reseed)) = (self.policy, reseed) {
+        if let (true, Some(reseed)) = (self.policy.recovers(), reseed) {
             result["reseed"] = reseed;
         }
         Ok(result)
@@ -349,18 +331,12 @@ impl ReferenceHarness {
     async fn put_terminal(&self, bus: &Bus, record: &Value) -> Result<(), InvokeError> {
         let written = self.put_turn(bus, record).await;
         match written {
-            Err(error) if error.is_timeout() && self.policy == Policy::Reference => {
+            Err(error) if error.is_timeout() && self.policy.recovers() => {
                 // A timeout does not prove the write is absent: one exact whole-record readback,
                 // and no further write.
-                match self
-                    .get_turn(bus, record["session_id"].as_str().unwrap_or_default())
-                    .await
-                {
+                match self.get_turn(bus, record["session_id"].as_str().unwrap_or_default()).await {
                     Ok(Some(observed)) if observed == *record => {
-                        self.note(
-                            "terminal_write_confirmed",
-                            json!({ "turn_id": record["turn_id"] }),
-                        );
+                        self.note("terminal_write_confirmed", json!({ "turn_id": record["turn_id"] }));
                         Ok(())
                     }
                     _ => Err(error),
@@ -374,20 +350,14 @@ impl ReferenceHarness {
     async fn reseed_queued_input(&self, bus: &Bus, predecessor: &Value) -> Option<Value> {
         let timeout = self.env.config.session_timeout_ms;
         let session_id = predecessor["session_id"].clone();
-        let listed = bus
-            .invoke("state::list", json!({ "scope": QUEUE_SCOPE }), timeout)
-            .await;
+        let listed = bus.invoke("state::list", json!({ "scope": QUEUE_SCOPE }), timeout).await;
         let queued: Vec<Value> = match listed {
-            Ok(Value::Array(entries)) => entries
-                .into_iter()
-                .filter(|e| e["value"]["session_id"] == session_id)
-                .collect(),
+            Ok(Value::Array(entries)) => {
+                entries.into_iter().filter(|e| e["value"]["session_id"] == session_id).collect()
+            }
             Ok(_) => Vec::new(),
             Err(error) => {
-                self.note(
-                    "reseed_drain_failed",
-                    json!({ "session_id": session_id, "error": error.to_string() }),
-                );
+                self.note("reseed_drain_failed", json!({ "session_id": session_id, "error": error.to_string() }));
                 return Some(json!({ "admitted": false, "error": error.to_string() }));
             }
         };
@@ -402,74 +372,41 @@ impl ReferenceHarness {
             "created_at": self.now(), "updated_at": self.now(),
         });
         if let Err(error) = self.put_turn(bus, &turn).await {
-            self.note(
-                "reseed_write_failed",
-                json!({ "session_id": session_id, "error": error.to_string() }),
-            );
-            return Some(
-                json!({ "turn_id": turn_id, "admitted": false, "error": error.to_string() }),
-            );
+            self.note("reseed_write_failed", json!({ "session_id": session_id, "error": error.to_string() }));
+            return Some(json!({ "turn_id": turn_id, "admitted": false, "error": error.to_string() }));
         }
         for entry in &queued {
-            let _ = bus
-                .invoke(
-                    "state::delete",
-                    json!({ "scope": QUEUE_SCOPE, "key": entry["key"] }),
-                    timeout,
-                )
-                .await;
+            let _ = bus.invoke("state::delete", json!({ "scope": QUEUE_SCOPE, "key": entry["key"] }), timeout).await;
         }
-        let request =
-            json!({ "session_id": session_id, "turn_id": turn_id, "step": 0, "depth": 0 });
-        let queue = Action::Enqueue {
-            queue: self.env.config.turn_queue.clone(),
-        };
+        let request = json!({ "session_id": session_id, "turn_id": turn_id, "step": 0, "depth": 0 });
+        let queue = Action::Enqueue { queue: self.env.config.turn_queue.clone() };
         let attempts = self.env.config.enqueue_attempts;
         let mut last_error = String::new();
         for attempt in 1..=attempts {
-            match bus
-                .invoke_with(TURN, request.clone(), Some(queue.clone()), timeout)
-                .await
-            {
+            match bus.invoke_with(TURN, request.clone(), Some(queue.clone()), timeout).await {
                 Ok(_receipt) => {
-                    self.note(
-                        "reseed_enqueued",
-                        json!({ "turn_id": turn_id, "attempt": attempt }),
-                    );
-                    return Some(
-                        json!({ "turn_id": turn_id, "admitted": true, "attempts": attempt }),
-                    );
+                    self.note("reseed_enqueued", json!({ "turn_id": turn_id, "attempt": attempt }));
+                    return Some(json!({ "turn_id": turn_id, "admitted": true, "attempts": attempt }));
                 }
                 Err(error) => last_error = error.to_string(),
             }
         }
-        self.note(
-            "reseed_enqueue_exhausted",
-            json!({ "turn_id": turn_id, "attempts": attempts, "error": last_error }),
-        );
-        if self.policy != Policy::Reference {
+        self.note("reseed_enqueue_exhausted", json!({ "turn_id": turn_id, "attempts": attempts, "error": last_error }));
+        if !self.policy.recovers() {
             // The predecessor's result is returned as if nothing happened; the new turn stays
             // running with nothing to run it.
             return None;
         }
         turn["status"] = json!("held");
-        turn["held_reason"] = json!(format!(
-            "enqueue exhausted after {attempts} attempts: {last_error}"
-        ));
+        turn["held_reason"] = json!(format!("enqueue exhausted after {attempts} attempts: {last_error}"));
         turn["updated_at"] = json!(self.now());
         let held = self.put_turn(bus, &turn).await.is_ok();
-        Some(
-            json!({ "turn_id": turn_id, "admitted": false, "attempts": attempts, "error": last_error, "held": held }),
-        )
+        Some(json!({ "turn_id": turn_id, "admitted": false, "attempts": attempts, "error": last_error, "held": held }))
     }
 
     async fn get_turn(&self, bus: &Bus, session_id: &str) -> Result<Option<Value>, InvokeError> {
         let record = bus
-            .invoke(
-                "state::get",
-                json!({ "scope": TURN_SCOPE, "key": session_id }),
-                self.env.config.session_timeout_ms,
-            )
+            .invoke("state::get", json!({ "scope": TURN_SCOPE, "key": session_id }), self.env.config.session_timeout_ms)
             .await?;
         Ok(Some(record).filter(|r| !r.is_null()))
     }
@@ -479,9 +416,7 @@ impl ReferenceHarness {
         let write = json!({ "scope": TURN_SCOPE, "key": record["session_id"], "value": record });
         let timeout = self.env.config.session_timeout_ms;
         match bus.invoke("state::set", write.clone(), timeout).await {
-            Err(error) if error.is_timeout() => {
-                bus.invoke("state::set", write, timeout).await.map(drop)
-            }
+            Err(error) if error.is_timeout() => bus.invoke("state::set", write, timeout).await.map(drop),
             other => other.map(drop),
         }
     }
@@ -494,7 +429,7 @@ impl ReferenceHarness {
             "session_id": request.session_id, "turn_id": request.turn_id, "status": "running",
             "skipped": true, "next_step": null,
         });
-        if self.policy == Policy::Reference {
+        if self.policy.recovers() {
             result["status"] = json!("skipped");
             result["reason"] = json!(reason);
         }
@@ -523,9 +458,7 @@ impl Harness for ReferenceHarness {
 }
 
 fn is_terminal(record: &Value) -> bool {
-    record["status"]
-        .as_str()
-        .is_some_and(|s| TERMINAL.contains(&s))
+    record["status"].as_str().is_some_and(|s| TERMINAL.contains(&s))
 }
 
 /// Exact turn identity: same turn, same step, still running.
@@ -544,9 +477,7 @@ fn failed_record(mut record: Value, cause: &str, now: u64) -> Value {
 
 fn error_body(during: &str, error: &InvokeError) -> ErrorBody {
     match error {
-        InvokeError::Rejected(body) => {
-            ErrorBody::new(&body.code, format!("{during}: {}", body.message))
-        }
+        InvokeError::Rejected(body) => ErrorBody::new(&body.code, format!("{during}: {}", body.message)),
         InvokeError::Timeout { .. } => ErrorBody::new("timeout", format!("{during}: {error}")),
         InvokeError::Disconnected => ErrorBody::new("disconnected", format!("{during}: {error}")),
     }

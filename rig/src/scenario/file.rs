@@ -24,6 +24,19 @@ pub struct ScenarioFile {
     pub expect: ExpectSpec,
     /// The harness policies to run, each with its own expectations.
     pub policy: Spanned<BTreeMap<String, PolicySpec>>,
+    /// A drop-proxy between one worker and the engine.
+    #[serde(default)]
+    pub proxy: Option<ProxySpec>,
+}
+
+/// The drop-proxy: which worker's engine connection goes through it, and its rules (the
+/// proxy crate's own rule shape, so a rules file and a scenario read the same).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProxySpec {
+    pub worker: Spanned<String>,
+    #[serde(default, rename = "rule")]
+    pub rules: Vec<Spanned<proxy::Rule>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -49,6 +62,8 @@ pub struct WorldSpec {
     pub messages: Vec<MessageSpec>,
     /// The scripted model's replies, in order.
     pub model: Vec<Value>,
+    /// Queues defined when the world starts, by name; their presence adds the queue worker.
+    pub queue: BTreeMap<String, crate::queue::QueueConfig>,
 }
 
 impl Default for WorldSpec {
@@ -71,6 +86,7 @@ impl Default for WorldSpec {
             records: Vec::new(),
             messages: Vec::new(),
             model: Vec::new(),
+            queue: BTreeMap::new(),
         }
     }
 }
@@ -140,9 +156,7 @@ impl<'de> Deserialize<'de> for CountSpec {
                 f.write_str(r#""once", "always" or a whole number of times"#)
             }
             fn visit_i64<E: de::Error>(self, n: i64) -> Result<CountSpec, E> {
-                u64::try_from(n)
-                    .map(CountSpec::Times)
-                    .map_err(|_| E::invalid_value(de::Unexpected::Signed(n), &self))
+                u64::try_from(n).map(CountSpec::Times).map_err(|_| E::invalid_value(de::Unexpected::Signed(n), &self))
             }
             fn visit_u64<E: de::Error>(self, n: u64) -> Result<CountSpec, E> {
                 Ok(CountSpec::Times(n))
@@ -259,6 +273,10 @@ pub struct EventExpectSpec {
     /// A dotted path whose value must be byte-identical across every matching event.
     #[serde(default)]
     pub same: Option<String>,
+    /// Count only events before the outcome of this driver invocation arrived, to check what
+    /// had (not) happened at the moment of a mid-run snapshot.
+    #[serde(default)]
+    pub before_rpc: Option<String>,
 }
 
 /// One policy to run the scenario under.

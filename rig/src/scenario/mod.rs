@@ -27,6 +27,16 @@ pub struct Scenario {
     pub cuts: Vec<ServiceCut>,
     pub steps: Vec<Step>,
     pub runs: Vec<PolicyRun>,
+    /// A drop-proxy in front of the engine for one worker.
+    pub proxy: Option<ProxySetup>,
+}
+
+/// Where the drop-proxy sits and what it does.
+#[derive(Debug, Clone)]
+pub struct ProxySetup {
+    /// The worker whose engine connection goes through the proxy.
+    pub worker: String,
+    pub rules: Vec<proxy::Rule>,
 }
 
 /// The world a scenario starts from.
@@ -39,30 +49,18 @@ pub struct WorldSetup {
     pub records: Vec<(String, String, Value)>,
     pub messages: Vec<(String, Value)>,
     pub model: Vec<Value>,
+    /// Queues defined at start; when there are any, the world has a queue worker.
+    pub queues: Vec<(String, crate::queue::QueueConfig)>,
 }
 
 /// One step of the script.
 #[derive(Debug, Clone)]
 pub enum Step {
-    Invoke {
-        call: DriverCall,
-        detach: bool,
-    },
-    Await {
-        name: String,
-        within_ms: u64,
-    },
+    Invoke { call: DriverCall, detach: bool },
+    Await { name: String, within_ms: u64 },
     WaitMs(u64),
-    WaitUntil {
-        conditions: Vec<FieldMatch>,
-        nth: u64,
-        within_ms: u64,
-    },
-    Put {
-        scope: String,
-        key: String,
-        value: Value,
-    },
+    WaitUntil { conditions: Vec<FieldMatch>, nth: u64, within_ms: u64 },
+    Put { scope: String, key: String, value: Value },
     Crash(String),
     Restart(String),
     Partition(String, String),
@@ -101,6 +99,7 @@ pub enum Expectation {
         count: Option<u64>,
         count_min: Option<u64>,
         same: Option<String>,
+        before_rpc: Option<String>,
     },
     Effects(BTreeMap<String, u64>),
 }
@@ -115,17 +114,43 @@ pub struct ScenarioError {
     pub message: String,
 }
 
-/// The hosts of the simulated world, by the names scenario files use.
+/// The hosts every simulated world has, by the names scenario files use.
 pub const HOSTS: [&str; 6] = ["engine", "store", "session", "model", "harness", "driver"];
 
-/// Every function a scenario may invoke or cut.
-pub fn known_functions() -> BTreeSet<&'static str> {
+/// The functions of the doubles: what a service cut can select.
+pub fn double_functions() -> BTreeSet<&'static str> {
     let mut functions: BTreeSet<&'static str> = BTreeSet::new();
     functions.extend(doubles::StateStore::FUNCTIONS);
     functions.extend(doubles::SessionService::FUNCTIONS);
     functions.extend(doubles::ScriptedModel::FUNCTIONS);
-    functions.extend(["harness::turn", crate::bus::WORKERS_REGISTER]);
     functions
+}
+
+/// Every function a scenario may invoke.
+pub fn known_functions() -> BTreeSet<&'static str> {
+    let mut functions = double_functions();
+    functions.extend(["harness::turn", crate::bus::WORKERS_REGISTER]);
+    functions.extend(crate::queue::FUNCTIONS);
+    functions
+}
+
+impl Scenario {
+    /// The hosts of this scenario's world: the fixed ones, plus the queue worker and the proxy
+    /// when the scenario has them.
+    pub fn hosts(&self) -> Vec<&str> {
+        hosts_of(!self.world.queues.is_empty(), self.proxy.is_some())
+    }
+}
+
+fn hosts_of(queue: bool, proxy: bool) -> Vec<&'static str> {
+    let mut hosts = HOSTS.to_vec();
+    if queue {
+        hosts.push(crate::queue::HOST);
+    }
+    if proxy {
+        hosts.push(crate::sim::hosts::PROXY_HOST);
+    }
+    hosts
 }
 
 impl Scenario {
@@ -147,15 +172,14 @@ impl Scenario {
             toml::from_str(source).map_err(|e| at.error(e.span().unwrap_or(0..0), e.message()))?;
         let functions = known_functions();
         let world = world_setup(parsed.world);
-        let cuts = parsed
-            .cuts
-            .into_iter()
-            .map(|cut| compile_cut(&at, &functions, cut))
-            .collect::<Result<_, _>>()?;
+        let hosts = hosts_of(!world.queues.is_empty(), parsed.proxy.is_some());
+        let proxy = parsed.proxy.map(|spec| compile_proxy(&at, &hosts, spec)).transpose()?;
+        let cuts =
+            parsed.cuts.into_iter().map(|cut| compile_cut(&at, &double_functions(), cut)).collect::<Result<_, _>>()?;
         let steps = parsed
             .steps
             .into_iter()
-            .map(|step| compile_step(&at, &functions, step))
+            .map(|step| compile_step(&at, &functions, &hosts, step))
             .collect::<Result<_, _>>()?;
         let shared = compile_expect(&at, parsed.expect)?;
         let policy_span = parsed.policy.span();
@@ -165,18 +189,10 @@ impl Scenario {
         }
         let mut runs = Vec::new();
         for (name, spec) in policies {
-            let span = at
-                .find(&format!("policy.{name}"))
-                .unwrap_or(policy_span.clone());
+            let span = at.find(&format!("policy.{name}")).unwrap_or(policy_span.clone());
             let policy = Policy::from_name(&name).ok_or_else(|| {
                 let known: Vec<_> = Policy::ALL.iter().map(|p| p.name()).collect();
-                at.error(
-                    span.clone(),
-                    &format!(
-                        "unknown policy `{name}`, expected one of {}",
-                        known.join(", ")
-                    ),
-                )
+                at.error(span.clone(), &format!("unknown policy `{name}`, expected one of {}", known.join(", ")))
             })?;
             let expected_violations = spec
                 .violations
@@ -186,38 +202,21 @@ impl Scenario {
                         let known: Vec<_> = Oracle::ALL.iter().map(|o| o.name()).collect();
                         at.error(
                             span.clone(),
-                            &format!(
-                                "unknown oracle `{v}` in `violations`, expected one of {}",
-                                known.join(", ")
-                            ),
+                            &format!("unknown oracle `{v}` in `violations`, expected one of {}", known.join(", ")),
                         )
                     })
                 })
                 .collect::<Result<_, _>>()?;
             let mut expectations = shared.clone();
             expectations.extend(compile_expect(&at, spec.expect)?);
-            runs.push(PolicyRun {
-                policy,
-                expected_violations,
-                expectations,
-            });
+            runs.push(PolicyRun { policy, expected_violations, expectations });
         }
-        Ok(Scenario {
-            path: path.to_path_buf(),
-            about: parsed.about,
-            world,
-            cuts,
-            steps,
-            runs,
-        })
+        Ok(Scenario { path: path.to_path_buf(), about: parsed.about, world, cuts, steps, runs, proxy })
     }
 
     /// The scenario's name: its file name without the extension.
     pub fn name(&self) -> String {
-        self.path
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_default()
+        self.path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default()
     }
 }
 
@@ -232,18 +231,11 @@ impl Locator<'_> {
         let before = &self.source[..span.start.min(self.source.len())];
         let line = before.matches('\n').count() + 1;
         let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
-        ScenarioError {
-            path: self.path.display().to_string(),
-            line,
-            column,
-            message: message.trim().to_string(),
-        }
+        ScenarioError { path: self.path.display().to_string(), line, column, message: message.trim().to_string() }
     }
 
     fn find(&self, text: &str) -> Option<Range<usize>> {
-        self.source
-            .find(text)
-            .map(|start| start..start + text.len())
+        self.source.find(text).map(|start| start..start + text.len())
     }
 }
 
@@ -266,18 +258,32 @@ fn world_setup(spec: WorldSpec) -> WorldSetup {
         },
         liveness_ms: spec.liveness_ms,
         effects_per_action_max: spec.effects_per_action_max,
-        records: spec
-            .records
-            .into_iter()
-            .map(|r| (r.scope, r.key, r.value))
-            .collect(),
-        messages: spec
-            .messages
-            .into_iter()
-            .map(|m| (m.session_id, m.message))
-            .collect(),
+        records: spec.records.into_iter().map(|r| (r.scope, r.key, r.value)).collect(),
+        messages: spec.messages.into_iter().map(|m| (m.session_id, m.message)).collect(),
         model: spec.model,
+        queues: spec.queue.into_iter().collect(),
     }
+}
+
+fn compile_proxy(at: &Locator, hosts: &[&str], spec: file::ProxySpec) -> Result<ProxySetup, ScenarioError> {
+    let worker = known_host(at, hosts, &spec.worker)?;
+    if ["engine", crate::sim::hosts::PROXY_HOST].contains(&worker.as_str()) {
+        return Err(at.error(
+            spec.worker.span(),
+            "expected a worker host to place behind the proxy, not the engine or the proxy",
+        ));
+    }
+    let rules = spec
+        .rules
+        .into_iter()
+        .map(|rule| {
+            let span = rule.span();
+            let rule = rule.into_inner();
+            rule.validate().map_err(|e| at.error(span, &e.to_string()))?;
+            Ok(rule)
+        })
+        .collect::<Result<_, ScenarioError>>()?;
+    Ok(ProxySetup { worker, rules })
 }
 
 fn known_function(
@@ -291,41 +297,27 @@ fn known_function(
     let known: Vec<_> = functions.iter().copied().collect();
     Err(at.error(
         function.span(),
-        &format!(
-            "unknown function `{}`, expected one of {}",
-            function.get_ref(),
-            known.join(", ")
-        ),
+        &format!("unknown function `{}`, expected one of {}", function.get_ref(), known.join(", ")),
     ))
 }
 
-fn known_host(at: &Locator, host: &Spanned<String>) -> Result<String, ScenarioError> {
-    if HOSTS.contains(&host.get_ref().as_str()) {
+fn known_host(at: &Locator, hosts: &[&str], host: &Spanned<String>) -> Result<String, ScenarioError> {
+    if hosts.contains(&host.get_ref().as_str()) {
         return Ok(host.get_ref().clone());
     }
-    Err(at.error(
-        host.span(),
-        &format!(
-            "unknown host `{}`, expected one of {}",
-            host.get_ref(),
-            HOSTS.join(", ")
-        ),
-    ))
+    Err(at.error(host.span(), &format!("unknown host `{}`, expected one of {}", host.get_ref(), hosts.join(", "))))
 }
 
-fn known_link(at: &Locator, link: Spanned<[String; 2]>) -> Result<(String, String), ScenarioError> {
+fn known_link(at: &Locator, hosts: &[&str], link: Spanned<[String; 2]>) -> Result<(String, String), ScenarioError> {
     let span = link.span();
     let [a, b] = link.into_inner();
-    let a = known_host(at, &Spanned::new(span.clone(), a))?;
-    let b = known_host(at, &Spanned::new(span, b))?;
+    let a = known_host(at, hosts, &Spanned::new(span.clone(), a))?;
+    let b = known_host(at, hosts, &Spanned::new(span, b))?;
     Ok((a, b))
 }
 
 /// `PATH = VALUE` conditions from a TOML table; values must be scalars.
-fn conditions(
-    at: &Locator,
-    table: BTreeMap<String, Spanned<toml::Value>>,
-) -> Result<Vec<FieldMatch>, ScenarioError> {
+fn conditions(at: &Locator, table: BTreeMap<String, Spanned<toml::Value>>) -> Result<Vec<FieldMatch>, ScenarioError> {
     table
         .into_iter()
         .map(|(path, value)| {
@@ -336,10 +328,9 @@ fn conditions(
                 toml::Value::Float(f) => f.to_string(),
                 toml::Value::Boolean(b) => b.to_string(),
                 _ => {
-                    return Err(at.error(
-                        span,
-                        &format!("`{path}`: expected a string, number or boolean to compare with"),
-                    ))
+                    return Err(
+                        at.error(span, &format!("`{path}`: expected a string, number or boolean to compare with"))
+                    )
                 }
             };
             FieldMatch::new(&path, text).map_err(|e| at.error(span, &e.to_string()))
@@ -347,11 +338,7 @@ fn conditions(
         .collect()
 }
 
-fn compile_cut(
-    at: &Locator,
-    functions: &BTreeSet<&str>,
-    cut: Spanned<CutSpec>,
-) -> Result<ServiceCut, ScenarioError> {
+fn compile_cut(at: &Locator, functions: &BTreeSet<&str>, cut: Spanned<CutSpec>) -> Result<ServiceCut, ScenarioError> {
     let span = cut.span();
     let cut = cut.into_inner();
     let function = known_function(at, functions, &cut.function)?;
@@ -363,9 +350,7 @@ fn compile_cut(
             message: cut.message.unwrap_or_else(|| "rejected by a cut".into()),
         },
         CutAction::Delay => ServiceFault::Delay {
-            ms: cut
-                .delay_ms
-                .ok_or_else(|| at.error(span.clone(), "a `delay` cut needs `delay_ms`"))?,
+            ms: cut.delay_ms.ok_or_else(|| at.error(span.clone(), "a `delay` cut needs `delay_ms`"))?,
         },
     };
     let count = match cut.count {
@@ -373,18 +358,13 @@ fn compile_cut(
         CountSpec::Always => Count::Always,
         CountSpec::Times(n) => Count::Times(n),
     };
-    Ok(ServiceCut {
-        function,
-        conditions: conditions(at, cut.conditions)?,
-        fault,
-        skip: cut.skip,
-        count,
-    })
+    Ok(ServiceCut { function, conditions: conditions(at, cut.conditions)?, fault, skip: cut.skip, count })
 }
 
 fn compile_step(
     at: &Locator,
     functions: &BTreeSet<&str>,
+    hosts: &[&str],
     step: Spanned<StepSpec>,
 ) -> Result<Step, ScenarioError> {
     let span = step.span();
@@ -392,29 +372,14 @@ fn compile_step(
         StepSpec::Invoke(invoke) => {
             let function = known_function(at, functions, &invoke.function)?;
             let name = invoke.name.unwrap_or_else(|| function.clone());
-            let action = invoke
-                .queue
-                .map(|queue| crate::bus::Action::Enqueue { queue });
-            let payload = if invoke.payload.is_null() {
-                Value::Object(Default::default())
-            } else {
-                invoke.payload
-            };
+            let action = invoke.queue.map(|queue| crate::bus::Action::Enqueue { queue });
+            let payload = if invoke.payload.is_null() { Value::Object(Default::default()) } else { invoke.payload };
             Step::Invoke {
-                call: DriverCall {
-                    name,
-                    function,
-                    payload,
-                    action,
-                    timeout_ms: invoke.timeout_ms,
-                },
+                call: DriverCall { name, function, payload, action, timeout_ms: invoke.timeout_ms },
                 detach: invoke.detach,
             }
         }
-        StepSpec::Await(wait) => Step::Await {
-            name: wait.name.into_inner(),
-            within_ms: wait.within_ms,
-        },
+        StepSpec::Await(wait) => Step::Await { name: wait.name.into_inner(), within_ms: wait.within_ms },
         StepSpec::WaitMs(ms) => Step::WaitMs(ms),
         StepSpec::WaitUntil(wait) => {
             if wait.conditions.is_empty() {
@@ -426,23 +391,16 @@ fn compile_step(
                 within_ms: wait.within_ms,
             }
         }
-        StepSpec::Put(record) => Step::Put {
-            scope: record.scope,
-            key: record.key,
-            value: record.value,
-        },
-        StepSpec::Crash(host) => Step::Crash(known_host(at, &host)?),
-        StepSpec::Restart(host) => Step::Restart(known_host(at, &host)?),
-        StepSpec::Partition(link) => known_link(at, link).map(|(a, b)| Step::Partition(a, b))?,
-        StepSpec::Repair(link) => known_link(at, link).map(|(a, b)| Step::Repair(a, b))?,
-        StepSpec::Hold(link) => known_link(at, link).map(|(a, b)| Step::Hold(a, b))?,
-        StepSpec::Release(link) => known_link(at, link).map(|(a, b)| Step::Release(a, b))?,
+        StepSpec::Put(record) => Step::Put { scope: record.scope, key: record.key, value: record.value },
+        StepSpec::Crash(host) => Step::Crash(known_host(at, hosts, &host)?),
+        StepSpec::Restart(host) => Step::Restart(known_host(at, hosts, &host)?),
+        StepSpec::Partition(link) => known_link(at, hosts, link).map(|(a, b)| Step::Partition(a, b))?,
+        StepSpec::Repair(link) => known_link(at, hosts, link).map(|(a, b)| Step::Repair(a, b))?,
+        StepSpec::Hold(link) => known_link(at, hosts, link).map(|(a, b)| Step::Hold(a, b))?,
+        StepSpec::Release(link) => known_link(at, hosts, link).map(|(a, b)| Step::Release(a, b))?,
         StepSpec::Heal(true) => Step::Heal,
         StepSpec::Heal(false) => {
-            return Err(at.error(
-                span,
-                "`heal = false` does nothing; write `heal = true` or drop the step",
-            ))
+            return Err(at.error(span, "`heal = false` does nothing; write `heal = true` or drop the step"))
         }
     })
 }
@@ -450,29 +408,17 @@ fn compile_step(
 fn scope_key(at: &Locator, text: &str) -> Result<(String, String), ScenarioError> {
     text.split_once('/')
         .map(|(s, k)| (s.to_string(), k.to_string()))
-        .ok_or_else(|| {
-            at.error(
-                at.find(text).unwrap_or(0..0),
-                &format!("`{text}`: expected \"scope/key\""),
-            )
-        })
+        .ok_or_else(|| at.error(at.find(text).unwrap_or(0..0), &format!("`{text}`: expected \"scope/key\"")))
 }
 
 fn compile_expect(at: &Locator, spec: ExpectSpec) -> Result<Vec<Expectation>, ScenarioError> {
     let mut expectations = Vec::new();
     for (name, table) in spec.rpc {
-        expectations.push(Expectation::Rpc {
-            name,
-            conditions: conditions(at, table)?,
-        });
+        expectations.push(Expectation::Rpc { name, conditions: conditions(at, table)? });
     }
     for (record, table) in spec.state {
         let (scope, key) = scope_key(at, &record)?;
-        expectations.push(Expectation::State {
-            scope,
-            key,
-            conditions: conditions(at, table)?,
-        });
+        expectations.push(Expectation::State { scope, key, conditions: conditions(at, table)? });
     }
     for record in spec.absent {
         let (scope, key) = scope_key(at, &record)?;
@@ -488,22 +434,21 @@ fn compile_expect(at: &Locator, spec: ExpectSpec) -> Result<Vec<Expectation>, Sc
             count: Some(count),
             count_min: None,
             same: None,
+            before_rpc: None,
         });
     }
     for events in spec.events {
         let span = events.span();
         let events = events.into_inner();
         if events.count.is_none() && events.count_min.is_none() && events.same.is_none() {
-            return Err(at.error(
-                span,
-                "an `[[expect.events]]` entry needs `count`, `count_min` or `same`",
-            ));
+            return Err(at.error(span, "an `[[expect.events]]` entry needs `count`, `count_min` or `same`"));
         }
         expectations.push(Expectation::Events {
             conditions: conditions(at, events.conditions)?,
             count: events.count,
             count_min: events.count_min,
             same: events.same,
+            before_rpc: events.before_rpc,
         });
     }
     if let Some(effects) = spec.effects {
@@ -522,16 +467,14 @@ mod tests {
 
     #[test]
     fn unknown_keys_name_line_and_column() {
-        let error = parse("[world]\nsession_timeout_ms = 300\nbogus = 1\n[policy.reference]\n")
-            .unwrap_err();
+        let error = parse("[world]\nsession_timeout_ms = 300\nbogus = 1\n[policy.reference]\n").unwrap_err();
         assert_eq!((error.line, error.column), (3, 1), "{error}");
         assert!(error.message.contains("bogus"), "{error}");
     }
 
     #[test]
     fn wrong_types_are_errors() {
-        let error =
-            parse("[world]\nsession_timeout_ms = \"soon\"\n[policy.reference]\n").unwrap_err();
+        let error = parse("[world]\nsession_timeout_ms = \"soon\"\n[policy.reference]\n").unwrap_err();
         assert_eq!(error.line, 2, "{error}");
     }
 
@@ -540,22 +483,13 @@ mod tests {
         let cut = "[[cut]]\nfunction = \"state::sett\"\naction = \"timeout\"\n[policy.reference]\n";
         let error = parse(cut).unwrap_err();
         assert_eq!((error.line, error.column), (2, 12), "{error}");
-        assert!(
-            error.message.contains("state::set"),
-            "lists the known functions: {error}"
-        );
+        assert!(error.message.contains("state::set"), "lists the known functions: {error}");
         let crash = "[[step]]\ncrash = \"stor\"\n[policy.reference]\n";
         assert_eq!(parse(crash).unwrap_err().line, 2);
         let policy = "[policy.sloppy]\n";
-        assert!(parse(policy)
-            .unwrap_err()
-            .message
-            .contains("unknown policy `sloppy`"));
+        assert!(parse(policy).unwrap_err().message.contains("unknown policy `sloppy`"));
         let oracle = "[policy.swallow]\nviolations = [\"liveliness\"]\n";
-        assert!(parse(oracle)
-            .unwrap_err()
-            .message
-            .contains("unknown oracle"));
+        assert!(parse(oracle).unwrap_err().message.contains("unknown oracle"));
     }
 
     #[test]
@@ -582,8 +516,6 @@ mod tests {
         let scenario = parse(source).unwrap();
         assert_eq!(scenario.cuts[0].count, Count::Times(2));
         assert_eq!(scenario.runs[0].expectations.len(), 2);
-        assert!(scenario.runs[0]
-            .expected_violations
-            .contains(&Oracle::Liveness));
+        assert!(scenario.runs[0].expected_violations.contains(&Oracle::Liveness));
     }
 }

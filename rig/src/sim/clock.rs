@@ -43,21 +43,12 @@ impl Clock {
     }
 
     pub fn sleep_until(self: &Rc<Self>, deadline_ms: u64) -> Sleep {
-        Sleep {
-            clock: Rc::clone(self),
-            deadline_ms,
-            timer: None,
-        }
+        Sleep { clock: Rc::clone(self), deadline_ms, timer: None }
     }
 
     /// The earliest deadline anyone is waiting on.
     pub fn next_deadline(&self) -> Option<u64> {
-        self.state
-            .borrow()
-            .timers
-            .keys()
-            .next()
-            .map(|&(deadline, _)| deadline)
+        self.state.borrow().timers.keys().next().map(|&(deadline, _)| deadline)
     }
 
     /// Moves time forward (never back) and wakes every timer that is now due.
@@ -68,9 +59,7 @@ impl Clock {
             state.now_ms = state.now_ms.max(now_ms);
             let first_later = (state.now_ms + 1, 0);
             let later = state.timers.split_off(&first_later);
-            std::mem::replace(&mut state.timers, later)
-                .into_values()
-                .collect()
+            std::mem::replace(&mut state.timers, later).into_values().collect()
         };
         let woken = due.len();
         due.into_iter().for_each(Waker::wake);
@@ -122,11 +111,7 @@ impl Drop for Sleep {
 pub struct Elapsed;
 
 /// Runs `future` until it completes or `ms` simulated milliseconds pass, whichever is first.
-pub async fn within<F: Future>(
-    clock: &Rc<Clock>,
-    ms: u64,
-    future: F,
-) -> Result<F::Output, Elapsed> {
+pub async fn within<F: Future>(clock: &Rc<Clock>, ms: u64, future: F) -> Result<F::Output, Elapsed> {
     tokio::select! {
         biased;
         output = future => Ok(output),
@@ -153,11 +138,7 @@ mod tests {
         assert!(late.as_mut().poll(&mut cx).is_pending());
         assert_eq!(clock.next_deadline(), Some(10));
         drop(late);
-        assert_eq!(
-            clock.next_deadline(),
-            None,
-            "a dropped sleep leaves no timer behind"
-        );
+        assert_eq!(clock.next_deadline(), None, "a dropped sleep leaves no timer behind");
         clock.advance_to(3);
         assert_eq!(clock.now_ms(), 5, "time never goes back");
     }

@@ -32,13 +32,7 @@ pub struct NetworkConfig {
 
 impl Default for NetworkConfig {
     fn default() -> Self {
-        Self {
-            tick_ms: 1,
-            latency_ms_min: 1,
-            latency_ms_max: 3,
-            duration_ms_max: 7_200_000,
-            steps_max: 2_000_000,
-        }
+        Self { tick_ms: 1, latency_ms_min: 1, latency_ms_max: 3, duration_ms_max: 7_200_000, steps_max: 2_000_000 }
     }
 }
 
@@ -55,9 +49,7 @@ fn build(seed: u64, config: &NetworkConfig) -> turmoil::Sim<'static> {
         .max_message_latency(Duration::from_millis(config.latency_ms_max))
         // turmoil's elapsed time never runs ahead of the rig's clock, so its own bound is only a
         // backstop behind `duration_ms_max`.
-        .simulation_duration(Duration::from_millis(
-            config.duration_ms_max.saturating_add(1_000),
-        ))
+        .simulation_duration(Duration::from_millis(config.duration_ms_max.saturating_add(1_000)))
         .fail_rate(0.0)
         .repair_rate(1.0)
         .tcp_capacity(65_536)
@@ -129,17 +121,12 @@ impl Runner {
     pub fn add_driver(&mut self) {
         let (sender, receiver) = mpsc::unbounded_channel();
         let bus = Bus::new(Rc::clone(&self.world.clock));
-        self.sim.client(
-            "driver",
-            hosts::driver(Rc::clone(&self.world), bus.clone(), receiver),
-        );
+        self.sim.client("driver", hosts::driver(Rc::clone(&self.world), bus.clone(), receiver));
         self.driver = Some((bus, sender));
     }
 
     pub fn driver_connected(&self) -> bool {
-        self.driver
-            .as_ref()
-            .is_some_and(|(bus, _)| bus.is_connected())
+        self.driver.as_ref().is_some_and(|(bus, _)| bus.is_connected())
     }
 
     /// Hands an invocation to the driver; its outcome lands in `world.rpc` under `call.name`.
@@ -151,9 +138,7 @@ impl Runner {
 
     /// Simulated milliseconds since the start of the run.
     pub fn now_ms(&self) -> u64 {
-        u64::try_from(self.sim.elapsed().as_millis())
-            .unwrap_or(u64::MAX)
-            .saturating_add(self.warp_ms)
+        u64::try_from(self.sim.elapsed().as_millis()).unwrap_or(u64::MAX).saturating_add(self.warp_ms)
     }
 
     pub fn steps(&self) -> u64 {
@@ -162,8 +147,7 @@ impl Runner {
 
     fn in_flight(&self) -> usize {
         let mut messages = 0;
-        self.sim
-            .links(|links| links.for_each(|link| messages += link.count()));
+        self.sim.links(|links| links.for_each(|link| messages += link.count()));
         messages
     }
 
@@ -172,19 +156,14 @@ impl Runner {
     pub fn step(&mut self) -> Result<(), Stop> {
         let now = self.now_ms();
         if now > self.config.duration_ms_max {
-            return Err(self.limit(format!(
-                "simulated duration {} ms",
-                self.config.duration_ms_max
-            )));
+            return Err(self.limit(format!("simulated duration {} ms", self.config.duration_ms_max)));
         }
         if self.steps >= self.config.steps_max {
             return Err(self.limit(format!("{} simulation steps", self.config.steps_max)));
         }
         let woken = self.world.clock.advance_to(now);
         let activity = self.world.activity();
-        self.sim
-            .step()
-            .map_err(|error| Stop::HostFailed(error.to_string()))?;
+        self.sim.step().map_err(|error| Stop::HostFailed(error.to_string()))?;
         self.steps += 1;
         let quiet = woken == 0 && self.world.activity() == activity && self.in_flight() == 0;
         self.quiet_steps = if quiet { self.quiet_steps + 1 } else { 0 };
@@ -192,8 +171,7 @@ impl Runner {
     }
 
     fn limit(&self, what: String) -> Stop {
-        self.world
-            .record("rig", EventKind::Limit { what: what.clone() });
+        self.world.record("rig", EventKind::Limit { what: what.clone() });
         Stop::Limit(what)
     }
 
@@ -216,11 +194,7 @@ impl Runner {
             // Two quiet steps in a row: every host ran to idle and nothing crossed the network.
             if self.quiet_steps >= 2 {
                 match self.world.clock.next_deadline() {
-                    Some(next) => {
-                        self.warp_ms += next
-                            .min(deadline_ms.unwrap_or(u64::MAX))
-                            .saturating_sub(now)
-                    }
+                    Some(next) => self.warp_ms += next.min(deadline_ms.unwrap_or(u64::MAX)).saturating_sub(now),
                     None => return Ok(WaitEnd::Stalled),
                 }
                 self.quiet_steps = 0;
@@ -236,76 +210,40 @@ impl Runner {
 
     /// Crashes a host: its software stops and its in-memory state is lost.
     pub fn crash(&mut self, host: &str) {
-        self.world.record(
-            "rig",
-            EventKind::Control {
-                action: "crash".into(),
-                target: host.into(),
-            },
-        );
+        self.world.record("rig", EventKind::Control { action: "crash".into(), target: host.into() });
         self.sim.crash(host);
         self.crashed.insert(host.to_string());
     }
 
     /// Restarts a host's software from scratch.
     pub fn restart(&mut self, host: &str) {
-        self.world.record(
-            "rig",
-            EventKind::Control {
-                action: "restart".into(),
-                target: host.into(),
-            },
-        );
+        self.world.record("rig", EventKind::Control { action: "restart".into(), target: host.into() });
         self.sim.bounce(host);
         self.crashed.remove(host);
     }
 
     /// Cuts the network between two hosts in both directions.
     pub fn partition(&mut self, a: &str, b: &str) {
-        self.world.record(
-            "rig",
-            EventKind::Control {
-                action: "partition".into(),
-                target: format!("{a}<->{b}"),
-            },
-        );
+        self.world.record("rig", EventKind::Control { action: "partition".into(), target: format!("{a}<->{b}") });
         self.sim.partition(a, b);
         self.cut_links.insert((a.to_string(), b.to_string()));
     }
 
     pub fn repair(&mut self, a: &str, b: &str) {
-        self.world.record(
-            "rig",
-            EventKind::Control {
-                action: "repair".into(),
-                target: format!("{a}<->{b}"),
-            },
-        );
+        self.world.record("rig", EventKind::Control { action: "repair".into(), target: format!("{a}<->{b}") });
         self.sim.repair(a, b);
         self.cut_links.remove(&(a.to_string(), b.to_string()));
     }
 
     /// Holds messages between two hosts until released.
     pub fn hold(&mut self, a: &str, b: &str) {
-        self.world.record(
-            "rig",
-            EventKind::Control {
-                action: "hold".into(),
-                target: format!("{a}<->{b}"),
-            },
-        );
+        self.world.record("rig", EventKind::Control { action: "hold".into(), target: format!("{a}<->{b}") });
         self.sim.hold(a, b);
         self.cut_links.insert((a.to_string(), b.to_string()));
     }
 
     pub fn release(&mut self, a: &str, b: &str) {
-        self.world.record(
-            "rig",
-            EventKind::Control {
-                action: "release".into(),
-                target: format!("{a}<->{b}"),
-            },
-        );
+        self.world.record("rig", EventKind::Control { action: "release".into(), target: format!("{a}<->{b}") });
         self.sim.release(a, b);
         self.sim.repair(a, b);
         self.cut_links.remove(&(a.to_string(), b.to_string()));
@@ -314,14 +252,11 @@ impl Runner {
     /// Heals every fault: disarms the cuts, releases and repairs every link, restarts every
     /// crashed host.
     pub fn heal(&mut self) {
-        self.world.record(
-            "rig",
-            EventKind::Control {
-                action: "heal".into(),
-                target: "all".into(),
-            },
-        );
+        self.world.record("rig", EventKind::Control { action: "heal".into(), target: "all".into() });
         self.world.cuts.borrow_mut().heal();
+        if let Some(rules) = self.world.proxy_rules.borrow().as_ref() {
+            rules.borrow_mut().reset();
+        }
         for (a, b) in std::mem::take(&mut self.cut_links) {
             self.sim.release(a.as_str(), b.as_str());
             self.sim.repair(a.as_str(), b.as_str());

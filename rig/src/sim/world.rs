@@ -5,8 +5,10 @@ use super::clock::Clock;
 use super::streams::component_stream;
 use crate::bus::{BusObserver, Frame, FrameDirection};
 use crate::cut::CutTable;
+use crate::queue::Queues;
 use crate::trace::{Event, EventKind, Trace};
 use doubles::{Double, Observation, ScriptedModel, SessionService, StateStore};
+use proxy::SharedRules;
 use rand_chacha::ChaCha8Rng;
 use serde_json::Value;
 use std::cell::{Cell, RefCell};
@@ -29,6 +31,10 @@ pub struct World {
     streams: RefCell<BTreeMap<String, Rc<RefCell<ChaCha8Rng>>>>,
     /// Outcomes of the driver's invocations, by the name the scenario gave them.
     pub rpc: RefCell<BTreeMap<String, Value>>,
+    /// The queues' durable state (empty when the world has no queue worker).
+    pub queues: RefCell<Queues>,
+    /// The drop-proxy's rules, shared by all its connections and kept across its restarts.
+    pub proxy_rules: RefCell<Option<SharedRules>>,
 }
 
 impl World {
@@ -50,6 +56,8 @@ impl World {
             model: Rc::new(RefCell::new(model)),
             streams: RefCell::default(),
             rpc: RefCell::default(),
+            queues: RefCell::default(),
+            proxy_rules: RefCell::default(),
         })
     }
 
@@ -64,44 +72,26 @@ impl World {
 
     /// Appends an event stamped with the current simulated time.
     pub fn record(&self, host: &str, kind: EventKind) {
-        let event = Event {
-            at_ms: self.clock.now_ms(),
-            host: host.to_string(),
-            kind,
-        };
+        let event = Event { at_ms: self.clock.now_ms(), host: host.to_string(), kind };
         self.trace.borrow_mut().push(event);
         self.activity.set(self.activity.get() + 1);
     }
 
     pub fn note_event(&self, host: &str, what: &str, detail: Value) {
-        self.record(
-            host,
-            EventKind::Note {
-                what: what.to_string(),
-                detail,
-            },
-        );
+        self.record(host, EventKind::Note { what: what.to_string(), detail });
     }
 
     /// Records what a double observed while handling a call.
     pub fn record_observations(&self, host: &str, observed: Vec<Observation>) {
         for observation in observed {
             match observation {
-                Observation::Commit {
-                    scope,
-                    key,
-                    value,
-                    version,
-                } => {
-                    self.record(
-                        host,
-                        EventKind::Commit {
-                            scope,
-                            key,
-                            value: value.unwrap_or(Value::Null),
-                            version,
-                        },
-                    );
+                Observation::Commit { scope, key, value, version } => {
+                    self.record(host, EventKind::Commit { scope, key, value: value.unwrap_or(Value::Null), version });
+                }
+                Observation::Lease { scope, key, owner, token, expires_at_ms } => self
+                    .record(host, EventKind::Lease { domain: format!("{scope}/{key}"), owner, token, expires_at_ms }),
+                Observation::Fenced { scope, key, domain, token, accepted } => {
+                    self.record(host, EventKind::Fenced { scope, key, domain, token, accepted })
                 }
                 Observation::Effect(effect) => self.record(
                     host,

@@ -1,0 +1,385 @@
+//! The queue's durable state and its rules, with no clock or socket of its own.
+//!
+//! The rules, chosen so that incident 001's observations come out of them:
+//!
+//! - Messages wait in FIFO order. A message's group is the value of the queue's
+//!   `message_group_field` in its data (no field: every message is its own group).
+//! - A poll pass *claims* available messages into flight, oldest first, up to `concurrency` in
+//!   flight per queue, whatever their group.
+//! - Only a group's head (its oldest message not yet acknowledged) is *dispatched*; a claimed
+//!   message behind it waits in flight without a deadline. So a group whose head's result was
+//!   lost holds everything behind it until the head's deadline.
+//! - A dispatched delivery has a visibility deadline of `timeout_ms` from dispatch. A result
+//!   acknowledges it; an error result or the deadline makes it available again after
+//!   `backoff_ms`, at the head of its group, until it has been delivered `1 + max_retries`
+//!   times; then it moves to the dead-letter queue.
+//! - Topic depth counts only messages waiting to be claimed, which is why it reads 0 while
+//!   deliveries are stuck in flight.
+
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// A queue's configuration, as `queue::define` and `[[world.queue]]` give it.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct QueueConfig {
+    /// Only `fifo` exists; kept so the real engine's define payloads read unchanged.
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub message_group_field: Option<String>,
+    pub concurrency: usize,
+    pub max_retries: u32,
+    pub backoff_ms: u64,
+    pub poll_interval_ms: u64,
+    /// The visibility deadline of a dispatched delivery.
+    pub timeout_ms: u64,
+    /// Whether deliveries in flight when the engine connection drops are redelivered at once
+    /// (otherwise they wait for their deadline).
+    pub redeliver_on_engine_restart: bool,
+}
+
+impl Default for QueueConfig {
+    fn default() -> Self {
+        Self {
+            kind: "fifo".into(),
+            message_group_field: None,
+            concurrency: 10,
+            max_retries: 3,
+            backoff_ms: 1_000,
+            poll_interval_ms: 100,
+            timeout_ms: 1_800_000,
+            redeliver_on_engine_restart: true,
+        }
+    }
+}
+
+/// The most messages one queue holds (waiting, in flight and dead-lettered); an enqueue past it
+/// is refused, never buffered without bound.
+pub const MESSAGES_MAX: usize = 10_000;
+
+#[derive(Debug, Clone, PartialEq)]
+enum Stage {
+    Waiting { available_at_ms: u64 },
+    Claimed,
+    Dispatched { attempt: u32, deadline_ms: u64 },
+}
+
+#[derive(Debug, Clone)]
+struct Message {
+    id: String,
+    function_id: String,
+    data: Value,
+    group: String,
+    deliveries: u32,
+    stage: Stage,
+}
+
+#[derive(Debug, Default)]
+struct Queue {
+    config: QueueConfig,
+    messages: Vec<Message>,
+    dead: Vec<Message>,
+}
+
+/// A delivery to make now: invoke `function_id` with `data`, wait at most `timeout_ms`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Dispatch {
+    pub queue: String,
+    pub message_id: String,
+    pub group: String,
+    pub function_id: String,
+    pub data: Value,
+    pub attempt: u32,
+    pub deadline_ms: u64,
+    pub timeout_ms: u64,
+}
+
+/// What became of a delivery that did not produce a result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Retry {
+    /// Available again at this time, at the head of its group.
+    Redeliver {
+        at_ms: u64,
+    },
+    DeadLettered,
+    /// The delivery was already settled (a late outcome of an earlier attempt).
+    Stale,
+}
+
+/// Every queue of the world. Lives outside the queue's host, so it survives a crash: the seed's
+/// queue was file-backed.
+#[derive(Debug, Default)]
+pub struct Queues {
+    queues: BTreeMap<String, Queue>,
+    next_message: u64,
+}
+
+impl Queues {
+    pub fn define(&mut self, name: &str, config: QueueConfig) {
+        self.queues.entry(name.to_string()).or_default().config = config;
+    }
+
+    pub fn is_defined(&self, name: &str) -> bool {
+        self.queues.contains_key(name)
+    }
+
+    /// Adds a message; returns its id.
+    pub fn enqueue(&mut self, name: &str, function_id: &str, data: Value, now_ms: u64) -> Result<String, String> {
+        let queue = self.queues.get_mut(name).ok_or_else(|| format!("queue `{name}` is not defined"))?;
+        if queue.messages.len() + queue.dead.len() >= MESSAGES_MAX {
+            return Err(format!("queue `{name}` is full ({MESSAGES_MAX} messages)"));
+        }
+        self.next_message += 1;
+        let id = format!("m{}", self.next_message);
+        let group = match &queue.config.message_group_field {
+            Some(field) => data.get(field).map(proxy::value_text).unwrap_or_default(),
+            None => id.clone(),
+        };
+        let stage = Stage::Waiting { available_at_ms: now_ms };
+        queue.messages.push(Message {
+            id: id.clone(),
+            function_id: function_id.into(),
+            data,
+            group,
+            deliveries: 0,
+            stage,
+        });
+        Ok(id)
+    }
+
+    /// One poll pass: claims what may be claimed and returns the deliveries to make now.
+    pub fn poll(&mut self, now_ms: u64) -> Vec<Dispatch> {
+        let mut dispatches = Vec::new();
+        for (name, queue) in &mut self.queues {
+            let mut in_flight = queue.messages.iter().filter(|m| !matches!(m.stage, Stage::Waiting { .. })).count();
+            for message in &mut queue.messages {
+                if in_flight >= queue.config.concurrency {
+                    break;
+                }
+                if matches!(message.stage, Stage::Waiting { available_at_ms } if available_at_ms <= now_ms) {
+                    message.stage = Stage::Claimed;
+                    in_flight += 1;
+                }
+            }
+            let mut heads_seen = BTreeSet::new();
+            for message in &mut queue.messages {
+                // Only the oldest message of a group may be delivered.
+                if !heads_seen.insert(message.group.clone()) || message.stage != Stage::Claimed {
+                    continue;
+                }
+                message.deliveries += 1;
+                let deadline_ms = now_ms + queue.config.timeout_ms;
+                message.stage = Stage::Dispatched { attempt: message.deliveries, deadline_ms };
+                dispatches.push(Dispatch {
+                    queue: name.clone(),
+                    message_id: message.id.clone(),
+                    group: message.group.clone(),
+                    function_id: message.function_id.clone(),
+                    data: message.data.clone(),
+                    attempt: message.deliveries,
+                    deadline_ms,
+                    timeout_ms: queue.config.timeout_ms,
+                });
+            }
+        }
+        dispatches
+    }
+
+    fn dispatched_mut(&mut self, queue: &str, message_id: &str, attempt: u32) -> Option<(&mut Queue, usize)> {
+        let queue = self.queues.get_mut(queue)?;
+        let index = queue.messages.iter().position(|m| {
+            m.id == message_id && matches!(m.stage, Stage::Dispatched { attempt: a, .. } if a == attempt)
+        })?;
+        Some((queue, index))
+    }
+
+    /// A delivery produced a result: the message is done. False if it was already settled.
+    pub fn acknowledge(&mut self, queue: &str, message_id: &str, attempt: u32) -> bool {
+        match self.dispatched_mut(queue, message_id, attempt) {
+            Some((queue, index)) => {
+                queue.messages.remove(index);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// A delivery failed or passed its deadline.
+    pub fn retry(&mut self, queue: &str, message_id: &str, attempt: u32, now_ms: u64) -> Retry {
+        let Some((queue, index)) = self.dispatched_mut(queue, message_id, attempt) else { return Retry::Stale };
+        if queue.messages[index].deliveries > queue.config.max_retries {
+            let mut message = queue.messages.remove(index);
+            message.stage = Stage::Waiting { available_at_ms: now_ms };
+            queue.dead.push(message);
+            return Retry::DeadLettered;
+        }
+        let at_ms = now_ms + queue.config.backoff_ms;
+        queue.messages[index].stage = Stage::Waiting { available_at_ms: at_ms };
+        Retry::Redeliver { at_ms }
+    }
+
+    /// After the queue's host restarts, deliveries it was waiting on are gone: make them
+    /// available again at once.
+    pub fn recover_after_restart(&mut self, now_ms: u64) -> usize {
+        let mut recovered = 0;
+        for message in self.queues.values_mut().flat_map(|q| q.messages.iter_mut()) {
+            if matches!(message.stage, Stage::Dispatched { .. }) {
+                message.stage = Stage::Waiting { available_at_ms: now_ms };
+                recovered += 1;
+            }
+        }
+        recovered
+    }
+
+    /// The earliest time a waiting message becomes available after `now_ms`.
+    pub fn next_available_after(&self, now_ms: u64) -> Option<u64> {
+        self.queues
+            .values()
+            .flat_map(|q| q.messages.iter())
+            .filter_map(|m| match m.stage {
+                Stage::Waiting { available_at_ms } if available_at_ms > now_ms => Some(available_at_ms),
+                _ => None,
+            })
+            .min()
+    }
+
+    /// The shortest poll interval of any queue (how soon after a change the next pass runs).
+    pub fn poll_interval_ms(&self) -> u64 {
+        self.queues.values().map(|q| q.config.poll_interval_ms).min().unwrap_or(QueueConfig::default().poll_interval_ms)
+    }
+
+    pub fn config(&self, queue: &str) -> Option<&QueueConfig> {
+        self.queues.get(queue).map(|q| &q.config)
+    }
+
+    /// Everything in one queue, per group, with why each in-flight entry waits.
+    pub fn inspect(&self, name: &str) -> Option<Value> {
+        let queue = self.queues.get(name)?;
+        let mut groups: BTreeMap<&str, (Vec<Value>, Vec<Value>)> = BTreeMap::new();
+        let mut heads: BTreeMap<&str, &str> = BTreeMap::new();
+        for message in &queue.messages {
+            let head = *heads.entry(&message.group).or_insert(&message.id);
+            let entry = |stage: &str, deadline: Value, waiting: String| {
+                json!({
+                    "message_id": message.id, "function_id": message.function_id, "data": message.data,
+                    "deliveries": message.deliveries, "stage": stage, "deadline_ms": deadline, "waiting": waiting,
+                })
+            };
+            let (in_flight, waiting) = groups.entry(&message.group).or_default();
+            match &message.stage {
+                Stage::Dispatched { attempt, deadline_ms } => in_flight.push(entry(
+                    "dispatched",
+                    json!(deadline_ms),
+                    format!("delivery {attempt} awaits its result until the deadline at {deadline_ms} ms"),
+                )),
+                Stage::Claimed => in_flight.push(entry("claimed", Value::Null, format!("behind group head {head}"))),
+                Stage::Waiting { available_at_ms } => {
+                    waiting.push(entry("waiting", Value::Null, format!("available at {available_at_ms} ms")))
+                }
+            }
+        }
+        let groups: serde_json::Map<String, Value> = groups
+            .into_iter()
+            .map(|(group, (in_flight, waiting))| {
+                let summary = json!({ "in_flight_count": in_flight.len(), "in_flight": in_flight, "waiting_count": waiting.len(), "waiting": waiting });
+                (group.to_string(), summary)
+            })
+            .collect();
+        let in_flight = queue.messages.iter().filter(|m| !matches!(m.stage, Stage::Waiting { .. })).count();
+        let dead: Vec<Value> = queue.dead.iter().map(|m| json!({ "message_id": m.id, "function_id": m.function_id, "data": m.data, "deliveries": m.deliveries })).collect();
+        Some(json!({
+            "queue": name, "depth": self.depth(queue), "in_flight_count": in_flight,
+            "dlq_count": dead.len(), "dlq": dead, "groups": groups,
+        }))
+    }
+
+    fn depth(&self, queue: &Queue) -> usize {
+        queue.messages.iter().filter(|m| matches!(m.stage, Stage::Waiting { .. })).count()
+    }
+
+    /// Bare topic statistics, shaped like the engine's: `depth` counts only waiting messages and
+    /// `consumer_count` only pub/sub subscribers (deliveries by invocation are not consumers),
+    /// so both read 0 while a group is stuck in flight, as the incident's operators saw.
+    pub fn topic_stats(&self, name: &str) -> Option<Value> {
+        let queue = self.queues.get(name)?;
+        Some(json!({ "topic": name, "depth": self.depth(queue), "consumer_count": 0 }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn grouped(timeout_ms: u64, max_retries: u32) -> Queues {
+        let mut queues = Queues::default();
+        let config = QueueConfig {
+            message_group_field: Some("session_id".into()),
+            timeout_ms,
+            max_retries,
+            backoff_ms: 100,
+            ..QueueConfig::default()
+        };
+        queues.define("q", config);
+        queues
+    }
+
+    #[test]
+    fn a_group_waits_behind_its_head_while_both_are_in_flight() {
+        let mut queues = grouped(2_500, 1);
+        let old = queues.enqueue("q", "f", json!({"session_id": "s1", "step": 1}), 0).unwrap();
+        let first = queues.poll(0);
+        assert_eq!(first.len(), 1);
+        queues.enqueue("q", "f", json!({"session_id": "s1", "step": 0}), 10).unwrap();
+        queues.enqueue("q", "f", json!({"session_id": "s2"}), 10).unwrap();
+        let second = queues.poll(10);
+        assert_eq!(second.len(), 1, "s2 is dispatched, s1's second message only claimed");
+        assert_eq!(second[0].group, "s2");
+        let view = queues.inspect("q").unwrap();
+        assert_eq!(view["groups"]["s1"]["in_flight_count"], 2);
+        assert_eq!(view["groups"]["s1"]["in_flight"][1]["waiting"], format!("behind group head {old}"));
+        assert_eq!(view["depth"], 0);
+        assert_eq!(queues.topic_stats("q").unwrap()["depth"], 0);
+    }
+
+    #[test]
+    fn a_lost_result_holds_the_group_until_the_deadline_then_redelivers_the_head_first() {
+        let mut queues = grouped(2_500, 1);
+        let old = queues.enqueue("q", "f", json!({"session_id": "s1"}), 0).unwrap();
+        let delivery = queues.poll(0).remove(0);
+        queues.enqueue("q", "f", json!({"session_id": "s1"}), 5).unwrap();
+        assert!(queues.poll(5).is_empty());
+        assert_eq!(queues.retry("q", &old, delivery.attempt, 2_500), Retry::Redeliver { at_ms: 2_600 });
+        assert!(queues.poll(2_550).is_empty(), "backoff");
+        let again = queues.poll(2_600);
+        assert_eq!((again.len(), again[0].message_id.as_str(), again[0].attempt), (1, old.as_str(), 2));
+        assert!(!queues.acknowledge("q", &old, 1), "the first attempt's late result settles nothing");
+        assert!(queues.acknowledge("q", &old, 2));
+        let next = queues.poll(2_610);
+        assert_eq!(next.len(), 1, "the successor runs once the head is acknowledged");
+    }
+
+    #[test]
+    fn deliveries_past_max_retries_are_dead_lettered() {
+        let mut queues = grouped(100, 1);
+        let id = queues.enqueue("q", "f", json!({"session_id": "s1"}), 0).unwrap();
+        let first = queues.poll(0).remove(0);
+        assert!(matches!(queues.retry("q", &id, first.attempt, 100), Retry::Redeliver { .. }));
+        let second = queues.poll(200).remove(0);
+        assert_eq!(queues.retry("q", &id, second.attempt, 300), Retry::DeadLettered);
+        let view = queues.inspect("q").unwrap();
+        assert_eq!((view["dlq_count"].as_u64(), view["in_flight_count"].as_u64()), (Some(1), Some(0)));
+    }
+
+    #[test]
+    fn concurrency_bounds_what_is_claimed_and_undefined_queues_refuse() {
+        let mut queues = Queues::default();
+        queues.define("q", QueueConfig { concurrency: 2, ..QueueConfig::default() });
+        for _ in 0..3 {
+            queues.enqueue("q", "f", json!({}), 0).unwrap();
+        }
+        assert_eq!(queues.poll(0).len(), 2);
+        assert_eq!(queues.inspect("q").unwrap()["depth"], 1);
+        assert!(queues.enqueue("missing", "f", json!({}), 0).is_err());
+    }
+}
