@@ -37,17 +37,11 @@ struct Reply {
 }
 
 fn error(status: u16, message: impl Into<String>) -> Reply {
-    Reply {
-        status,
-        body: Some(json!({"error": message.into(), "status": status})),
-    }
+    Reply { status, body: Some(json!({"error": message.into(), "status": status})) }
 }
 
 fn ok(body: Value) -> Reply {
-    Reply {
-        status: 200,
-        body: Some(body),
-    }
+    Reply { status: 200, body: Some(body) }
 }
 
 /// Accepts admin connections until the listener fails; each is served on the current LocalSet.
@@ -81,9 +75,7 @@ async fn handle(mut stream: TcpStream, state: &AdminState) -> std::io::Result<()
 }
 
 async fn read_request(stream: &mut TcpStream) -> Result<(String, String, Vec<u8>), Reply> {
-    let (head, mut body) = read_head(stream)
-        .await
-        .map_err(|e| error(400, e.to_string()))?;
+    let (head, mut body) = read_head(stream).await.map_err(|e| error(400, e.to_string()))?;
     let mut headers = [httparse::EMPTY_HEADER; 64];
     let mut request = httparse::Request::new(&mut headers);
     match request.parse(&head) {
@@ -93,18 +85,10 @@ async fn read_request(stream: &mut TcpStream) -> Result<(String, String, Vec<u8>
     }
     let method = request.method.unwrap_or("").to_string();
     let path = request.path.unwrap_or("/").to_string();
-    if request
-        .headers
-        .iter()
-        .any(|h| h.name.eq_ignore_ascii_case("transfer-encoding"))
-    {
+    if request.headers.iter().any(|h| h.name.eq_ignore_ascii_case("transfer-encoding")) {
         return Err(error(411, "send the body with Content-Length, not chunked"));
     }
-    let length = match request
-        .headers
-        .iter()
-        .find(|h| h.name.eq_ignore_ascii_case("content-length"))
-    {
+    let length = match request.headers.iter().find(|h| h.name.eq_ignore_ascii_case("content-length")) {
         None => 0,
         Some(h) => std::str::from_utf8(h.value)
             .ok()
@@ -117,10 +101,7 @@ async fn read_request(stream: &mut TcpStream) -> Result<(String, String, Vec<u8>
     if body.len() < length {
         let start = body.len();
         body.resize(length, 0);
-        stream
-            .read_exact(&mut body[start..])
-            .await
-            .map_err(|e| error(400, format!("reading the body: {e}")))?;
+        stream.read_exact(&mut body[start..]).await.map_err(|e| error(400, format!("reading the body: {e}")))?;
     }
     body.truncate(length);
     Ok((method, path, body))
@@ -152,9 +133,7 @@ fn route(method: &str, path: &str, body: &[u8], state: &AdminState) -> Reply {
         ("GET", ["version"]) => ok(json!(env!("CARGO_PKG_VERSION"))),
         ("GET", ["proxies"]) => ok(json!({ state.name.clone(): proxy() })),
         ("GET", ["proxies", name]) if *name == state.name => ok(proxy()),
-        ("GET", ["proxies", name, "toxics"]) if *name == state.name => {
-            ok(json!(state.rules.borrow().rules()))
-        }
+        ("GET", ["proxies", name, "toxics"]) if *name == state.name => ok(json!(state.rules.borrow().rules())),
         ("POST", ["proxies", name, "toxics"]) if *name == state.name => {
             let rule = match parse_rule_body(body) {
                 Ok(rule) => rule,
@@ -174,13 +153,7 @@ fn route(method: &str, path: &str, body: &[u8], state: &AdminState) -> Reply {
             }
         }
         ("GET", ["proxies", name, "toxics", rule]) if *name == state.name => {
-            match state
-                .rules
-                .borrow()
-                .rules()
-                .into_iter()
-                .find(|r| r.name == *rule)
-            {
+            match state.rules.borrow().rules().into_iter().find(|r| r.name == *rule) {
                 Some(status) => ok(json!(status)),
                 None => error(404, format!("no rule named `{rule}`")),
             }
@@ -188,10 +161,7 @@ fn route(method: &str, path: &str, body: &[u8], state: &AdminState) -> Reply {
         ("DELETE", ["proxies", name, "toxics", rule]) if *name == state.name => {
             if state.rules.borrow_mut().remove(rule) {
                 (state.on_change)(&json!({"event": "rule_removed", "name": rule}));
-                Reply {
-                    status: 204,
-                    body: None,
-                }
+                Reply { status: 204, body: None }
             } else {
                 error(404, format!("no rule named `{rule}`"))
             }
@@ -199,15 +169,11 @@ fn route(method: &str, path: &str, body: &[u8], state: &AdminState) -> Reply {
         ("POST", ["reset"]) => {
             state.rules.borrow_mut().reset();
             (state.on_change)(&json!({"event": "rules_reset"}));
-            Reply {
-                status: 204,
-                body: None,
-            }
+            Reply { status: 204, body: None }
         }
-        (_, ["proxies", name, ..]) if *name != state.name => error(
-            404,
-            format!("no proxy named `{name}` (this one is `{}`)", state.name),
-        ),
+        (_, ["proxies", name, ..]) if *name != state.name => {
+            error(404, format!("no proxy named `{name}` (this one is `{}`)", state.name))
+        }
         (
             _,
             ["version"]
@@ -227,11 +193,7 @@ async fn write_reply(stream: &mut TcpStream, reply: Reply) -> std::io::Result<()
         .and_then(|s| s.canonical_reason())
         .unwrap_or("");
     let body = reply.body.map(|b| format!("{b}\n")).unwrap_or_default();
-    let content_type = if reply.status == 204 {
-        ""
-    } else {
-        "Content-Type: application/json\r\n"
-    };
+    let content_type = if reply.status == 204 { "" } else { "Content-Type: application/json\r\n" };
     let head = format!(
         "HTTP/1.1 {} {reason}\r\n{content_type}Content-Length: {}\r\nConnection: close\r\n\r\n",
         reply.status,

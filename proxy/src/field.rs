@@ -30,17 +30,12 @@ impl FieldMatch {
         if path.is_empty() || path.split('.').any(str::is_empty) {
             return Err(FieldMatchError::EmptySegment(path.to_string()));
         }
-        Ok(Self {
-            path: path.split('.').map(str::to_string).collect(),
-            expected: expected.into(),
-        })
+        Ok(Self { path: path.split('.').map(str::to_string).collect(), expected: expected.into() })
     }
 
     /// Reads `PATH=VALUE`; everything after the first `=` is the value.
     pub fn parse(text: &str) -> Result<Self, FieldMatchError> {
-        let (path, value) = text
-            .split_once('=')
-            .ok_or_else(|| FieldMatchError::MissingEquals(text.to_string()))?;
+        let (path, value) = text.split_once('=').ok_or_else(|| FieldMatchError::MissingEquals(text.to_string()))?;
         Self::new(path, value)
     }
 
@@ -96,22 +91,12 @@ mod tests {
     #[test]
     fn matches_nested_fields_by_text() {
         let frame = json!({"type": "invocationresult", "result": {"session_id": "s1", "step": 1, "next": null}});
-        assert!(FieldMatch::parse("type=invocationresult")
-            .unwrap()
-            .matches(&frame));
-        assert!(FieldMatch::parse("result.session_id=s1")
-            .unwrap()
-            .matches(&frame));
+        assert!(FieldMatch::parse("type=invocationresult").unwrap().matches(&frame));
+        assert!(FieldMatch::parse("result.session_id=s1").unwrap().matches(&frame));
         assert!(FieldMatch::parse("result.step=1").unwrap().matches(&frame));
-        assert!(FieldMatch::parse("result.next=null")
-            .unwrap()
-            .matches(&frame));
-        assert!(!FieldMatch::parse("result.session_id=s2")
-            .unwrap()
-            .matches(&frame));
-        assert!(!FieldMatch::parse("result.missing=null")
-            .unwrap()
-            .matches(&frame));
+        assert!(FieldMatch::parse("result.next=null").unwrap().matches(&frame));
+        assert!(!FieldMatch::parse("result.session_id=s2").unwrap().matches(&frame));
+        assert!(!FieldMatch::parse("result.missing=null").unwrap().matches(&frame));
         assert!(!FieldMatch::parse("type.inner=x").unwrap().matches(&frame));
     }
 
@@ -124,17 +109,8 @@ mod tests {
 
     #[test]
     fn rejects_malformed_conditions() {
-        assert_eq!(
-            FieldMatch::parse("type"),
-            Err(FieldMatchError::MissingEquals("type".into()))
-        );
-        assert!(matches!(
-            FieldMatch::parse("a..b=1"),
-            Err(FieldMatchError::EmptySegment(_))
-        ));
-        assert!(matches!(
-            FieldMatch::parse("=1"),
-            Err(FieldMatchError::EmptySegment(_))
-        ));
+        assert_eq!(FieldMatch::parse("type"), Err(FieldMatchError::MissingEquals("type".into())));
+        assert!(matches!(FieldMatch::parse("a..b=1"), Err(FieldMatchError::EmptySegment(_))));
+        assert!(matches!(FieldMatch::parse("=1"), Err(FieldMatchError::EmptySegment(_))));
     }
 }

@@ -54,9 +54,7 @@ impl UpstreamUrl {
         let rest = match text.split_once("://") {
             Some(("ws", rest)) => rest,
             Some(("wss", _)) => {
-                return Err(format!(
-                    "`{text}`: wss:// is not supported (the proxy speaks no TLS); {expected}"
-                ))
+                return Err(format!("`{text}`: wss:// is not supported (the proxy speaks no TLS); {expected}"))
             }
             _ => return Err(format!("`{text}`: {expected}")),
         };
@@ -65,12 +63,13 @@ impl UpstreamUrl {
             None => (rest, ""),
         };
         if path.contains('?') || path.contains('#') {
-            return Err(format!("`{text}`: the upstream URL takes no query or fragment (the client's query is passed on); {expected}"));
+            return Err(format!(
+                "`{text}`: the upstream URL takes no query or fragment (the client's query is passed on); {expected}"
+            ));
         }
         let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
-            let (host, after) = v6
-                .split_once(']')
-                .ok_or_else(|| format!("`{text}`: unclosed `[` in the host; {expected}"))?;
+            let (host, after) =
+                v6.split_once(']').ok_or_else(|| format!("`{text}`: unclosed `[` in the host; {expected}"))?;
             (host, after.strip_prefix(':'))
         } else {
             match authority.rsplit_once(':') {
@@ -82,16 +81,10 @@ impl UpstreamUrl {
             return Err(format!("`{text}`: bad host; {expected}"));
         }
         let port = match port {
-            Some(port) => port
-                .parse::<u16>()
-                .map_err(|_| format!("`{text}`: bad port `{port}`; {expected}"))?,
+            Some(port) => port.parse::<u16>().map_err(|_| format!("`{text}`: bad port `{port}`; {expected}"))?,
             None => 80,
         };
-        Ok(UpstreamUrl {
-            host: host.to_string(),
-            port,
-            prefix: path.trim_end_matches('/').to_string(),
-        })
+        Ok(UpstreamUrl { host: host.to_string(), port, prefix: path.trim_end_matches('/').to_string() })
     }
 
     /// `HOST:PORT` as a `Host` header and a socket address want it.
@@ -134,19 +127,13 @@ pub enum HandshakeError {
     #[error("upstream {url} unreachable: {error}")]
     Unreachable { url: String, error: io::Error },
     #[error("upstream {url} refused the upgrade: HTTP {status} {reason}")]
-    Refused {
-        url: String,
-        status: u16,
-        reason: String,
-    },
+    Refused { url: String, status: u16, reason: String },
     #[error("upstream {url} answered badly: {problem}")]
     BadResponse { url: String, problem: String },
 }
 
 /// Reads one HTTP head (through the blank line); returns it and whatever followed.
-pub(crate) async fn read_head<S: AsyncRead + Unpin>(
-    stream: &mut S,
-) -> Result<(Vec<u8>, Vec<u8>), HandshakeError> {
+pub(crate) async fn read_head<S: AsyncRead + Unpin>(stream: &mut S) -> Result<(Vec<u8>, Vec<u8>), HandshakeError> {
     let mut buffer = Vec::with_capacity(1024);
     let mut chunk = [0u8; 2048];
     loop {
@@ -159,55 +146,37 @@ pub(crate) async fn read_head<S: AsyncRead + Unpin>(
         }
         let searched_from = buffer.len().saturating_sub(3);
         buffer.extend_from_slice(&chunk[..n]);
-        if let Some(end) = buffer[searched_from..]
-            .windows(4)
-            .position(|w| w == b"\r\n\r\n")
-            .map(|i| searched_from + i + 4)
+        if let Some(end) =
+            buffer[searched_from..].windows(4).position(|w| w == b"\r\n\r\n").map(|i| searched_from + i + 4)
         {
             let leftover = buffer.split_off(end);
             return Ok((buffer, leftover));
         }
         if buffer.len() > MAX_HEAD_BYTES {
-            return Err(HandshakeError::BadRequest(format!(
-                "head longer than {MAX_HEAD_BYTES} bytes"
-            )));
+            return Err(HandshakeError::BadRequest(format!("head longer than {MAX_HEAD_BYTES} bytes")));
         }
     }
 }
 
 fn header_has_token(value: &[u8], token: &str) -> bool {
-    String::from_utf8_lossy(value)
-        .split(',')
-        .any(|t| t.trim().eq_ignore_ascii_case(token))
+    String::from_utf8_lossy(value).split(',').any(|t| t.trim().eq_ignore_ascii_case(token))
 }
 
 /// Reads a client's WebSocket opening request.
-pub async fn read_client_hello<S: AsyncRead + Unpin>(
-    stream: &mut S,
-) -> Result<ClientHello, HandshakeError> {
+pub async fn read_client_hello<S: AsyncRead + Unpin>(stream: &mut S) -> Result<ClientHello, HandshakeError> {
     let (head, leftover) = read_head(stream).await?;
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut request = httparse::Request::new(&mut headers);
     match request.parse(&head) {
         Ok(httparse::Status::Complete(_)) => {}
-        Ok(httparse::Status::Partial) => {
-            return Err(HandshakeError::BadRequest("incomplete head".into()))
-        }
+        Ok(httparse::Status::Partial) => return Err(HandshakeError::BadRequest("incomplete head".into())),
         Err(e) => return Err(HandshakeError::BadRequest(e.to_string())),
     }
     if request.method != Some("GET") {
-        return Err(HandshakeError::BadRequest(
-            "a WebSocket upgrade must be a GET".into(),
-        ));
+        return Err(HandshakeError::BadRequest("a WebSocket upgrade must be a GET".into()));
     }
     let path = request.path.unwrap_or("/").to_string();
-    let find = |name: &str| {
-        request
-            .headers
-            .iter()
-            .find(|h| h.name.eq_ignore_ascii_case(name))
-            .map(|h| h.value)
-    };
+    let find = |name: &str| request.headers.iter().find(|h| h.name.eq_ignore_ascii_case(name)).map(|h| h.value);
     if !find("upgrade").is_some_and(|v| header_has_token(v, "websocket"))
         || !find("connection").is_some_and(|v| header_has_token(v, "upgrade"))
     {
@@ -216,9 +185,7 @@ pub async fn read_client_hello<S: AsyncRead + Unpin>(
         ));
     }
     if find("sec-websocket-version") != Some(b"13") {
-        return Err(HandshakeError::BadRequest(
-            "Sec-WebSocket-Version must be 13".into(),
-        ));
+        return Err(HandshakeError::BadRequest("Sec-WebSocket-Version must be 13".into()));
     }
     let key = find("sec-websocket-key")
         .and_then(|k| std::str::from_utf8(k).ok())
@@ -241,23 +208,13 @@ pub async fn read_client_hello<S: AsyncRead + Unpin>(
         })
         .map(|h| (h.name.to_string(), h.value.to_vec()))
         .collect();
-    Ok(ClientHello {
-        path,
-        protocols,
-        headers,
-        key,
-        leftover,
-    })
+    Ok(ClientHello { path, protocols, headers, key, leftover })
 }
 
 /// The upstream's opening request for a client's hello: same path (under the URL's prefix),
 /// query, subprotocols and end-to-end headers, and the five handshake headers, with the key
 /// made from `key` (16 bytes the caller drew from its seeded generator).
-pub fn upstream_request(
-    url: &UpstreamUrl,
-    hello: &ClientHello,
-    key: [u8; 16],
-) -> Result<Request<()>, HandshakeError> {
+pub fn upstream_request(url: &UpstreamUrl, hello: &ClientHello, key: [u8; 16]) -> Result<Request<()>, HandshakeError> {
     let bad = |problem: String| HandshakeError::BadRequest(problem);
     let path = if hello.path.starts_with('/') {
         format!("{}{}", url.prefix, hello.path)
@@ -276,10 +233,8 @@ pub fn upstream_request(
         builder = builder.header("Sec-WebSocket-Protocol", protocols.as_str());
     }
     for (name, value) in &hello.headers {
-        let name = HeaderName::from_bytes(name.as_bytes())
-            .map_err(|e| bad(format!("header `{name}`: {e}")))?;
-        let value =
-            HeaderValue::from_bytes(value).map_err(|e| bad(format!("header `{name}`: {e}")))?;
+        let name = HeaderName::from_bytes(name.as_bytes()).map_err(|e| bad(format!("header `{name}`: {e}")))?;
+        let value = HeaderValue::from_bytes(value).map_err(|e| bad(format!("header `{name}`: {e}")))?;
         builder = builder.header(name, value);
     }
     builder.body(()).map_err(|e| bad(e.to_string()))
@@ -311,10 +266,7 @@ where
     S: AsyncRead + AsyncWrite + Unpin,
 {
     let url_text = url.to_string();
-    let bad = |problem: &str| HandshakeError::BadResponse {
-        url: url_text.clone(),
-        problem: problem.to_string(),
-    };
+    let bad = |problem: &str| HandshakeError::BadResponse { url: url_text.clone(), problem: problem.to_string() };
     stream.write_all(&write_request(request)).await?;
     stream.flush().await?;
     let (head, leftover) = read_head(&mut stream).await.map_err(|e| match e {
@@ -336,18 +288,8 @@ where
             reason: response.reason.unwrap_or("").to_string(),
         });
     }
-    let find = |name: &str| {
-        response
-            .headers
-            .iter()
-            .find(|h| h.name.eq_ignore_ascii_case(name))
-            .map(|h| h.value)
-    };
-    let key = request
-        .headers()
-        .get("Sec-WebSocket-Key")
-        .map(|k| k.as_bytes())
-        .unwrap_or_default();
+    let find = |name: &str| response.headers.iter().find(|h| h.name.eq_ignore_ascii_case(name)).map(|h| h.value);
+    let key = request.headers().get("Sec-WebSocket-Key").map(|k| k.as_bytes()).unwrap_or_default();
     if find("sec-websocket-accept") != Some(derive_accept_key(key).as_bytes()) {
         return Err(bad("wrong or missing Sec-WebSocket-Accept"));
     }
@@ -358,19 +300,14 @@ where
         None => None,
         Some(chosen) => {
             let chosen = String::from_utf8_lossy(chosen).trim().to_string();
-            let offered = request
-                .headers()
-                .get("Sec-WebSocket-Protocol")
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("");
+            let offered = request.headers().get("Sec-WebSocket-Protocol").and_then(|v| v.to_str().ok()).unwrap_or("");
             if !offered.split(',').any(|p| p.trim() == chosen) {
                 return Err(bad(&format!("subprotocol `{chosen}` was not offered")));
             }
             Some(chosen)
         }
     };
-    let socket =
-        WebSocketStream::from_partially_read(stream, leftover, Role::Client, Some(config)).await;
+    let socket = WebSocketStream::from_partially_read(stream, leftover, Role::Client, Some(config)).await;
     Ok((socket, protocol))
 }
 
@@ -394,22 +331,12 @@ where
     response.push_str("\r\n");
     stream.write_all(response.as_bytes()).await?;
     stream.flush().await?;
-    Ok(
-        WebSocketStream::from_partially_read(stream, hello.leftover, Role::Server, Some(config))
-            .await,
-    )
+    Ok(WebSocketStream::from_partially_read(stream, hello.leftover, Role::Server, Some(config)).await)
 }
 
 /// Answers a client's request with an HTTP error and a one-line text body.
-pub async fn reject_client<S: AsyncWrite + Unpin>(
-    stream: &mut S,
-    status: u16,
-    body: &str,
-) -> io::Result<()> {
-    let reason = http::StatusCode::from_u16(status)
-        .ok()
-        .and_then(|s| s.canonical_reason())
-        .unwrap_or("Error");
+pub async fn reject_client<S: AsyncWrite + Unpin>(stream: &mut S, status: u16, body: &str) -> io::Result<()> {
+    let reason = http::StatusCode::from_u16(status).ok().and_then(|s| s.canonical_reason()).unwrap_or("Error");
     let body = format!("{body}\n");
     let response = format!(
         "HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
@@ -447,13 +374,9 @@ where
     };
     let outcome = async {
         let request = upstream_request(url, &hello, key)?;
-        let stream =
-            connect(url.authority())
-                .await
-                .map_err(|error| HandshakeError::Unreachable {
-                    url: url.to_string(),
-                    error,
-                })?;
+        let stream = connect(url.authority())
+            .await
+            .map_err(|error| HandshakeError::Unreachable { url: url.to_string(), error })?;
         connect_upstream(stream, &request, url, config).await
     }
     .await;

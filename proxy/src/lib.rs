@@ -21,16 +21,13 @@ mod serve;
 
 pub use field::{all_match, lookup, value_text, FieldMatch, FieldMatchError};
 pub use handshake::{
-    accept_client, connect_upstream, handshake, read_client_hello, reject_client, upstream_request,
-    ClientHello, HandshakeError, UpstreamUrl, MAX_HEAD_BYTES,
+    accept_client, connect_upstream, handshake, read_client_hello, reject_client, upstream_request, ClientHello,
+    HandshakeError, UpstreamUrl, MAX_HEAD_BYTES,
 };
-pub use relay::{
-    frame_json, frame_kind, relay, FrameRecord, ProxyEnv, RelayEnd, SharedRules, Side,
-    CLOSE_GRACE_MS,
-};
+pub use relay::{frame_json, frame_kind, relay, FrameRecord, ProxyEnv, RelayEnd, SharedRules, Side, CLOSE_GRACE_MS};
 pub use rule::{
-    load_rules_file, parse_rules_toml, Action, ActionKind, Count, Decision, Direction, Directions,
-    FrameKind, KindFilter, MatchValue, Rule, RuleError, RuleHit, RuleSet, RuleStatus,
-    MAX_CLOSE_REASON_BYTES, MAX_DELAY_MS, MAX_RULES,
+    load_rules_file, parse_rules_toml, Action, ActionKind, Count, Decision, Direction, Directions, FrameKind,
+    KindFilter, MatchValue, Rule, RuleError, RuleHit, RuleSet, RuleStatus, MAX_CLOSE_REASON_BYTES, MAX_DELAY_MS,
+    MAX_RULES,
 };
 pub use serve::{rules_from_args, serve, Proxy, ProxyArgs, ServeError};

@@ -13,10 +13,7 @@ struct Cli {
 fn main() {
     // clap exits with code 2 on bad arguments, as the proxy does on bad rules.
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("proxy: cannot start the runtime: {e}");

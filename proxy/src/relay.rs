@@ -77,25 +77,13 @@ impl Side {
 #[serde(tag = "end", rename_all = "snake_case")]
 pub enum RelayEnd {
     /// A peer sent a close frame; it was forwarded to the other peer unchanged.
-    Closed {
-        by: Side,
-        code: Option<u16>,
-        reason: String,
-    },
+    Closed { by: Side, code: Option<u16>, reason: String },
     /// A `close` rule fired; both peers were sent this code and reason.
-    RuleClose {
-        rule: String,
-        code: u16,
-        reason: String,
-    },
+    RuleClose { rule: String, code: u16, reason: String },
     /// A peer went away without a close frame (EOF, reset, or a protocol error). The other
     /// peer's connection was dropped without one too, so it sees an abnormal closure (1006)
     /// just as it would without the proxy; the faulty peer was sent `code` if one applies.
-    Dropped {
-        side: Side,
-        error: String,
-        code: Option<u16>,
-    },
+    Dropped { side: Side, error: String, code: Option<u16> },
 }
 
 /// The rules a relay consults: shared with the admin endpoint and the other connections.
@@ -116,10 +104,7 @@ pub fn frame_kind(message: &Message) -> (FrameKind, usize) {
         Message::Binary(b) => (FrameKind::Binary, b.len()),
         Message::Ping(b) => (FrameKind::Ping, b.len()),
         Message::Pong(b) => (FrameKind::Pong, b.len()),
-        Message::Close(c) => (
-            FrameKind::Close,
-            c.as_ref().map_or(0, |c| 2 + c.reason.len()),
-        ),
+        Message::Close(c) => (FrameKind::Close, c.as_ref().map_or(0, |c| 2 + c.reason.len())),
         // Never produced by reading; counted as binary so the match stays total.
         Message::Frame(f) => (FrameKind::Binary, f.payload().len()),
     }
@@ -130,11 +115,7 @@ enum PumpEnd {
     /// The source sent a close frame; it was passed on and the source drained.
     Closed,
     /// A `close` rule fired.
-    RuleClose {
-        rule: String,
-        code: u16,
-        reason: String,
-    },
+    RuleClose { rule: String, code: u16, reason: String },
     /// The source failed or ended without a close frame.
     SourceGone { error: String, code: Option<u16> },
     /// Writing to the destination failed: it went away.
@@ -173,15 +154,7 @@ where
     E: ProxyEnv,
 {
     async fn run(self) -> PumpEnd {
-        let Pump {
-            direction,
-            first_close,
-            conn,
-            rules,
-            env,
-            source,
-            dest,
-        } = self;
+        let Pump { direction, first_close, conn, rules, env, source, dest } = self;
         loop {
             // Frames already buffered are written without a flush in between, and the
             // destination is flushed once the source has nothing ready: batching under load,
@@ -190,9 +163,7 @@ where
                 Some(next) => next,
                 None => {
                     if let Err(e) = dest.flush().await {
-                        return PumpEnd::DestGone {
-                            error: e.to_string(),
-                        };
+                        return PumpEnd::DestGone { error: e.to_string() };
                     }
                     source.next().await
                 }
@@ -200,23 +171,15 @@ where
             let message = match next {
                 Some(Ok(message)) => message,
                 Some(Err(error)) => {
-                    return PumpEnd::SourceGone {
-                        code: close_code_for(&error),
-                        error: error.to_string(),
-                    }
+                    return PumpEnd::SourceGone { code: close_code_for(&error), error: error.to_string() }
                 }
                 None => {
-                    return PumpEnd::SourceGone {
-                        error: "connection ended without a close frame".into(),
-                        code: None,
-                    }
+                    return PumpEnd::SourceGone { error: "connection ended without a close frame".into(), code: None }
                 }
             };
             let (kind, size) = frame_kind(&message);
             let decision = if matches!(kind, FrameKind::Text | FrameKind::Binary) {
-                rules
-                    .borrow_mut()
-                    .decide_with(direction, kind, || frame_json(&message))
+                rules.borrow_mut().decide_with(direction, kind, || frame_json(&message))
             } else {
                 Decision::forward()
             };
@@ -264,17 +227,11 @@ where
                     Err(e) => Err(e),
                 },
                 Action::Close { code, reason } => {
-                    return PumpEnd::RuleClose {
-                        rule: decision.rule.map(|r| r.name).unwrap_or_default(),
-                        code,
-                        reason,
-                    }
+                    return PumpEnd::RuleClose { rule: decision.rule.map(|r| r.name).unwrap_or_default(), code, reason }
                 }
             };
             if let Err(e) = sent {
-                return PumpEnd::DestGone {
-                    error: e.to_string(),
-                };
+                return PumpEnd::DestGone { error: e.to_string() };
             }
         }
     }
@@ -292,10 +249,7 @@ async fn drain<S: AsyncRead + AsyncWrite + Unpin>(source: &mut SplitStream<WebSo
 }
 
 fn close_message(code: u16, reason: &str) -> Message {
-    Message::Close(Some(CloseFrame {
-        code: CloseCode::from(code),
-        reason: reason.to_string().into(),
-    }))
+    Message::Close(Some(CloseFrame { code: CloseCode::from(code), reason: reason.to_string().into() }))
 }
 
 /// Forwards frames between `client` and `upstream` until either side closes, applying `rules`.
@@ -367,11 +321,7 @@ where
     drop(other);
     match end {
         // A pump ends `Closed` only after recording the close frame, handled above.
-        PumpEnd::Closed => RelayEnd::Closed {
-            by: first_source,
-            code: None,
-            reason: String::new(),
-        },
+        PumpEnd::Closed => RelayEnd::Closed { by: first_source, code: None, reason: String::new() },
         PumpEnd::RuleClose { rule, code, reason } => {
             let message = close_message(code, &reason);
             let close_both = async {
@@ -397,11 +347,7 @@ where
                 };
                 let _ = select(Box::pin(send), env.sleep(CLOSE_GRACE_MS)).await;
             }
-            RelayEnd::Dropped {
-                side: first_source,
-                error,
-                code,
-            }
+            RelayEnd::Dropped { side: first_source, error, code }
         }
         PumpEnd::DestGone { error } => RelayEnd::Dropped {
             side: match first_source {

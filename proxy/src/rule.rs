@@ -55,9 +55,7 @@ impl Directions {
     fn admits(self, direction: Direction) -> bool {
         matches!(
             (self, direction),
-            (Directions::Both, _)
-                | (Directions::Up, Direction::Up)
-                | (Directions::Down, Direction::Down)
+            (Directions::Both, _) | (Directions::Up, Direction::Up) | (Directions::Down, Direction::Down)
         )
     }
 }
@@ -156,9 +154,7 @@ impl<'de> Deserialize<'de> for Count {
                 match v {
                     "once" => Ok(Count::Once),
                     "always" => Ok(Count::Always),
-                    other => Err(E::custom(format!(
-                        "invalid count `{other}`, expected {EXPECTED}"
-                    ))),
+                    other => Err(E::custom(format!("invalid count `{other}`, expected {EXPECTED}"))),
                 }
             }
             fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Count, E> {
@@ -318,18 +314,12 @@ pub struct Decision {
 impl Decision {
     /// Forward unchanged, no rule involved.
     pub fn forward() -> Self {
-        Decision {
-            rule: None,
-            action: Action::Forward,
-        }
+        Decision { rule: None, action: Action::Forward }
     }
 }
 
 fn invalid(rule: &str, problem: impl Into<String>) -> RuleError {
-    RuleError::Invalid {
-        rule: rule.to_string(),
-        problem: problem.into(),
-    }
+    RuleError::Invalid { rule: rule.to_string(), problem: problem.into() }
 }
 
 /// Whether a close code may be sent in a close frame (RFC 6455 section 7.4).
@@ -363,21 +353,13 @@ impl Rule {
         let words = split_words(text).map_err(|problem| invalid(text, problem))?;
         let mut words = words.into_iter().peekable();
         let action = words.next().ok_or_else(|| {
-            invalid(
-                text,
-                "empty rule; expected ACTION (drop, delay=MS, duplicate or close=CODE[:REASON])",
-            )
+            invalid(text, "empty rule; expected ACTION (drop, delay=MS, duplicate or close=CODE[:REASON])")
         })?;
         let mut rule = parse_action(text, &action)?;
         let (mut count, mut direction, mut kind, mut probability) = (None, None, None, None);
         while let Some(word) = words.peek() {
             let word = word.as_str();
-            fn set<T>(
-                slot: &mut Option<T>,
-                value: T,
-                what: &str,
-                text: &str,
-            ) -> Result<(), RuleError> {
+            fn set<T>(slot: &mut Option<T>, value: T, what: &str, text: &str) -> Result<(), RuleError> {
                 match slot.replace(value) {
                     Some(_) => Err(invalid(text, format!("{what} given twice"))),
                     None => Ok(()),
@@ -397,18 +379,13 @@ impl Rule {
                 "binary" => set(&mut kind, KindFilter::Binary, "frame kind", text)?,
                 _ => {
                     if let Some(n) = word.strip_prefix("times=") {
-                        let n = n
-                            .parse::<u64>()
-                            .ok()
-                            .filter(|n| *n > 0)
-                            .ok_or_else(|| invalid(text, format!("bad count `{word}`, expected times=N with N a positive integer")))?;
+                        let n = n.parse::<u64>().ok().filter(|n| *n > 0).ok_or_else(|| {
+                            invalid(text, format!("bad count `{word}`, expected times=N with N a positive integer"))
+                        })?;
                         set(&mut count, Count::Times(n), "count", text)?;
                     } else if let Some(p) = word.strip_prefix("p=") {
                         let p = p.parse::<f64>().map_err(|_| {
-                            invalid(
-                                text,
-                                format!("bad probability `{word}`, expected p=P with 0 <= P <= 1"),
-                            )
+                            invalid(text, format!("bad probability `{word}`, expected p=P with 0 <= P <= 1"))
                         })?;
                         set(&mut probability, p, "probability", text)?;
                     } else if word.contains('=') {
@@ -425,18 +402,8 @@ impl Rule {
         }
         for word in words {
             let condition = FieldMatch::parse(&word).map_err(|e| invalid(text, e.to_string()))?;
-            if rule
-                .matches
-                .insert(
-                    condition.path(),
-                    MatchValue(condition.expected().to_string()),
-                )
-                .is_some()
-            {
-                return Err(invalid(
-                    text,
-                    format!("field `{}` given twice", condition.path()),
-                ));
+            if rule.matches.insert(condition.path(), MatchValue(condition.expected().to_string())).is_some() {
+                return Err(invalid(text, format!("field `{}` given twice", condition.path())));
             }
         }
         rule.count = count.unwrap_or_default();
@@ -458,27 +425,29 @@ impl Rule {
             ActionKind::Drop => Action::Drop,
             ActionKind::Duplicate => Action::Duplicate,
             ActionKind::Delay => {
-                let ms = self
-                    .delay_ms
-                    .ok_or_else(|| invalid(label, "action delay needs delay_ms"))?;
+                let ms = self.delay_ms.ok_or_else(|| invalid(label, "action delay needs delay_ms"))?;
                 if ms > MAX_DELAY_MS {
-                    return Err(invalid(
-                        label,
-                        format!("delay_ms {ms} is above the limit of {MAX_DELAY_MS}"),
-                    ));
+                    return Err(invalid(label, format!("delay_ms {ms} is above the limit of {MAX_DELAY_MS}")));
                 }
                 Action::Delay(ms)
             }
             ActionKind::Close => {
-                let code = self
-                    .close_code
-                    .ok_or_else(|| invalid(label, "action close needs close_code"))?;
+                let code = self.close_code.ok_or_else(|| invalid(label, "action close needs close_code"))?;
                 if !sendable_close_code(code) {
-                    return Err(invalid(label, format!("close code {code} cannot be sent; expected 1000-1003, 1007-1014 or 3000-4999")));
+                    return Err(invalid(
+                        label,
+                        format!("close code {code} cannot be sent; expected 1000-1003, 1007-1014 or 3000-4999"),
+                    ));
                 }
                 let reason = self.close_reason.clone().unwrap_or_default();
                 if reason.len() > MAX_CLOSE_REASON_BYTES {
-                    return Err(invalid(label, format!("close reason is {} bytes, at most {MAX_CLOSE_REASON_BYTES} fit in a close frame", reason.len())));
+                    return Err(invalid(
+                        label,
+                        format!(
+                            "close reason is {} bytes, at most {MAX_CLOSE_REASON_BYTES} fit in a close frame",
+                            reason.len()
+                        ),
+                    ));
                 }
                 Action::Close { code, reason }
             }
@@ -486,13 +455,8 @@ impl Rule {
         if self.delay_ms.is_some() && self.action != ActionKind::Delay {
             return Err(invalid(label, "delay_ms is only for action delay"));
         }
-        if (self.close_code.is_some() || self.close_reason.is_some())
-            && self.action != ActionKind::Close
-        {
-            return Err(invalid(
-                label,
-                "close_code and close_reason are only for action close",
-            ));
+        if (self.close_code.is_some() || self.close_reason.is_some()) && self.action != ActionKind::Close {
+            return Err(invalid(label, "close_code and close_reason are only for action close"));
         }
         if let Some(p) = self.probability {
             if !(0.0..=1.0).contains(&p) {
@@ -501,10 +465,7 @@ impl Rule {
         }
         if let Some(name) = &self.name {
             if name.is_empty() || name.len() > 128 || name.contains(['/', '?', '#', ' ']) {
-                return Err(invalid(
-                    label,
-                    "name must be 1-128 characters without `/`, `?`, `#` or spaces",
-                ));
+                return Err(invalid(label, "name must be 1-128 characters without `/`, `?`, `#` or spaces"));
             }
         }
         let conditions = self
@@ -624,9 +585,9 @@ fn parse_action(text: &str, word: &str) -> Result<Rule, RuleError> {
         ("drop", None) => Ok(Rule::new(ActionKind::Drop)),
         ("duplicate", None) => Ok(Rule::new(ActionKind::Duplicate)),
         ("delay", Some(ms)) => {
-            let ms = ms
-                .parse::<u64>()
-                .map_err(|_| invalid(text, format!("bad delay `{word}`, expected delay=MS with MS a whole number of milliseconds")))?;
+            let ms = ms.parse::<u64>().map_err(|_| {
+                invalid(text, format!("bad delay `{word}`, expected delay=MS with MS a whole number of milliseconds"))
+            })?;
             let mut rule = Rule::new(ActionKind::Delay);
             rule.delay_ms = Some(ms);
             Ok(rule)
@@ -636,28 +597,17 @@ fn parse_action(text: &str, word: &str) -> Result<Rule, RuleError> {
                 Some((code, reason)) => (code, Some(reason.to_string())),
                 None => (arg, None),
             };
-            let code = code.parse::<u16>().map_err(|_| {
-                invalid(
-                    text,
-                    format!("bad close `{word}`, expected close=CODE or close=CODE:REASON"),
-                )
-            })?;
+            let code = code
+                .parse::<u16>()
+                .map_err(|_| invalid(text, format!("bad close `{word}`, expected close=CODE or close=CODE:REASON")))?;
             let mut rule = Rule::new(ActionKind::Close);
             rule.close_code = Some(code);
             rule.close_reason = reason;
             Ok(rule)
         }
-        ("delay" | "close", None) => {
-            Err(invalid(text, format!("`{word}` needs a value; {expected}")))
-        }
-        ("drop" | "duplicate", Some(_)) => Err(invalid(
-            text,
-            format!("`{name}` takes no value; {expected}"),
-        )),
-        _ => Err(invalid(
-            text,
-            format!("unknown action `{word}`; {expected}"),
-        )),
+        ("delay" | "close", None) => Err(invalid(text, format!("`{word}` needs a value; {expected}"))),
+        ("drop" | "duplicate", Some(_)) => Err(invalid(text, format!("`{name}` takes no value; {expected}"))),
+        _ => Err(invalid(text, format!("unknown action `{word}`; {expected}"))),
     }
 }
 
@@ -679,10 +629,7 @@ pub fn parse_rules_toml(text: &str, origin: &str) -> Result<Vec<Rule>, RuleError
                 format!("line {line}, column {column}: ")
             })
             .unwrap_or_default();
-        RuleError::File {
-            path: origin.to_string(),
-            message: format!("{position}{}", e.message()),
-        }
+        RuleError::File { path: origin.to_string(), message: format!("{position}{}", e.message()) }
     })?;
     for (i, rule) in file.rule.iter().enumerate() {
         rule.validate().map_err(|e| RuleError::File {
@@ -695,10 +642,8 @@ pub fn parse_rules_toml(text: &str, origin: &str) -> Result<Vec<Rule>, RuleError
 
 /// Reads a rules file from disk.
 pub fn load_rules_file(path: &Path) -> Result<Vec<Rule>, RuleError> {
-    let text = std::fs::read_to_string(path).map_err(|e| RuleError::File {
-        path: path.display().to_string(),
-        message: e.to_string(),
-    })?;
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| RuleError::File { path: path.display().to_string(), message: e.to_string() })?;
     parse_rules_toml(&text, &path.display().to_string())
 }
 
@@ -762,12 +707,7 @@ pub struct RuleSet {
 impl RuleSet {
     /// An empty set whose probabilities are drawn from ChaCha8 seeded with `seed`.
     pub fn new(seed: u64) -> Self {
-        RuleSet {
-            entries: Vec::new(),
-            seed,
-            rng: ChaCha8Rng::seed_from_u64(seed),
-            next_id: 1,
-        }
+        RuleSet { entries: Vec::new(), seed, rng: ChaCha8Rng::seed_from_u64(seed), next_id: 1 }
     }
 
     /// A set holding these rules in order.
@@ -798,12 +738,7 @@ impl RuleSet {
         if self.entries.iter().any(|e| e.name == name) {
             return Err(RuleError::DuplicateName(name));
         }
-        self.entries.push(Entry {
-            name: name.clone(),
-            remaining: rule.count.budget(),
-            rule,
-            compiled,
-        });
+        self.entries.push(Entry { name: name.clone(), remaining: rule.count.budget(), rule, compiled });
         Ok(name)
     }
 
@@ -825,11 +760,7 @@ impl RuleSet {
     pub fn rules(&self) -> Vec<RuleStatus> {
         self.entries
             .iter()
-            .map(|e| RuleStatus {
-                name: e.name.clone(),
-                rule: e.rule.clone(),
-                remaining: e.remaining,
-            })
+            .map(|e| RuleStatus { name: e.name.clone(), rule: e.rule.clone(), remaining: e.remaining })
             .collect()
     }
 
@@ -849,12 +780,7 @@ impl RuleSet {
     /// generator is drawn from only for rules with a probability below 1 that otherwise
     /// match, so the draws depend on the frames alone. Control frames (`ping`, `pong`,
     /// `close`) are never cut.
-    pub fn decide(
-        &mut self,
-        direction: Direction,
-        kind: FrameKind,
-        json: Option<&serde_json::Value>,
-    ) -> Decision {
+    pub fn decide(&mut self, direction: Direction, kind: FrameKind, json: Option<&serde_json::Value>) -> Decision {
         self.decide_with(direction, kind, || json.cloned())
     }
 
@@ -897,10 +823,7 @@ impl RuleSet {
                 *remaining -= 1;
             }
             return Decision {
-                rule: Some(RuleHit {
-                    index,
-                    name: entry.name.clone(),
-                }),
+                rule: Some(RuleHit { index, name: entry.name.clone() }),
                 action: entry.compiled.action.clone(),
             };
         }
@@ -919,10 +842,8 @@ mod tests {
 
     #[test]
     fn parses_the_documented_example() {
-        let rule = Rule::parse(
-            "drop once up type=invocationresult function_id=harness::turn result.session_id=s1",
-        )
-        .unwrap();
+        let rule =
+            Rule::parse("drop once up type=invocationresult function_id=harness::turn result.session_id=s1").unwrap();
         assert_eq!(rule.action, ActionKind::Drop);
         assert_eq!(rule.count, Count::Once);
         assert_eq!(rule.direction, Directions::Up);
@@ -1020,31 +941,16 @@ kind = "binary"
 
     #[test]
     fn toml_errors_name_the_file_line_and_column() {
-        let err = parse_rules_toml("[[rule]]\naction = \"drop\"\ncount = \"twice\"\n", "r.toml")
-            .unwrap_err()
-            .to_string();
+        let err =
+            parse_rules_toml("[[rule]]\naction = \"drop\"\ncount = \"twice\"\n", "r.toml").unwrap_err().to_string();
         assert!(err.contains("r.toml") && err.contains("line 3"), "{err}");
-        assert!(
-            err.contains("\"once\", \"always\" or a positive integer"),
-            "{err}"
-        );
-        let err = parse_rules_toml("[[rule]]\naction = \"drop\"\nactoin = 1\n", "r.toml")
-            .unwrap_err()
-            .to_string();
+        assert!(err.contains("\"once\", \"always\" or a positive integer"), "{err}");
+        let err = parse_rules_toml("[[rule]]\naction = \"drop\"\nactoin = 1\n", "r.toml").unwrap_err().to_string();
         assert!(err.contains("line 3") && err.contains("actoin"), "{err}");
-        let err = parse_rules_toml("[[rule]]\naction = \"delay\"\n", "r.toml")
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.contains("rule 1") && err.contains("needs delay_ms"),
-            "{err}"
-        );
-        let err = parse_rules_toml(
-            "[[rule]]\naction = \"drop\"\nmatch = { a = [1] }\n",
-            "r.toml",
-        )
-        .unwrap_err()
-        .to_string();
+        let err = parse_rules_toml("[[rule]]\naction = \"delay\"\n", "r.toml").unwrap_err().to_string();
+        assert!(err.contains("rule 1") && err.contains("needs delay_ms"), "{err}");
+        let err =
+            parse_rules_toml("[[rule]]\naction = \"drop\"\nmatch = { a = [1] }\n", "r.toml").unwrap_err().to_string();
         assert!(err.contains("string, number, boolean"), "{err}");
     }
 
@@ -1061,33 +967,14 @@ kind = "binary"
         let s1 = turn_result("s1");
         let s2 = turn_result("s2");
         // Down frames never match `up` rules.
-        assert_eq!(
-            set.decide(Direction::Down, FrameKind::Text, Some(&s1))
-                .action,
-            Action::Forward
-        );
+        assert_eq!(set.decide(Direction::Down, FrameKind::Text, Some(&s1)).action, Action::Forward);
         let first = set.decide(Direction::Up, FrameKind::Text, Some(&s1));
         assert_eq!(first.action, Action::Drop);
-        assert_eq!(
-            first.rule,
-            Some(RuleHit {
-                index: 0,
-                name: "rule-1".into()
-            })
-        );
+        assert_eq!(first.rule, Some(RuleHit { index: 0, name: "rule-1".into() }));
         // The drop is used up: the next s1 frame falls to the second rule.
-        assert_eq!(
-            set.decide(Direction::Up, FrameKind::Text, Some(&s1)).action,
-            Action::Duplicate
-        );
-        assert_eq!(
-            set.decide(Direction::Up, FrameKind::Text, Some(&s2)).action,
-            Action::Duplicate
-        );
-        assert_eq!(
-            set.decide(Direction::Up, FrameKind::Text, Some(&s2)),
-            Decision::forward()
-        );
+        assert_eq!(set.decide(Direction::Up, FrameKind::Text, Some(&s1)).action, Action::Duplicate);
+        assert_eq!(set.decide(Direction::Up, FrameKind::Text, Some(&s2)).action, Action::Duplicate);
+        assert_eq!(set.decide(Direction::Up, FrameKind::Text, Some(&s2)), Decision::forward());
         assert_eq!(set.rules()[0].remaining, Some(0));
     }
 
@@ -1095,45 +982,26 @@ kind = "binary"
     fn non_json_and_binary_frames_only_match_rules_without_conditions() {
         let mut set = RuleSet::with_rules(
             0,
-            [
-                Rule::parse("drop always type=x").unwrap(),
-                Rule::parse("delay=5 always binary").unwrap(),
-            ],
+            [Rule::parse("drop always type=x").unwrap(), Rule::parse("delay=5 always binary").unwrap()],
         )
         .unwrap();
-        assert_eq!(
-            set.decide(Direction::Up, FrameKind::Text, None),
-            Decision::forward()
-        );
-        assert_eq!(
-            set.decide(Direction::Up, FrameKind::Binary, None).action,
-            Action::Delay(5)
-        );
-        assert_eq!(
-            set.decide(Direction::Up, FrameKind::Ping, None),
-            Decision::forward()
-        );
-        assert_eq!(
-            set.decide(Direction::Up, FrameKind::Close, None),
-            Decision::forward()
-        );
+        assert_eq!(set.decide(Direction::Up, FrameKind::Text, None), Decision::forward());
+        assert_eq!(set.decide(Direction::Up, FrameKind::Binary, None).action, Action::Delay(5));
+        assert_eq!(set.decide(Direction::Up, FrameKind::Ping, None), Decision::forward());
+        assert_eq!(set.decide(Direction::Up, FrameKind::Close, None), Decision::forward());
     }
 
     #[test]
     fn the_frame_is_parsed_only_when_a_rule_needs_it() {
-        let mut set =
-            RuleSet::with_rules(0, [Rule::parse("drop always binary a=1").unwrap()]).unwrap();
-        let d = set.decide_with(Direction::Up, FrameKind::Text, || {
-            panic!("parsed a frame no rule reads")
-        });
+        let mut set = RuleSet::with_rules(0, [Rule::parse("drop always binary a=1").unwrap()]).unwrap();
+        let d = set.decide_with(Direction::Up, FrameKind::Text, || panic!("parsed a frame no rule reads"));
         assert_eq!(d, Decision::forward());
     }
 
     #[test]
     fn probability_draws_are_seeded() {
         let run = |seed| {
-            let mut set =
-                RuleSet::with_rules(seed, [Rule::parse("drop always p=0.25").unwrap()]).unwrap();
+            let mut set = RuleSet::with_rules(seed, [Rule::parse("drop always p=0.25").unwrap()]).unwrap();
             (0..1000)
                 .map(|_| set.decide(Direction::Up, FrameKind::Text, None).action == Action::Drop)
                 .collect::<Vec<bool>>()
@@ -1145,15 +1013,12 @@ kind = "binary"
         assert!((200..300).contains(&hits), "{hits} of 1000 at p=0.25");
         // A reset reseeds: the draws start over.
         let mut set = RuleSet::with_rules(7, [Rule::parse("drop always p=0.25").unwrap()]).unwrap();
-        let first: Vec<bool> = (0..10)
-            .map(|_| set.decide(Direction::Up, FrameKind::Text, None).action == Action::Drop)
-            .collect();
+        let first: Vec<bool> =
+            (0..10).map(|_| set.decide(Direction::Up, FrameKind::Text, None).action == Action::Drop).collect();
         set.reset();
-        set.push(Rule::parse("drop always p=0.25").unwrap())
-            .unwrap();
-        let again: Vec<bool> = (0..10)
-            .map(|_| set.decide(Direction::Up, FrameKind::Text, None).action == Action::Drop)
-            .collect();
+        set.push(Rule::parse("drop always p=0.25").unwrap()).unwrap();
+        let again: Vec<bool> =
+            (0..10).map(|_| set.decide(Direction::Up, FrameKind::Text, None).action == Action::Drop).collect();
         assert_eq!(first, again);
     }
 
@@ -1181,31 +1046,15 @@ kind = "binary"
             }
         }
         inputs.extend(
-            [
-                "\"",
-                "\\",
-                "=",
-                "==",
-                "p=",
-                "times=",
-                "delay=-1",
-                "close=99999",
-                "drop \"\\",
-                "drop \u{0}=\u{0}",
-            ]
-            .map(String::from),
+            ["\"", "\\", "=", "==", "p=", "times=", "delay=-1", "close=99999", "drop \"\\", "drop \u{0}=\u{0}"]
+                .map(String::from),
         );
         for input in &inputs {
             let _ = Rule::parse(input);
             let _ = parse_rules_toml(input, "fuzz.toml");
-            let _ = parse_rules_toml(
-                &format!("[[rule]]\naction = \"drop\"\nmatch = {{ {input} }}\n"),
-                "fuzz.toml",
-            );
+            let _ = parse_rules_toml(&format!("[[rule]]\naction = \"drop\"\nmatch = {{ {input} }}\n"), "fuzz.toml");
         }
-        let err = parse_rules_toml("[[rule]]\nactión = \"é\"\n", "u.toml")
-            .unwrap_err()
-            .to_string();
+        let err = parse_rules_toml("[[rule]]\nactión = \"é\"\n", "u.toml").unwrap_err().to_string();
         assert!(err.contains("line 2"), "{err}");
     }
 

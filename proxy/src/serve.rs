@@ -116,10 +116,7 @@ impl Log {
 
     fn event(&self, mut value: Value) {
         if let Value::Object(map) = &mut value {
-            map.insert(
-                "t_us".into(),
-                json!(self.start.elapsed().as_micros() as u64),
-            );
+            map.insert("t_us".into(), json!(self.start.elapsed().as_micros() as u64));
         }
         self.line(&value);
     }
@@ -148,14 +145,8 @@ impl ProxyEnv for RealEnv {
         };
         line.insert("event".into(), json!("frame"));
         if let Message::Close(frame) = record.message {
-            line.insert(
-                "close_code".into(),
-                json!(frame.as_ref().map(|f| u16::from(f.code))),
-            );
-            line.insert(
-                "close_reason".into(),
-                json!(frame.as_ref().map(|f| f.reason.as_str())),
-            );
+            line.insert("close_code".into(), json!(frame.as_ref().map(|f| u16::from(f.code))));
+            line.insert("close_reason".into(), json!(frame.as_ref().map(|f| f.reason.as_str())));
         }
         if log.payloads {
             match record.message {
@@ -163,10 +154,7 @@ impl ProxyEnv for RealEnv {
                     line.insert("payload".into(), json!(text.as_str()));
                 }
                 Message::Binary(bytes) | Message::Ping(bytes) | Message::Pong(bytes) => {
-                    line.insert(
-                        "payload_base64".into(),
-                        json!(data_encoding::BASE64.encode(bytes)),
-                    );
+                    line.insert("payload_base64".into(), json!(data_encoding::BASE64.encode(bytes)));
                 }
                 _ => {}
             }
@@ -194,8 +182,7 @@ pub fn rules_from_args(args: &ProxyArgs) -> Result<Vec<Rule>, ServeError> {
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| ServeError::Input(format!("--rule: {e}")))?;
     if let Some(path) = &args.rules_file {
-        rules
-            .extend(load_rules_file(path).map_err(|e| ServeError::Input(format!("--rules: {e}")))?);
+        rules.extend(load_rules_file(path).map_err(|e| ServeError::Input(format!("--rules: {e}")))?);
     }
     Ok(rules)
 }
@@ -203,10 +190,9 @@ pub fn rules_from_args(args: &ProxyArgs) -> Result<Vec<Rule>, ServeError> {
 impl Proxy {
     /// Checks the arguments, reads the rules, binds the sockets and opens the log.
     pub async fn bind(args: ProxyArgs) -> Result<Proxy, ServeError> {
-        let upstream = UpstreamUrl::parse(&args.upstream)
-            .map_err(|e| ServeError::Input(format!("--upstream: {e}")))?;
-        let rules = RuleSet::with_rules(args.seed, rules_from_args(&args)?)
-            .map_err(|e| ServeError::Input(e.to_string()))?;
+        let upstream = UpstreamUrl::parse(&args.upstream).map_err(|e| ServeError::Input(format!("--upstream: {e}")))?;
+        let rules =
+            RuleSet::with_rules(args.seed, rules_from_args(&args)?).map_err(|e| ServeError::Input(e.to_string()))?;
         if let Some(admin) = args.admin {
             if !admin.ip().is_loopback() {
                 return Err(ServeError::Input(format!(
@@ -215,9 +201,7 @@ impl Proxy {
             }
         }
         if args.max_frame_bytes == 0 || args.max_connections == 0 {
-            return Err(ServeError::Input(
-                "--max-frame-bytes and --max-connections must be positive".into(),
-            ));
+            return Err(ServeError::Input("--max-frame-bytes and --max-connections must be positive".into()));
         }
         if args.name.is_empty() || args.name.contains(['/', '?', '#', ' ']) {
             return Err(ServeError::Input(format!(
@@ -230,16 +214,13 @@ impl Proxy {
             .map_err(|e| ServeError::Io(format!("binding --listen {}: {e}", args.listen)))?;
         let admin = match args.admin {
             Some(addr) => Some(
-                TcpListener::bind(addr)
-                    .await
-                    .map_err(|e| ServeError::Io(format!("binding --admin {addr}: {e}")))?,
+                TcpListener::bind(addr).await.map_err(|e| ServeError::Io(format!("binding --admin {addr}: {e}")))?,
             ),
             None => None,
         };
         let log = match &args.log {
             Some(path) => {
-                let file = File::create(path)
-                    .map_err(|e| ServeError::Io(format!("--log {}: {e}", path.display())))?;
+                let file = File::create(path).map_err(|e| ServeError::Io(format!("--log {}: {e}", path.display())))?;
                 Some(Rc::new(Log {
                     out: RefCell::new(BufWriter::with_capacity(64 * 1024, file)),
                     payloads: args.log_payloads,
@@ -248,14 +229,7 @@ impl Proxy {
             }
             None => None,
         };
-        Ok(Proxy {
-            args,
-            upstream,
-            listener,
-            admin,
-            rules: Rc::new(RefCell::new(rules)),
-            log,
-        })
+        Ok(Proxy { args, upstream, listener, admin, rules: Rc::new(RefCell::new(rules)), log })
     }
 
     /// Where clients connect.
@@ -276,10 +250,7 @@ impl Proxy {
     /// Serves clients until ctrl-c or SIGTERM. Must run inside a `LocalSet`.
     pub async fn run(self) -> Result<(), ServeError> {
         let start = self.log.as_ref().map_or_else(Instant::now, |l| l.start);
-        let env = Rc::new(RealEnv {
-            start,
-            log: self.log.clone(),
-        });
+        let env = Rc::new(RealEnv { start, log: self.log.clone() });
         if let Some(log) = &self.log {
             log.event(json!({
                 "event": "start", "listen": self.listen_addr().to_string(), "upstream": self.upstream.to_string(),
@@ -298,11 +269,7 @@ impl Proxy {
             let log = self.log.clone();
             let state = Rc::new(AdminState {
                 name: self.args.name.clone(),
-                listen: self
-                    .listener
-                    .local_addr()
-                    .map(|a| a.to_string())
-                    .unwrap_or_default(),
+                listen: self.listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
                 upstream: self.upstream.to_string(),
                 rules: self.rules.clone(),
                 on_change: Box::new(move |change: &Value| {
@@ -345,10 +312,7 @@ impl Proxy {
             let conn = next_conn;
             let _ = stream.set_nodelay(true);
             if active.get() >= self.args.max_connections {
-                let message = format!(
-                    "proxy: more than {} clients at once",
-                    self.args.max_connections
-                );
+                let message = format!("proxy: more than {} clients at once", self.args.max_connections);
                 if let Some(log) = &self.log {
                     log.event(json!({"event": "rejected", "conn": conn, "peer": peer.to_string(), "error": message}));
                 }
@@ -364,12 +328,8 @@ impl Proxy {
             let mut key = [0u8; 16];
             keys.fill_bytes(&mut key);
             active.set(active.get() + 1);
-            let (env, rules, active, upstream) = (
-                env.clone(),
-                self.rules.clone(),
-                active.clone(),
-                self.upstream.clone(),
-            );
+            let (env, rules, active, upstream) =
+                (env.clone(), self.rules.clone(), active.clone(), self.upstream.clone());
             tokio::task::spawn_local(async move {
                 serve_connection(stream, peer, conn, key, &upstream, config, rules, &env).await;
                 active.set(active.get() - 1);
@@ -405,11 +365,7 @@ async fn serve_connection(
         Ok(BufReader::with_capacity(SOCKET_READ_BUFFER, stream))
     };
     let stream = BufReader::with_capacity(SOCKET_READ_BUFFER, stream);
-    let opened = tokio::time::timeout(
-        HANDSHAKE_TIMEOUT,
-        handshake(stream, upstream, key, config, connect),
-    )
-    .await;
+    let opened = tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake(stream, upstream, key, config, connect)).await;
     let (client, upstream_ws, hello) = match opened {
         Ok(Ok(opened)) => opened,
         Ok(Err(error)) => {
@@ -420,20 +376,13 @@ async fn serve_connection(
                 _ => "handshake_error",
             };
             eprintln!("proxy: conn {conn} from {peer}: {error}");
-            log(
-                json!({"event": event, "conn": conn, "peer": peer.to_string(), "error": error.to_string()}),
-            );
+            log(json!({"event": event, "conn": conn, "peer": peer.to_string(), "error": error.to_string()}));
             return;
         }
         Err(_) => {
-            let error = format!(
-                "handshake not finished within {}s",
-                HANDSHAKE_TIMEOUT.as_secs()
-            );
+            let error = format!("handshake not finished within {}s", HANDSHAKE_TIMEOUT.as_secs());
             eprintln!("proxy: conn {conn} from {peer}: {error}");
-            log(
-                json!({"event": "handshake_error", "conn": conn, "peer": peer.to_string(), "error": error}),
-            );
+            log(json!({"event": "handshake_error", "conn": conn, "peer": peer.to_string(), "error": error}));
             return;
         }
     };

@@ -17,9 +17,7 @@ const STARTUP_TIMEOUT: Duration = Duration::from_secs(15);
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(60);
 
 fn peers_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests")
-        .join("peers")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests").join("peers")
 }
 
 /// Fails (never skips) when python3 or its `websockets` module is missing.
@@ -27,9 +25,7 @@ fn require_websockets() {
     let output = Command::new("python3")
         .args(["-c", "import websockets; print(websockets.__version__)"])
         .output()
-        .unwrap_or_else(|e| {
-            panic!("cannot run python3 ({e}); these tests need python3 with `{PIP_INSTALL}`")
-        });
+        .unwrap_or_else(|e| panic!("cannot run python3 ({e}); these tests need python3 with `{PIP_INSTALL}`"));
     assert!(
         output.status.success(),
         "python module `websockets` is missing; run `{PIP_INSTALL}`\n{}",
@@ -64,9 +60,7 @@ fn stdout_lines(child: &mut Child) -> mpsc::Receiver<String> {
 }
 
 fn next_line(lines: &mpsc::Receiver<String>, what: &str) -> String {
-    lines
-        .recv_timeout(STARTUP_TIMEOUT)
-        .unwrap_or_else(|_| panic!("{what} printed nothing within {STARTUP_TIMEOUT:?}"))
+    lines.recv_timeout(STARTUP_TIMEOUT).unwrap_or_else(|_| panic!("{what} printed nothing within {STARTUP_TIMEOUT:?}"))
 }
 
 /// Starts the Python server; returns it and its port.
@@ -79,10 +73,7 @@ fn start_server() -> (Running, u16) {
         .expect("start python3 server.py");
     let lines = stdout_lines(&mut child);
     let running = Running { child };
-    let port = next_line(&lines, "server.py")
-        .trim()
-        .parse()
-        .expect("server.py prints its port");
+    let port = next_line(&lines, "server.py").trim().parse().expect("server.py prints its port");
     (running, port)
 }
 
@@ -109,15 +100,9 @@ fn start_proxy(upstream: &str, extra: &[&str]) -> ProxyProcess {
         .to_string();
     let admin = extra.contains(&"--admin").then(|| {
         let line = next_line(&lines, "proxy");
-        line.strip_prefix("admin listening on ")
-            .unwrap_or_else(|| panic!("unexpected admin line {line:?}"))
-            .to_string()
+        line.strip_prefix("admin listening on ").unwrap_or_else(|| panic!("unexpected admin line {line:?}")).to_string()
     });
-    ProxyProcess {
-        _running: running,
-        addr,
-        admin,
-    }
+    ProxyProcess { _running: running, addr, admin }
 }
 
 /// Runs one client scenario against `url`; panics with its output unless it passes in time.
@@ -189,15 +174,7 @@ fn text_and_binary_pass_unchanged() {
 
 #[test]
 fn non_json_text_never_breaks_the_matcher() {
-    through_proxy(
-        "non_json",
-        &[
-            "--rule",
-            "drop always type=x",
-            "--rule",
-            "delay=1 always text result.id=1",
-        ],
-    );
+    through_proxy("non_json", &["--rule", "drop always type=x", "--rule", "delay=1 always text result.id=1"]);
 }
 
 #[test]
@@ -206,12 +183,9 @@ fn ping_and_pong_are_forwarded() {
     through_proxy("ping_pong", &["--log", log.to_str().unwrap()]);
     let lines = read_log(&log, "\"event\":\"end\"");
     let saw = |direction: &str, kind: &str| {
-        lines.iter().any(|l| {
-            l["event"] == "frame"
-                && l["direction"] == direction
-                && l["kind"] == kind
-                && l["size"] == 11
-        })
+        lines
+            .iter()
+            .any(|l| l["event"] == "frame" && l["direction"] == direction && l["kind"] == kind && l["size"] == 11)
     };
     // The client's ping reached the server and the server's pong came back, and the other way round.
     assert!(saw("up", "ping") && saw("down", "pong"), "{lines:#?}");
@@ -256,21 +230,15 @@ fn path_query_subprotocol_and_headers_reach_the_upstream() {
 #[test]
 fn an_unreachable_upstream_gives_the_client_a_502_and_a_log_line() {
     // A port that was free a moment ago: nothing listens there.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let log = temp_path("unreachable.jsonl");
-    let proxy = start_proxy(
-        &format!("ws://127.0.0.1:{port}"),
-        &["--log", log.to_str().unwrap()],
-    );
+    let proxy = start_proxy(&format!("ws://127.0.0.1:{port}"), &["--log", log.to_str().unwrap()]);
     run_client(&format!("ws://{}", proxy.addr), "unreachable");
     let lines = read_log(&log, "upstream_error");
     assert!(
-        lines.iter().any(|l| l["event"] == "upstream_error"
-            && l["error"].as_str().unwrap_or("").contains("unreachable")),
+        lines
+            .iter()
+            .any(|l| l["event"] == "upstream_error" && l["error"].as_str().unwrap_or("").contains("unreachable")),
         "{lines:#?}"
     );
 }
@@ -293,10 +261,7 @@ fn drops_exactly_the_one_invocationresult_going_up() {
     assert_eq!(dropped[0]["rule"], 0);
     assert_eq!(dropped[0]["rule_name"], "rule-1");
     assert_eq!(dropped[0]["direction"], "up");
-    assert!(
-        dropped[0].get("payload").is_none(),
-        "payloads are logged only with --log-payloads"
-    );
+    assert!(dropped[0].get("payload").is_none(), "payloads are logged only with --log-payloads");
 }
 
 #[test]
@@ -316,19 +281,12 @@ match = { type = "invocationresult", function_id = "harness::turn", "result.sess
     let log = temp_path("drop-down.jsonl");
     through_proxy(
         "drop_one_down",
-        &[
-            "--rules",
-            rules.to_str().unwrap(),
-            "--log",
-            log.to_str().unwrap(),
-            "--log-payloads",
-        ],
+        &["--rules", rules.to_str().unwrap(), "--log", log.to_str().unwrap(), "--log-payloads"],
     );
     let lines = read_log(&log, "\"event\":\"end\"");
     let dropped: Vec<_> = lines.iter().filter(|l| l["action"] == "drop").collect();
     assert_eq!(dropped.len(), 1, "{dropped:#?}");
-    let payload: serde_json::Value =
-        serde_json::from_str(dropped[0]["payload"].as_str().unwrap()).unwrap();
+    let payload: serde_json::Value = serde_json::from_str(dropped[0]["payload"].as_str().unwrap()).unwrap();
     assert_eq!(payload["id"], 17);
 }
 
@@ -336,46 +294,25 @@ match = { type = "invocationresult", function_id = "harness::turn", "result.sess
 fn duplicates_and_delays_keep_order() {
     through_proxy(
         "duplicate_and_delay",
-        &[
-            "--rule",
-            "duplicate once up text=dup",
-            "--rule",
-            "delay=300 once up text=slow",
-        ],
+        &["--rule", "duplicate once up text=dup", "--rule", "delay=300 once up text=slow"],
     );
 }
 
 #[test]
 fn a_close_rule_closes_both_peers_with_its_code() {
-    through_proxy(
-        "rule_close",
-        &["--rule", "close=4100:cut_by_rule once up type=cut"],
-    );
+    through_proxy("rule_close", &["--rule", "close=4100:cut_by_rule once up type=cut"]);
 }
 
 /// One HTTP/1.1 request to the admin endpoint; returns status and body.
 fn admin(addr: &str, method: &str, path: &str, body: &str) -> (u16, String) {
     let mut stream = TcpStream::connect(addr).expect("connect to the admin endpoint");
     stream.set_read_timeout(Some(STARTUP_TIMEOUT)).unwrap();
-    write!(
-        stream,
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
+    write!(stream, "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: {}\r\n\r\n{body}", body.len()).unwrap();
     let mut response = String::new();
-    stream
-        .read_to_string(&mut response)
-        .expect("read the admin response");
-    let status = response
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("bad response {response:?}"));
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
+    stream.read_to_string(&mut response).expect("read the admin response");
+    let status =
+        response.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("bad response {response:?}"));
+    let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
     (status, body)
 }
 
@@ -384,14 +321,7 @@ fn the_admin_api_adds_lists_and_removes_rules() {
     let (_server, port) = start_server();
     let proxy = start_proxy(
         &format!("ws://127.0.0.1:{port}"),
-        &[
-            "--admin",
-            "127.0.0.1:0",
-            "--name",
-            "bus",
-            "--rule",
-            "delay=1 always binary",
-        ],
+        &["--admin", "127.0.0.1:0", "--name", "bus", "--rule", "delay=1 always binary"],
     );
     let admin_addr = proxy.admin.clone().unwrap();
     let url = format!("ws://{}", proxy.addr);
@@ -413,23 +343,13 @@ fn the_admin_api_adds_lists_and_removes_rules() {
     // Used up: the same frame now passes.
     run_client(&url, "passes_all");
 
-    let (status, body) = admin(
-        &admin_addr,
-        "POST",
-        "/proxies/bus/toxics",
-        "drop always up type=admin",
-    );
+    let (status, body) = admin(&admin_addr, "POST", "/proxies/bus/toxics", "drop always up type=admin");
     assert_eq!(status, 200, "{body}");
     let (status, _) = admin(&admin_addr, "DELETE", "/proxies/bus/toxics/cut", "");
     assert_eq!(status, 204);
     let (status, _) = admin(&admin_addr, "DELETE", "/proxies/bus/toxics/cut", "");
     assert_eq!(status, 404);
-    let (status, body) = admin(
-        &admin_addr,
-        "POST",
-        "/proxies/bus/toxics",
-        r#"{"action": "drop", "cuont": 1}"#,
-    );
+    let (status, body) = admin(&admin_addr, "POST", "/proxies/bus/toxics", r#"{"action": "drop", "cuont": 1}"#);
     assert_eq!(status, 400);
     assert!(body.contains("cuont"), "{body}");
     let (status, body) = admin(&admin_addr, "GET", "/proxies/other/toxics", "");
@@ -449,10 +369,7 @@ fn proxy_exit(args: &[&str]) -> (i32, String) {
         .stdin(Stdio::null())
         .output()
         .expect("run the proxy binary");
-    (
-        output.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
+    (output.status.code().unwrap_or(-1), String::from_utf8_lossy(&output.stderr).into_owned())
 }
 
 #[test]
@@ -460,10 +377,7 @@ fn bad_input_exits_2_with_a_clear_error() {
     let up = ["--upstream", "ws://127.0.0.1:9"];
     let (code, err) = proxy_exit(&[&up[..], &["--rule", "drop sideways"]].concat());
     assert_eq!(code, 2, "{err}");
-    assert!(
-        err.contains("rule `drop sideways`") && err.contains("unexpected word `sideways`"),
-        "{err}"
-    );
+    assert!(err.contains("rule `drop sideways`") && err.contains("unexpected word `sideways`"), "{err}");
 
     let rules = temp_path("bad.toml");
     std::fs::write(&rules, "[[rule]]\naction = \"drop\"\ncount = \"twice\"\n").unwrap();

@@ -47,11 +47,7 @@ impl ProxyEnv for FakeEnv {
         self.now_us.get()
     }
     fn sleep(&self, ms: u64) -> Pin<Box<dyn Future<Output = ()> + '_>> {
-        Box::pin(FakeSleep {
-            env: self,
-            polls: ms.max(1),
-            ms,
-        })
+        Box::pin(FakeSleep { env: self, polls: ms.max(1), ms })
     }
     fn record(&self, r: &FrameRecord<'_>) {
         self.records.borrow_mut().push(format!(
@@ -69,22 +65,17 @@ impl ProxyEnv for FakeEnv {
 /// One client sends `count` JSON frames through the proxy to an echo server and closes.
 /// Returns what the client got back, the relay's end and the frame record.
 fn run(seed: u64, rules: &[&str], count: usize) -> (Vec<String>, RelayEnd, Vec<String>) {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .build()
-        .expect("a runtime without timers");
+    let runtime = tokio::runtime::Builder::new_current_thread().build().expect("a runtime without timers");
     let local = tokio::task::LocalSet::new();
     local.block_on(&runtime, async move {
-        let rules =
-            RuleSet::with_rules(seed, rules.iter().map(|r| Rule::parse(r).unwrap())).unwrap();
+        let rules = RuleSet::with_rules(seed, rules.iter().map(|r| Rule::parse(r).unwrap())).unwrap();
         let rules = Rc::new(RefCell::new(rules));
         let env = FakeEnv::default();
         let (client_end, proxy_client_side) = duplex(64 * 1024);
         let (proxy_upstream_side, server_end) = duplex(64 * 1024);
 
         let server = tokio::task::spawn_local(async move {
-            let mut ws = tokio_tungstenite::accept_async(server_end)
-                .await
-                .expect("server handshake");
+            let mut ws = tokio_tungstenite::accept_async(server_end).await.expect("server handshake");
             while let Some(Ok(message)) = ws.next().await {
                 if (message.is_text() || message.is_binary()) && ws.send(message).await.is_err() {
                     break;
@@ -92,9 +83,8 @@ fn run(seed: u64, rules: &[&str], count: usize) -> (Vec<String>, RelayEnd, Vec<S
             }
         });
         let client = tokio::task::spawn_local(async move {
-            let (mut ws, _) = tokio_tungstenite::client_async("ws://proxy/bus?s=1", client_end)
-                .await
-                .expect("client handshake");
+            let (mut ws, _) =
+                tokio_tungstenite::client_async("ws://proxy/bus?s=1", client_end).await.expect("client handshake");
             for i in 0..count {
                 let frame = serde_json::json!({"type": "msg", "i": i}).to_string();
                 ws.send(Message::text(frame)).await.unwrap();
@@ -122,15 +112,10 @@ fn run(seed: u64, rules: &[&str], count: usize) -> (Vec<String>, RelayEnd, Vec<S
             let stream = upstream_side.take().expect("one upstream connection");
             async move { Ok(stream) }
         };
-        let (client_ws, upstream_ws, hello) = handshake(
-            proxy_client_side,
-            &url,
-            [7; 16],
-            WebSocketConfig::default(),
-            connect,
-        )
-        .await
-        .expect("both handshakes");
+        let (client_ws, upstream_ws, hello) =
+            handshake(proxy_client_side, &url, [7; 16], WebSocketConfig::default(), connect)
+                .await
+                .expect("both handshakes");
         assert_eq!(hello.path, "/bus?s=1");
         let end = relay(client_ws, upstream_ws, rules, 1, &env).await;
         let got = client.await.unwrap();
@@ -152,38 +137,21 @@ fn relay_runs_without_tokio_time_and_reports_a_clean_close() {
             reason: String::new()
         }
     );
-    assert!(
-        records.iter().any(|r| r.contains("up close forward")),
-        "{records:#?}"
-    );
+    assert!(records.iter().any(|r| r.contains("up close forward")), "{records:#?}");
 }
 
 #[test]
 fn same_seed_same_record() {
-    let rules = [
-        "drop always up p=0.5 type=msg",
-        "delay=7 once down",
-        "duplicate times=2 down type=msg",
-    ];
+    let rules = ["drop always up p=0.5 type=msg", "delay=7 once down", "duplicate times=2 down type=msg"];
     let first = run(42, &rules, 60);
     let again = run(42, &rules, 60);
-    assert_eq!(
-        first.2, again.2,
-        "the frame record differs between two runs with one seed"
-    );
+    assert_eq!(first.2, again.2, "the frame record differs between two runs with one seed");
     assert_eq!(first.0, again.0);
     let other = run(43, &rules, 60);
     assert_ne!(first.2, other.2, "a different seed should draw differently");
     let dropped = first.2.iter().filter(|r| r.contains(" drop ")).count();
-    assert!(
-        (15..45).contains(&dropped),
-        "{dropped} of 60 dropped at p=0.5"
-    );
+    assert!((15..45).contains(&dropped), "{dropped} of 60 dropped at p=0.5");
     // Dropped frames never come back; two echoes were duplicated; the delay moved the clock.
     assert_eq!(first.0.len(), 60 - dropped + 1 + 2);
-    assert!(
-        first.2.iter().any(|r| r.starts_with("7000 ")),
-        "{:#?}",
-        first.2
-    );
+    assert!(first.2.iter().any(|r| r.starts_with("7000 ")), "{:#?}", first.2);
 }

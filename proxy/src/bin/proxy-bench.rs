@@ -20,28 +20,17 @@ struct Options {
 }
 
 fn options() -> Result<Options, String> {
-    let mut options = Options {
-        frames: 20_000,
-        latency_frames: 5_000,
-        size: 1024,
-        rounds: 3,
-    };
+    let mut options = Options { frames: 20_000, latency_frames: 5_000, size: 1024, rounds: 3 };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         let value = args.next().ok_or_else(|| format!("{flag} needs a value"))?;
-        let value: usize = value
-            .parse()
-            .map_err(|_| format!("{flag}: `{value}` is not a positive integer"))?;
+        let value: usize = value.parse().map_err(|_| format!("{flag}: `{value}` is not a positive integer"))?;
         let slot = match flag.as_str() {
             "--frames" => &mut options.frames,
             "--latency-frames" => &mut options.latency_frames,
             "--size" => &mut options.size,
             "--rounds" => &mut options.rounds,
-            _ => {
-                return Err(format!(
-                    "unknown flag {flag}; expected --frames, --latency-frames, --size, --rounds"
-                ))
-            }
+            _ => return Err(format!("unknown flag {flag}; expected --frames, --latency-frames, --size, --rounds")),
         };
         // Bounded so a typo cannot make a run take hours.
         if value == 0 || value > 10_000_000 {
@@ -61,10 +50,7 @@ where
     let thread = std::thread::Builder::new().name(name.to_string());
     thread
         .spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("a runtime");
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
             tokio::task::LocalSet::new().block_on(&runtime, serve());
         })
         .expect("spawn a thread");
@@ -108,9 +94,8 @@ async fn echo_server(listener: TcpListener) {
 async fn connect(addr: SocketAddr) -> tokio_tungstenite::WebSocketStream<TcpStream> {
     let stream = TcpStream::connect(addr).await.expect("connect");
     stream.set_nodelay(true).expect("nodelay");
-    let (ws, _) = tokio_tungstenite::client_async(format!("ws://{addr}/bench"), stream)
-        .await
-        .expect("client handshake");
+    let (ws, _) =
+        tokio_tungstenite::client_async(format!("ws://{addr}/bench"), stream).await.expect("client handshake");
     ws
 }
 
@@ -136,12 +121,9 @@ async fn throughput(addr: SocketAddr, frames: usize, payload: &str) -> f64 {
             }
         }
     };
-    tokio::time::timeout(
-        Duration::from_secs(120),
-        futures_util::future::join(send, receive),
-    )
-    .await
-    .expect("throughput run finished within 120 s");
+    tokio::time::timeout(Duration::from_secs(120), futures_util::future::join(send, receive))
+        .await
+        .expect("throughput run finished within 120 s");
     let elapsed = start.elapsed();
     let _ = tx.close().await;
     frames as f64 / elapsed.as_secs_f64()
@@ -166,9 +148,7 @@ async fn latencies(addr: SocketAddr, frames: usize, payload: &str) -> Vec<f64> {
             samples.push(start.elapsed().as_nanos() as f64 / 1000.0);
         }
     };
-    tokio::time::timeout(Duration::from_secs(120), run)
-        .await
-        .expect("latency run finished within 120 s");
+    tokio::time::timeout(Duration::from_secs(120), run).await.expect("latency run finished within 120 s");
     let _ = ws.close(None).await;
     samples.sort_by(f64::total_cmp);
     samples
@@ -189,12 +169,8 @@ fn main() {
     };
     let (echo_tx, echo_rx) = std::sync::mpsc::channel();
     spawn_runtime("echo", move || async move {
-        let listener = TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind the echo server");
-        echo_tx
-            .send(listener.local_addr().expect("echo address"))
-            .expect("report");
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind the echo server");
+        echo_tx.send(listener.local_addr().expect("echo address")).expect("report");
         echo_server(listener).await;
     });
     let echo = echo_rx.recv().expect("echo server started");
@@ -213,10 +189,7 @@ fn main() {
     });
     let through = proxy_rx.recv().expect("proxy started");
 
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a runtime");
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
     let payload = "x".repeat(options.size);
     let (mut best_direct, mut best_proxy) = (0f64, 0f64);
     let (mut lat_direct, mut lat_proxy): (Option<Vec<f64>>, Option<Vec<f64>>) = (None, None);
@@ -230,42 +203,24 @@ fn main() {
             let direct = latencies(echo, options.latency_frames, &payload).await;
             let proxied = latencies(through, options.latency_frames, &payload).await;
             // The round with the lowest p50 stands for each path.
-            if lat_direct
-                .as_ref()
-                .is_none_or(|l| percentile(&direct, 0.5) < percentile(l, 0.5))
-            {
+            if lat_direct.as_ref().is_none_or(|l| percentile(&direct, 0.5) < percentile(l, 0.5)) {
                 lat_direct = Some(direct);
             }
-            if lat_proxy
-                .as_ref()
-                .is_none_or(|l| percentile(&proxied, 0.5) < percentile(l, 0.5))
-            {
+            if lat_proxy.as_ref().is_none_or(|l| percentile(&proxied, 0.5) < percentile(l, 0.5)) {
                 lat_proxy = Some(proxied);
             }
         }
     });
-    let (direct, proxied) = (
-        lat_direct.unwrap_or_default(),
-        lat_proxy.unwrap_or_default(),
-    );
+    let (direct, proxied) = (lat_direct.unwrap_or_default(), lat_proxy.unwrap_or_default());
     let (d50, d99) = (percentile(&direct, 0.5), percentile(&direct, 0.99));
     let (p50, p99) = (percentile(&proxied, 0.5), percentile(&proxied, 0.99));
     println!(
         "{} B text frames over loopback; throughput: {} frames pipelined, best of {} rounds; latency: {} round trips, one in flight",
         options.size, options.frames, options.rounds, options.latency_frames
     );
-    println!(
-        "{:<10} {:>14} {:>12} {:>12}",
-        "path", "frames/s", "rtt p50 µs", "rtt p99 µs"
-    );
-    println!(
-        "{:<10} {:>14.0} {:>12.1} {:>12.1}",
-        "direct", best_direct, d50, d99
-    );
-    println!(
-        "{:<10} {:>14.0} {:>12.1} {:>12.1}",
-        "proxy", best_proxy, p50, p99
-    );
+    println!("{:<10} {:>14} {:>12} {:>12}", "path", "frames/s", "rtt p50 µs", "rtt p99 µs");
+    println!("{:<10} {:>14.0} {:>12.1} {:>12.1}", "direct", best_direct, d50, d99);
+    println!("{:<10} {:>14.0} {:>12.1} {:>12.1}", "proxy", best_proxy, p50, p99);
     println!(
         "proxy throughput {:.1}% of direct (target >= 80%); added latency p50 {:.1} µs, p99 {:.1} µs (target p99 <= 200 µs)",
         100.0 * best_proxy / best_direct,
