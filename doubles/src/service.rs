@@ -67,6 +67,8 @@ pub struct EffectRecord {
     pub action_id: String,
     pub idempotency_key: Option<String>,
     pub fencing_token: Option<u64>,
+    /// The ownership domain the token was issued for (`scope/key` of the lease).
+    pub fencing_domain: Option<String>,
     /// Whether the effect happened (a new object exists) because of this request.
     pub accepted: bool,
     /// Why: `created`, `duplicate key`, `stale token`, ...

@@ -122,6 +122,7 @@ impl TicketService {
                 action_id: action_id.into(),
                 idempotency_key: key.map(Into::into),
                 fencing_token: fencing.map(|(_, token)| token),
+                fencing_domain: fencing.map(|(domain, _)| domain.to_string()),
                 accepted,
                 reason: reason.into(),
             }))
@@ -287,6 +288,7 @@ mod tests {
                 action_id: "a1".into(),
                 idempotency_key: Some("k1".into()),
                 fencing_token: None,
+                fencing_domain: None,
                 accepted: true,
                 reason: "created".into(),
             }
@@ -380,6 +382,7 @@ mod tests {
                 action_id: "a2".into(),
                 idempotency_key: Some("k2".into()),
                 fencing_token: Some(17),
+                fencing_domain: Some("s/1".into()),
                 accepted: false,
                 reason: "stale token".into(),
             }

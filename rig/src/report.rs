@@ -33,6 +33,26 @@ pub fn human(outcome: &RunOutcome) -> String {
             line.push_str(" (expected)");
         }
     }
+    let unresolved: Vec<String> = outcome
+        .unresolved()
+        .map(|a| {
+            format!(
+                "{} {}/{} owner={}{}",
+                a.class,
+                a.session_id,
+                a.action_id,
+                a.owner,
+                a.reason.as_ref().map_or(String::new(), |r| format!(" ({r})"))
+            )
+        })
+        .collect();
+    if !outcome.actions.is_empty() {
+        let complete = outcome.actions.len() - unresolved.len();
+        let _ = write!(line, "\n    actions: {complete} complete, {} unresolved", unresolved.len());
+        for action in &unresolved {
+            let _ = write!(line, "\n      {action}");
+        }
+    }
     if outcome.passed {
         return line;
     }
@@ -64,6 +84,8 @@ pub fn json_line(outcome: &RunOutcome) -> Value {
         "violation_details": outcome.violations,
         "expected_violations": outcome.expected_violations.iter().map(|o| o.name()).collect::<Vec<_>>(),
         "failures": outcome.failures,
+        "actions": outcome.actions,
+        "unresolved": outcome.unresolved().collect::<Vec<_>>(),
         "repro": outcome.repro(),
     })
 }
@@ -92,7 +114,7 @@ pub fn render_event(event: &Event) -> String {
         EventKind::Commit { scope, key, value, version } => {
             format!("commit {scope}/{key} v{version} {}", shorten(value))
         }
-        EventKind::Effect { effect, action, idempotency_key, token, accepted, reason } => format!(
+        EventKind::Effect { effect, action, idempotency_key, token, accepted, reason, .. } => format!(
             "effect {effect} action={action} key={} token={} {} ({reason})",
             idempotency_key.as_deref().unwrap_or("-"),
             token.map_or_else(|| "-".to_string(), |t| t.to_string()),
@@ -133,6 +155,17 @@ pub fn snapshot_section(outcome: &RunOutcome) -> String {
     }
     let _ = writeln!(text, "sim_ms: {}", outcome.sim_ms);
     let _ = writeln!(text, "effects: {}", json!(outcome.effects));
+    if !outcome.actions.is_empty() {
+        let _ = writeln!(text, "actions:");
+        for action in &outcome.actions {
+            let reason = action.reason.as_ref().map_or(String::new(), |r| format!(" ({r})"));
+            let _ = writeln!(
+                text,
+                "  {} {}/{} {} owner={}{reason}",
+                action.class, action.session_id, action.action_id, action.tool, action.owner
+            );
+        }
+    }
     let _ = writeln!(text, "rpc:");
     for (name, result) in &outcome.rpc {
         let _ = writeln!(text, "  {name}: {result}");

@@ -38,7 +38,57 @@ pub struct RunOutcome {
     pub failures: Vec<String>,
     pub rpc: BTreeMap<String, Value>,
     pub state: Vec<(String, String, Value)>,
+    /// Every recorded action at the end of the run: complete, resumable or held, with owners.
+    pub actions: Vec<ActionStatus>,
     pub trace: Trace,
+}
+
+/// Where one action stands at the end of a run, as the person approving a switch needs it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ActionStatus {
+    pub session_id: String,
+    pub action_id: String,
+    pub tool: String,
+    /// `complete`, `resumable` (not yet done, safe to continue) or `held` (needs a person).
+    pub class: String,
+    pub owner: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+impl RunOutcome {
+    /// The actions that are not complete.
+    pub fn unresolved(&self) -> impl Iterator<Item = &ActionStatus> {
+        self.actions.iter().filter(|a| a.class != "complete")
+    }
+}
+
+/// Reads every action from the final turn records; the owner is the session's lease holder
+/// when there is one, else the worker that recorded the action.
+fn action_statuses(store: &doubles::StateStore) -> Vec<ActionStatus> {
+    let mut statuses = Vec::new();
+    for (scope, session_id, record) in store.records() {
+        if scope != crate::oracle::TURN_SCOPE {
+            continue;
+        }
+        let holder = store.lease(crate::harness::OWNER_SCOPE, session_id).map(|lease| lease.owner.clone());
+        let report = crate::harness::classify(record, holder.as_deref().unwrap_or(""));
+        for class in ["complete", "resumable", "held"] {
+            for line in report[class].as_array().into_iter().flatten() {
+                let recorded_by =
+                    record["calls"][line["action_id"].as_str().unwrap_or("")]["owner"].as_str().unwrap_or("");
+                statuses.push(ActionStatus {
+                    session_id: session_id.to_string(),
+                    action_id: line["action_id"].as_str().unwrap_or("").to_string(),
+                    tool: line["tool"].as_str().unwrap_or("").to_string(),
+                    class: class.to_string(),
+                    owner: holder.clone().unwrap_or_else(|| recorded_by.to_string()),
+                    reason: line["reason"].as_str().map(str::to_string),
+                });
+            }
+        }
+    }
+    statuses
 }
 
 impl RunOutcome {
@@ -93,6 +143,7 @@ pub fn run(scenario: &Scenario, run: &PolicyRun, seed: u64) -> RunOutcome {
         &Observed { rpc: &rpc, store: &store, events: trace.events(), effects: &effects },
     ));
     let state = store.records().map(|(s, k, v)| (s.to_string(), k.to_string(), v.clone())).collect();
+    let actions = action_statuses(&store);
     RunOutcome {
         scenario: scenario.path.display().to_string(),
         policy: run.policy,
@@ -108,6 +159,7 @@ pub fn run(scenario: &Scenario, run: &PolicyRun, seed: u64) -> RunOutcome {
         failures,
         rpc,
         state,
+        actions,
         trace,
     }
 }
@@ -134,7 +186,13 @@ fn seeded_world(scenario: &Scenario, seed: u64) -> Rc<World> {
         session.seed_message(session_id, message.clone());
     }
     let model = ScriptedModel::new(setup.model.iter().cloned());
-    World::new(seed, CutTable::new(scenario.cuts.iter().cloned()), store, session, model)
+    let tickets = setup.tickets.clone().map(doubles::TicketService::new);
+    World::new(
+        seed,
+        CutTable::new(scenario.cuts.iter().cloned()),
+        (store, session, model, tickets),
+        scenario.interrupts.clone(),
+    )
 }
 
 fn add_hosts(runner: &mut Runner, scenario: &Scenario, policy: Policy) {
@@ -175,52 +233,62 @@ fn add_hosts(runner: &mut Runner, scenario: &Scenario, policy: Policy) {
             hosts::worker(Rc::clone(&world), engine, queue::HOST.into(), functions, worker, bus)
         });
     }
-    let (config, engine) = (scenario.world.harness.clone(), engine_for("harness"));
-    runner.host("harness", move || {
-        // A fresh harness on every start: whatever it held in memory died with the crash.
-        let note_world = Rc::clone(&world);
-        let env = HarnessEnv {
-            host: "harness".into(),
-            clock: Rc::clone(&world.clock),
-            rng: world.stream("harness"),
-            config: config.clone(),
-            note: Rc::new(move |what, detail| note_world.note_event("harness", what, detail)),
-        };
-        let harness = ReferenceHarness::new(policy, env);
-        let functions = harness.functions();
-        hosts::worker(
-            Rc::clone(&world),
-            engine,
-            "harness".into(),
-            functions,
-            harness,
-            Bus::new(Rc::clone(&world.clock)),
-        )
-    });
+    for worker in harness_workers(scenario) {
+        let (world, config, engine) = (Rc::clone(&world), scenario.world.harness.clone(), engine_for(worker));
+        runner.host(worker, move || {
+            // A fresh harness on every start: whatever it held in memory died with the crash.
+            let harness = ReferenceHarness::new(policy, harness_env(&world, worker, &config));
+            let functions = harness.functions();
+            hosts::worker(
+                Rc::clone(&world),
+                engine,
+                worker.into(),
+                functions,
+                harness,
+                Bus::new(Rc::clone(&world.clock)),
+            )
+        });
+    }
     runner.add_driver();
 }
 
-/// Every function the world registers before the script may start.
-fn expected_functions(world: &World, has_queue: bool) -> BTreeSet<String> {
-    let mut functions: BTreeSet<String> = world
-        .services()
-        .iter()
-        .flat_map(|(_, d)| d.borrow().functions().iter().map(|f| f.to_string()).collect::<Vec<_>>())
-        .collect();
-    functions.insert("harness::turn".into());
-    if has_queue {
-        functions.extend(queue::FUNCTIONS.iter().map(|f| f.to_string()));
-    }
-    functions
+/// The harness workers of a scenario's world.
+fn harness_workers(scenario: &Scenario) -> Vec<&'static str> {
+    crate::scenario::HARNESS_WORKERS.into_iter().filter(|w| *w == "harness" || scenario.world.replacement).collect()
 }
 
-fn world_is_up(runner: &Runner, expected: &BTreeSet<String>) -> bool {
-    if !runner.driver_connected() {
-        return false;
+fn harness_env(world: &Rc<World>, worker: &'static str, config: &crate::harness::HarnessConfig) -> HarnessEnv {
+    let note_world = Rc::clone(world);
+    HarnessEnv {
+        host: worker.into(),
+        clock: Rc::clone(&world.clock),
+        rng: world.stream(worker),
+        config: config.clone(),
+        note: Rc::new(move |what, detail| note_world.note_event(worker, what, detail)),
+        process: Rc::clone(world) as Rc<dyn crate::harness::ProcessControl>,
     }
+}
+
+/// The functions each worker host registers.
+fn functions_by_host(world: &World, scenario: &Scenario) -> BTreeMap<String, BTreeSet<String>> {
+    let mut hosts: BTreeMap<String, BTreeSet<String>> = world
+        .services()
+        .iter()
+        .map(|(host, double)| (host.to_string(), double.borrow().functions().iter().map(|f| f.to_string()).collect()))
+        .collect();
+    for worker in harness_workers(scenario) {
+        hosts.insert(worker.into(), ["turn", "export", "import"].map(|name| format!("{worker}::{name}")).into());
+    }
+    if !scenario.world.queues.is_empty() {
+        hosts.insert(queue::HOST.into(), queue::FUNCTIONS.iter().map(|f| f.to_string()).collect());
+    }
+    hosts
+}
+
+/// Whether every function in `expected` was registered at the engine since trace position `since`.
+fn registered_since(runner: &Runner, since: usize, expected: &BTreeSet<String>) -> bool {
     let trace = runner.world.trace();
-    let registered: BTreeSet<&str> = trace
-        .events()
+    let registered: BTreeSet<&str> = trace.events()[since.min(trace.events().len())..]
         .iter()
         .filter_map(|e| match &e.kind {
             EventKind::Frame { frame: "registerfunction", direction: "in", function_id, .. } => function_id.as_deref(),
@@ -233,13 +301,16 @@ fn world_is_up(runner: &Runner, expected: &BTreeSet<String>) -> bool {
 /// Runs the script, heals every fault, and lets the world settle. Returns when it healed and
 /// whether it settled into quiescence (rather than running into the liveness bound).
 fn execute(runner: &mut Runner, scenario: &Scenario, failures: &mut Vec<String>) -> Result<(u64, bool), Stop> {
-    let expected = expected_functions(&runner.world, !scenario.world.queues.is_empty());
-    if runner.run_until(Some(READY_MS_MAX), |r| world_is_up(r, &expected))? != WaitEnd::Met {
+    let by_host = functions_by_host(&runner.world, scenario);
+    let everything: BTreeSet<String> = by_host.values().flatten().cloned().collect();
+    if runner.run_until(Some(READY_MS_MAX), |r| r.driver_connected() && registered_since(r, 0, &everything))?
+        != WaitEnd::Met
+    {
         failures.push(format!("the world did not come up within {READY_MS_MAX} ms"));
         return Ok((runner.now_ms(), false));
     }
     for (index, step) in scenario.steps.iter().enumerate() {
-        if let Some(failure) = execute_step(runner, step)? {
+        if let Some(failure) = execute_step(runner, step, &by_host)? {
             failures.push(format!("step {}: {failure}", index + 1));
             break;
         }
@@ -257,7 +328,11 @@ fn wait_for_rpc(runner: &mut Runner, name: &str, within_ms: u64) -> Result<Optio
 }
 
 /// Runs one step; `Some(reason)` when the step itself could not complete.
-fn execute_step(runner: &mut Runner, step: &Step) -> Result<Option<String>, Stop> {
+fn execute_step(
+    runner: &mut Runner,
+    step: &Step,
+    by_host: &BTreeMap<String, BTreeSet<String>>,
+) -> Result<Option<String>, Stop> {
     match step {
         Step::Invoke { call, detach } => {
             runner.invoke(call.clone());
@@ -299,12 +374,31 @@ fn execute_step(runner: &mut Runner, step: &Step) -> Result<Option<String>, Stop
             );
         }
         Step::Crash(host) => runner.crash(host),
-        Step::Restart(host) => runner.restart(host),
+        Step::Restart(host) => {
+            // Back means registered again: a restarted engine waits for every worker, a worker
+            // for its own functions.
+            let since = runner.world.trace().events().len();
+            runner.restart(host);
+            let expected = match by_host.get(host) {
+                Some(functions) => functions.clone(),
+                None if host == crate::sim::hosts::ENGINE_HOST => by_host.values().flatten().cloned().collect(),
+                None => BTreeSet::new(),
+            };
+            let deadline = runner.now_ms() + READY_MS_MAX;
+            if runner.run_until(Some(deadline), |r| registered_since(r, since, &expected))? != WaitEnd::Met {
+                return Ok(Some(format!("`{host}` did not come back within {READY_MS_MAX} ms of its restart")));
+            }
+        }
         Step::Partition(a, b) => runner.partition(a, b),
         Step::Repair(a, b) => runner.repair(a, b),
         Step::Hold(a, b) => runner.hold(a, b),
         Step::Release(a, b) => runner.release(a, b),
         Step::Heal => runner.heal(),
+        Step::Pause { host, ms } => {
+            use crate::harness::ProcessControl;
+            let until = runner.now_ms() + ms;
+            runner.world.pause(host, until);
+        }
     }
     Ok(None)
 }

@@ -44,6 +44,8 @@ pub enum EventKind {
         idempotency_key: Option<String>,
         #[serde(skip_serializing_if = "Option::is_none")]
         token: Option<u64>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        domain: Option<String>,
         accepted: bool,
         reason: String,
     },

@@ -4,6 +4,8 @@
 //! every (re)start of its host, hands it a [`HarnessEnv`], and drives it only through the bus,
 //! so another harness implementation can be driven by the same scenario files.
 
+mod actions;
+mod ownership;
 mod reference;
 
 use crate::bus::Provider;
@@ -13,7 +15,31 @@ use serde_json::Value;
 use std::cell::RefCell;
 use std::rc::Rc;
 
+pub use actions::classify;
+pub use ownership::OWNER_SCOPE;
 pub use reference::{Policy, ReferenceHarness};
+
+/// What the rig does to a worker that reaches a named interruption point.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Interrupt {
+    /// Stop right there and never go on (the scenario then crashes or abandons the worker).
+    Freeze,
+    /// Stop the whole worker for `ms` milliseconds (its lease renewals too), then go on.
+    Pause { ms: u64 },
+}
+
+/// The rig's hold over a worker's process: interruptions at named points and pauses.
+///
+/// Named points: `before_submission` (intent recorded, request not sent),
+/// `after_acceptance` (the service answered, the outcome not yet recorded) and
+/// `after_completion` (the outcome recorded).
+pub trait ProcessControl {
+    /// What happens to `worker` at `point` this time, if anything.
+    fn interrupt(&self, worker: &str, point: &str) -> Option<Interrupt>;
+    /// Until when `worker` is paused, if it is.
+    fn paused_until(&self, worker: &str) -> Option<u64>;
+    fn pause(&self, worker: &str, until_ms: u64);
+}
 
 /// A harness worker on the bus.
 pub trait Harness: Provider {
@@ -34,6 +60,7 @@ pub struct HarnessEnv {
     pub config: HarnessConfig,
     /// Where the harness reports its decisions; they go into the trace as notes.
     pub note: NoteSink,
+    pub process: Rc<dyn ProcessControl>,
 }
 
 /// The harness's timeouts and limits, as a scenario's `[world]` sets them.
@@ -49,6 +76,13 @@ pub struct HarnessConfig {
     /// Terminalisation retries after an unconfirmed finalisation (reference policy).
     pub terminalize_attempts: u32,
     pub terminalize_backoff_ms: u64,
+    /// Time to live of a session's ownership lease; 0 runs without ownership.
+    pub lease_ttl_ms: u64,
+    /// Deadline of an effect request.
+    pub tool_timeout_ms: u64,
+    /// What the ticket service guarantees, as documented to the harness: it decides how far a
+    /// negative reconciliation can be trusted.
+    pub tickets: doubles::TicketConfig,
 }
 
 impl Default for HarnessConfig {
@@ -60,6 +94,9 @@ impl Default for HarnessConfig {
             turn_queue: "harness-turn".into(),
             terminalize_attempts: 8,
             terminalize_backoff_ms: 100,
+            lease_ttl_ms: 0,
+            tool_timeout_ms: 30_000,
+            tickets: doubles::TicketConfig::default(),
         }
     }
 }

@@ -15,7 +15,13 @@
 //! - `unguarded`: reference finalisation without the stale-turn guard: it trusts every
 //!   delivery and marks the delivered turn running at the delivered step before running it,
 //!   so a redelivered old turn is resurrected over its successor.
+//!
+//! And three known-bad recovery policies for a harness switch (reference behaviour otherwise):
+//! - `replay-unfinished`: on import, sends every unfinished action again as it is, blindly;
+//! - `fresh-key`: on import, mints a new idempotency key for every unfinished action;
+//! - `no-fencing`: holds leases but attaches no fencing token to writes or effects.
 
+use super::ownership::HeldLease;
 use super::{Harness, HarnessEnv};
 use crate::bus::{Action, Answer, Bus, ErrorBody, Invocation, InvokeError, Provider};
 use crate::sim::streams::uuid;
@@ -27,7 +33,6 @@ use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
 
-const TURN: &str = "harness::turn";
 const TURN_SCOPE: &str = "harness_turn";
 const QUEUE_SCOPE: &str = "harness_queue";
 const TERMINAL: [&str; 3] = ["completed", "failed", "cancelled"];
@@ -40,10 +45,21 @@ pub enum Policy {
     Propagate,
     Reference,
     Unguarded,
+    ReplayUnfinished,
+    FreshKey,
+    NoFencing,
 }
 
 impl Policy {
-    pub const ALL: [Policy; 4] = [Policy::Swallow, Policy::Propagate, Policy::Reference, Policy::Unguarded];
+    pub const ALL: [Policy; 7] = [
+        Policy::Swallow,
+        Policy::Propagate,
+        Policy::Reference,
+        Policy::Unguarded,
+        Policy::ReplayUnfinished,
+        Policy::FreshKey,
+        Policy::NoFencing,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -51,12 +67,15 @@ impl Policy {
             Policy::Propagate => "propagate",
             Policy::Reference => "reference",
             Policy::Unguarded => "unguarded",
+            Policy::ReplayUnfinished => "replay-unfinished",
+            Policy::FreshKey => "fresh-key",
+            Policy::NoFencing => "no-fencing",
         }
     }
 
     /// Whether failed finalisation is confirmed, retried and surfaced (the reference behaviour).
     fn recovers(self) -> bool {
-        matches!(self, Policy::Reference | Policy::Unguarded)
+        !matches!(self, Policy::Swallow | Policy::Propagate)
     }
 
     pub fn from_name(name: &str) -> Option<Self> {
@@ -87,9 +106,20 @@ enum Intent {
 
 /// A step of the turn that failed, and how.
 #[derive(Debug, Clone)]
-struct StepFailure {
-    during: &'static str,
-    error: InvokeError,
+pub(super) struct StepFailure {
+    pub during: &'static str,
+    pub error: InvokeError,
+}
+
+/// Why driving a turn stopped before it could be completed.
+#[derive(Debug, Clone)]
+pub(super) enum Stop {
+    /// A step failed: the turn is finalised as failed.
+    Failed(StepFailure),
+    /// An action's outcome cannot be established: the turn is held for a person.
+    Held { reason: String },
+    /// A newer owner holds the session: this worker must not write anything more.
+    FencedOut,
 }
 
 impl StepFailure {
@@ -100,21 +130,35 @@ impl StepFailure {
 
 /// The reference harness, started afresh on every (re)start of its host.
 pub struct ReferenceHarness {
-    policy: Policy,
-    env: HarnessEnv,
+    pub(super) policy: Policy,
+    pub(super) env: HarnessEnv,
     session_locks: RefCell<BTreeMap<String, Rc<tokio::sync::Mutex<()>>>>,
+    pub(super) leases: RefCell<BTreeMap<String, HeldLease>>,
+    /// The token last granted per session, kept after the lease is gone.
+    pub(super) tokens: RefCell<BTreeMap<String, u64>>,
 }
 
 impl ReferenceHarness {
     pub fn new(policy: Policy, env: HarnessEnv) -> Rc<Self> {
-        Rc::new(Self { policy, env, session_locks: RefCell::default() })
+        Rc::new(Self {
+            policy,
+            env,
+            session_locks: RefCell::default(),
+            leases: RefCell::default(),
+            tokens: RefCell::default(),
+        })
     }
 
-    fn note(&self, what: &str, detail: Value) {
+    pub(super) fn note(&self, what: &str, detail: Value) {
         (self.env.note)(what, detail);
     }
 
-    fn now(&self) -> u64 {
+    /// This worker's own function of the given name (`harness::turn` on host `harness`).
+    fn function(&self, name: &str) -> String {
+        format!("{}::{name}", self.env.host)
+    }
+
+    pub(super) fn now(&self) -> u64 {
         self.env.clock.now_ms()
     }
 
@@ -125,6 +169,9 @@ impl ReferenceHarness {
     async fn turn(self: &Rc<Self>, bus: &Bus, request: TurnRequest) -> Result<Value, ErrorBody> {
         let lock = self.session_lock(&request.session_id);
         let _guard = if self.policy.locks_sessions() { Some(lock.lock().await) } else { None };
+        if let Err(not_owner) = self.ensure_ownership(bus, &request.session_id).await {
+            return Ok(not_owner);
+        }
         let record = self.get_turn(bus, &request.session_id).await.map_err(|e| error_body("get_turn", &e))?;
         let record = match (self.policy, record) {
             (Policy::Unguarded, Some(record)) => Some(self.resume_as_delivered(bus, &request, record).await?),
@@ -138,10 +185,106 @@ impl ReferenceHarness {
             );
             return Ok(self.skipped(&request, "stale"));
         };
-        match self.run_step(bus, &record).await {
-            Ok(reply) => self.complete(bus, &request, record, reply).await,
-            Err(failure) => self.fail_turn(bus, &request, failure).await,
+        self.finish(bus, &request, record).await
+    }
+
+    /// Drives a current turn to its end and finalises it by how it ended.
+    async fn finish(self: &Rc<Self>, bus: &Bus, request: &TurnRequest, record: Value) -> Result<Value, ErrorBody> {
+        let result = match self.drive(bus, record).await {
+            Ok((record, reply)) => self.complete(bus, request, record, reply).await,
+            Err(Stop::Failed(failure)) => self.fail_turn(bus, request, failure).await,
+            Err(Stop::Held { reason }) => self.hold_turn(bus, request, &reason).await,
+            Err(Stop::FencedOut) => Ok(self.fenced_out(request)),
+        };
+        // The turn is over: ownership covers a turn's work, so it is handed back, unless a
+        // terminalisation is still pending (it will need the token).
+        if result.as_ref().is_ok_and(|r| r["finalized"] != json!(false)) {
+            self.release_lease(bus, &request.session_id).await;
         }
+        result
+    }
+
+    fn fenced_out(&self, request: &TurnRequest) -> Value {
+        json!({
+            "session_id": request.session_id, "turn_id": request.turn_id, "status": "fenced",
+            "skipped": true, "next_step": null, "reason": "a newer owner holds the session",
+        })
+    }
+
+    /// Holds a turn whose actions cannot be settled: durably, with its reason and what is
+    /// unresolved, so a person can decide.
+    async fn hold_turn(self: &Rc<Self>, bus: &Bus, request: &TurnRequest, reason: &str) -> Result<Value, ErrorBody> {
+        let mut record = match self.get_turn(bus, &request.session_id).await {
+            Ok(Some(record)) if is_current(&record, request) || record["status"] == json!("running") => record,
+            _ => return Ok(self.skipped(request, "not current")),
+        };
+        record["status"] = json!("held");
+        record["held_reason"] = json!(reason);
+        record["updated_at"] = json!(self.now());
+        if let Err(Stop::FencedOut) = self.write(bus, &record).await {
+            return Ok(self.fenced_out(request));
+        }
+        let actions = super::actions::classify(&record, &self.env.host);
+        self.note(
+            "turn_held",
+            json!({ "session_id": request.session_id, "turn_id": request.turn_id, "reason": reason }),
+        );
+        Ok(json!({
+            "session_id": request.session_id, "turn_id": request.turn_id, "status": "held", "skipped": false,
+            "next_step": null, "reason": reason, "actions": actions,
+        }))
+    }
+
+    /// Takes over a session exported by another harness: ownership first (a new token), then
+    /// reconciliation of every unsettled action, then the turn goes on, unless something is held.
+    async fn import(self: &Rc<Self>, bus: &Bus, data: &Value) -> Result<Value, ErrorBody> {
+        let session_id =
+            data["session_id"].as_str().ok_or_else(|| ErrorBody::new("bad_request", "missing `session_id`"))?;
+        let lock = self.session_lock(session_id);
+        let _guard = lock.lock().await;
+        if let Err(not_owner) = self.ensure_ownership(bus, session_id).await {
+            return Ok(json!({ "imported": false, "session_id": session_id, "reason": not_owner["reason"] }));
+        }
+        let mut record = match self.get_turn(bus, session_id).await {
+            Ok(Some(record)) => record,
+            Ok(None) => data["bundle"]["task"].clone(),
+            Err(error) => return Err(error_body("get_turn", &error)),
+        };
+        if record.is_null() {
+            return Err(ErrorBody::new("not_found", format!("no task for session {session_id}")));
+        }
+        let request = TurnRequest {
+            session_id: session_id.to_string(),
+            turn_id: record["turn_id"].as_str().unwrap_or_default().to_string(),
+            step: record["step"].as_u64().unwrap_or(0),
+        };
+        self.note(
+            "session_imported",
+            json!({ "session_id": session_id, "turn_id": request.turn_id, "token": self.lease_token(session_id) }),
+        );
+        if record["status"] == json!("held") {
+            // Held actions are reconciled again on every import; the turn resumes if they settle.
+            record["status"] = json!("running");
+        }
+        match self.recover(bus, &mut record).await {
+            Err(Stop::FencedOut) => return Ok(self.fenced_out(&request)),
+            Err(Stop::Failed(failure)) => return Err(error_body(failure.during, &failure.error)),
+            _ => {}
+        }
+        let actions = super::actions::classify(&record, &self.env.host);
+        if !actions["held"].as_array().is_none_or(|held| held.is_empty()) {
+            let reason =
+                format!("{} action(s) unresolved after reconciliation", actions["held"].as_array().map_or(0, Vec::len));
+            return self.hold_turn(bus, &request, &reason).await;
+        }
+        if record["status"] != json!("running") {
+            return Ok(
+                json!({ "imported": true, "session_id": session_id, "status": record["status"], "actions": actions }),
+            );
+        }
+        let mut result = self.finish(bus, &request, record).await?;
+        result["imported"] = json!(true);
+        Ok(result)
     }
 
     /// The unguarded policy's bug: whatever the durable record says, the delivery is taken as
@@ -162,7 +305,8 @@ impl ReferenceHarness {
         Ok(record)
     }
 
-    async fn run_step(&self, bus: &Bus, record: &Value) -> Result<Value, StepFailure> {
+    /// Reads the session's messages and asks the model for the current step.
+    pub(super) async fn ask_model(&self, bus: &Bus, record: &Value) -> Result<Value, StepFailure> {
         let session_id = &record["session_id"];
         let timeout = self.env.config.session_timeout_ms;
         let messages = bus
@@ -228,10 +372,14 @@ impl ReferenceHarness {
         intent: Intent,
         error: &InvokeError,
     ) -> Result<Value, ErrorBody> {
+        if matches!(error, InvokeError::Rejected(body) if body.code == "stale_token") {
+            self.forget_lease(&request.session_id);
+            return Ok(self.fenced_out(request));
+        }
         match self.policy {
             Policy::Swallow => Ok(self.skipped(request, "finalization failed")),
             Policy::Propagate => Err(error_body("finalize", error)),
-            Policy::Reference | Policy::Unguarded => {
+            _ => {
                 self.note(
                     "finalization_deferred",
                     json!({ "session_id": request.session_id, "turn_id": request.turn_id, "cause": error.to_string() }),
@@ -383,7 +531,7 @@ impl ReferenceHarness {
         let attempts = self.env.config.enqueue_attempts;
         let mut last_error = String::new();
         for attempt in 1..=attempts {
-            match bus.invoke_with(TURN, request.clone(), Some(queue.clone()), timeout).await {
+            match bus.invoke_with(&self.function("turn"), request.clone(), Some(queue.clone()), timeout).await {
                 Ok(_receipt) => {
                     self.note("reseed_enqueued", json!({ "turn_id": turn_id, "attempt": attempt }));
                     return Some(json!({ "turn_id": turn_id, "admitted": true, "attempts": attempt }));
@@ -404,7 +552,7 @@ impl ReferenceHarness {
         Some(json!({ "turn_id": turn_id, "admitted": false, "attempts": attempts, "error": last_error, "held": held }))
     }
 
-    async fn get_turn(&self, bus: &Bus, session_id: &str) -> Result<Option<Value>, InvokeError> {
+    pub(super) async fn get_turn(&self, bus: &Bus, session_id: &str) -> Result<Option<Value>, InvokeError> {
         let record = bus
             .invoke("state::get", json!({ "scope": TURN_SCOPE, "key": session_id }), self.env.config.session_timeout_ms)
             .await?;
@@ -412,8 +560,11 @@ impl ReferenceHarness {
     }
 
     /// Writes a turn record, retrying once with the identical record after a timeout.
-    async fn put_turn(&self, bus: &Bus, record: &Value) -> Result<(), InvokeError> {
-        let write = json!({ "scope": TURN_SCOPE, "key": record["session_id"], "value": record });
+    pub(super) async fn put_turn(&self, bus: &Bus, record: &Value) -> Result<(), InvokeError> {
+        let mut write = json!({ "scope": TURN_SCOPE, "key": record["session_id"], "value": record });
+        if let Some(fence) = self.store_fence(record["session_id"].as_str().unwrap_or_default()) {
+            write["fence"] = fence;
+        }
         let timeout = self.env.config.session_timeout_ms;
         match bus.invoke("state::set", write.clone(), timeout).await {
             Err(error) if error.is_timeout() => bus.invoke("state::set", write, timeout).await.map(drop),
@@ -440,20 +591,26 @@ impl ReferenceHarness {
 impl Provider for ReferenceHarness {
     fn invoke(self: Rc<Self>, call: Invocation, bus: Bus) -> Pin<Box<dyn Future<Output = Answer>>> {
         Box::pin(async move {
-            if call.function_id != TURN {
-                return Some(Err(ErrorBody::new("function_not_found", call.function_id)));
-            }
-            match serde_json::from_value::<TurnRequest>(call.data) {
-                Ok(request) => Some(self.turn(&bus, request).await),
-                Err(error) => Some(Err(ErrorBody::new("bad_request", error.to_string()))),
-            }
+            let name = call.function_id.strip_prefix(&format!("{}::", self.env.host)).unwrap_or_default().to_string();
+            Some(match name.as_str() {
+                "turn" => match serde_json::from_value::<TurnRequest>(call.data) {
+                    Ok(request) => self.turn(&bus, request).await,
+                    Err(error) => Err(ErrorBody::new("bad_request", error.to_string())),
+                },
+                "export" => match call.data["session_id"].as_str() {
+                    Some(session_id) => self.export(&bus, session_id).await,
+                    None => Err(ErrorBody::new("bad_request", "missing `session_id`")),
+                },
+                "import" => self.import(&bus, &call.data).await,
+                _ => Err(ErrorBody::new("function_not_found", call.function_id)),
+            })
         })
     }
 }
 
 impl Harness for ReferenceHarness {
     fn functions(&self) -> Vec<String> {
-        vec![TURN.to_string()]
+        ["turn", "export", "import"].iter().map(|name| self.function(name)).collect()
     }
 }
 

@@ -27,6 +27,32 @@ pub struct ScenarioFile {
     /// A drop-proxy between one worker and the engine.
     #[serde(default)]
     pub proxy: Option<ProxySpec>,
+    /// Process cuts: what happens to a harness worker at a named point.
+    #[serde(default, rename = "interrupt")]
+    pub interrupts: Vec<Spanned<InterruptSpec>>,
+}
+
+/// A process cut at a named point of a harness worker's work.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InterruptSpec {
+    pub worker: Spanned<String>,
+    pub point: Spanned<String>,
+    pub action: InterruptAction,
+    #[serde(default)]
+    pub pause_ms: Option<u64>,
+    #[serde(default)]
+    pub count: CountSpec,
+    /// Matching arrivals to let through first.
+    #[serde(default)]
+    pub skip: u64,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum InterruptAction {
+    Freeze,
+    Pause,
 }
 
 /// The drop-proxy: which worker's engine connection goes through it, and its rules (the
@@ -64,6 +90,13 @@ pub struct WorldSpec {
     pub model: Vec<Value>,
     /// Queues defined when the world starts, by name; their presence adds the queue worker.
     pub queue: BTreeMap<String, crate::queue::QueueConfig>,
+    /// The ticket service (an external effect service); its presence adds the `tickets` host.
+    pub tickets: Option<doubles::TicketConfig>,
+    /// Time to live of a session's ownership lease; 0 runs the harness without ownership.
+    pub lease_ttl_ms: u64,
+    pub tool_timeout_ms: u64,
+    /// A second harness worker, `replacement`, for harness switches (`replacement::import` ...).
+    pub replacement: bool,
 }
 
 impl Default for WorldSpec {
@@ -87,6 +120,10 @@ impl Default for WorldSpec {
             messages: Vec::new(),
             model: Vec::new(),
             queue: BTreeMap::new(),
+            tickets: None,
+            lease_ttl_ms: harness.lease_ttl_ms,
+            tool_timeout_ms: harness.tool_timeout_ms,
+            replacement: false,
         }
     }
 }
@@ -195,6 +232,15 @@ pub enum StepSpec {
     Release(Spanned<[String; 2]>),
     /// Heal every fault: disarm cuts, repair links, restart crashed hosts.
     Heal(bool),
+    /// Pause a harness worker (its work and its lease renewals) for a while.
+    Pause(PauseSpec),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PauseSpec {
+    pub host: Spanned<String>,
+    pub ms: u64,
 }
 
 #[derive(Debug, Deserialize)]

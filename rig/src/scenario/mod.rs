@@ -29,7 +29,24 @@ pub struct Scenario {
     pub runs: Vec<PolicyRun>,
     /// A drop-proxy in front of the engine for one worker.
     pub proxy: Option<ProxySetup>,
+    /// Process cuts at named points of harness workers.
+    pub interrupts: Vec<InterruptRule>,
 }
+
+/// A process cut: what happens to `worker` when it reaches `point`.
+#[derive(Debug, Clone)]
+pub struct InterruptRule {
+    pub worker: String,
+    pub point: String,
+    pub interrupt: crate::harness::Interrupt,
+    pub skip: u64,
+    pub count: Count,
+}
+
+/// The named points a harness worker passes while running an action.
+pub const INTERRUPT_POINTS: [&str; 3] = ["before_submission", "after_acceptance", "after_completion"];
+/// The harness workers a scenario can have.
+pub const HARNESS_WORKERS: [&str; 2] = ["harness", "replacement"];
 
 /// Where the drop-proxy sits and what it does.
 #[derive(Debug, Clone)]
@@ -51,6 +68,10 @@ pub struct WorldSetup {
     pub model: Vec<Value>,
     /// Queues defined at start; when there are any, the world has a queue worker.
     pub queues: Vec<(String, crate::queue::QueueConfig)>,
+    /// The ticket service, when the world has one.
+    pub tickets: Option<doubles::TicketConfig>,
+    /// Whether a second harness worker, `replacement`, runs beside `harness`.
+    pub replacement: bool,
 }
 
 /// One step of the script.
@@ -68,6 +89,7 @@ pub enum Step {
     Hold(String, String),
     Release(String, String),
     Heal,
+    Pause { host: String, ms: u64 },
 }
 
 /// One policy to run the scenario under, with everything it must show.
@@ -126,29 +148,44 @@ pub fn double_functions() -> BTreeSet<&'static str> {
     functions
 }
 
-/// Every function a scenario may invoke.
-pub fn known_functions() -> BTreeSet<&'static str> {
+/// The functions of the doubles: what a service cut can select.
+fn all_double_functions() -> BTreeSet<&'static str> {
     let mut functions = double_functions();
-    functions.extend(["harness::turn", crate::bus::WORKERS_REGISTER]);
-    functions.extend(crate::queue::FUNCTIONS);
+    functions.extend(doubles::TicketService::FUNCTIONS);
+    functions
+}
+
+/// Every function a scenario may invoke.
+pub fn known_functions() -> BTreeSet<String> {
+    let mut functions: BTreeSet<String> = all_double_functions().into_iter().map(String::from).collect();
+    for worker in HARNESS_WORKERS {
+        functions.extend(["turn", "export", "import"].map(|name| format!("{worker}::{name}")));
+    }
+    functions.insert(crate::bus::WORKERS_REGISTER.to_string());
+    functions.extend(crate::queue::FUNCTIONS.map(String::from));
     functions
 }
 
 impl Scenario {
-    /// The hosts of this scenario's world: the fixed ones, plus the queue worker and the proxy
-    /// when the scenario has them.
+    /// The hosts of this scenario's world: the fixed ones, plus the optional ones it asks for.
     pub fn hosts(&self) -> Vec<&str> {
-        hosts_of(!self.world.queues.is_empty(), self.proxy.is_some())
+        hosts_of(&self.world, self.proxy.is_some())
     }
 }
 
-fn hosts_of(queue: bool, proxy: bool) -> Vec<&'static str> {
+fn hosts_of(world: &WorldSetup, proxy: bool) -> Vec<&'static str> {
     let mut hosts = HOSTS.to_vec();
-    if queue {
+    if !world.queues.is_empty() {
         hosts.push(crate::queue::HOST);
     }
     if proxy {
         hosts.push(crate::sim::hosts::PROXY_HOST);
+    }
+    if world.tickets.is_some() {
+        hosts.push("tickets");
+    }
+    if world.replacement {
+        hosts.push("replacement");
     }
     hosts
 }
@@ -172,10 +209,12 @@ impl Scenario {
             toml::from_str(source).map_err(|e| at.error(e.span().unwrap_or(0..0), e.message()))?;
         let functions = known_functions();
         let world = world_setup(parsed.world);
-        let hosts = hosts_of(!world.queues.is_empty(), parsed.proxy.is_some());
+        let hosts = hosts_of(&world, parsed.proxy.is_some());
         let proxy = parsed.proxy.map(|spec| compile_proxy(&at, &hosts, spec)).transpose()?;
-        let cuts =
-            parsed.cuts.into_iter().map(|cut| compile_cut(&at, &double_functions(), cut)).collect::<Result<_, _>>()?;
+        let cuttable: BTreeSet<String> = all_double_functions().into_iter().map(String::from).collect();
+        let cuts = parsed.cuts.into_iter().map(|cut| compile_cut(&at, &cuttable, cut)).collect::<Result<_, _>>()?;
+        let interrupts =
+            parsed.interrupts.into_iter().map(|i| compile_interrupt(&at, &hosts, i)).collect::<Result<_, _>>()?;
         let steps = parsed
             .steps
             .into_iter()
@@ -211,7 +250,7 @@ impl Scenario {
             expectations.extend(compile_expect(&at, spec.expect)?);
             runs.push(PolicyRun { policy, expected_violations, expectations });
         }
-        Ok(Scenario { path: path.to_path_buf(), about: parsed.about, world, cuts, steps, runs, proxy })
+        Ok(Scenario { path: path.to_path_buf(), about: parsed.about, world, cuts, steps, runs, proxy, interrupts })
     }
 
     /// The scenario's name: its file name without the extension.
@@ -248,6 +287,9 @@ fn world_setup(spec: WorldSpec) -> WorldSetup {
             turn_queue: HarnessConfig::default().turn_queue,
             terminalize_attempts: spec.terminalize_attempts,
             terminalize_backoff_ms: spec.terminalize_backoff_ms,
+            lease_ttl_ms: spec.lease_ttl_ms,
+            tool_timeout_ms: spec.tool_timeout_ms,
+            tickets: spec.tickets.clone().unwrap_or_default(),
         },
         network: NetworkConfig {
             tick_ms: spec.tick_ms.max(1),
@@ -262,7 +304,41 @@ fn world_setup(spec: WorldSpec) -> WorldSetup {
         messages: spec.messages.into_iter().map(|m| (m.session_id, m.message)).collect(),
         model: spec.model,
         queues: spec.queue.into_iter().collect(),
+        tickets: spec.tickets,
+        replacement: spec.replacement,
     }
+}
+
+fn compile_interrupt(
+    at: &Locator,
+    hosts: &[&str],
+    spec: Spanned<file::InterruptSpec>,
+) -> Result<InterruptRule, ScenarioError> {
+    let span = spec.span();
+    let spec = spec.into_inner();
+    let worker = known_host(at, hosts, &spec.worker)?;
+    if !HARNESS_WORKERS.contains(&worker.as_str()) {
+        return Err(
+            at.error(spec.worker.span(), &format!("expected a harness worker ({})", HARNESS_WORKERS.join(", ")))
+        );
+    }
+    if !INTERRUPT_POINTS.contains(&spec.point.get_ref().as_str()) {
+        let message =
+            format!("unknown point `{}`, expected one of {}", spec.point.get_ref(), INTERRUPT_POINTS.join(", "));
+        return Err(at.error(spec.point.span(), &message));
+    }
+    let interrupt = match spec.action {
+        file::InterruptAction::Freeze => crate::harness::Interrupt::Freeze,
+        file::InterruptAction::Pause => crate::harness::Interrupt::Pause {
+            ms: spec.pause_ms.ok_or_else(|| at.error(span, "a `pause` interrupt needs `pause_ms`"))?,
+        },
+    };
+    let count = match spec.count {
+        CountSpec::Once => Count::Times(1),
+        CountSpec::Always => Count::Always,
+        CountSpec::Times(n) => Count::Times(n),
+    };
+    Ok(InterruptRule { worker, point: spec.point.into_inner(), interrupt, skip: spec.skip, count })
 }
 
 fn compile_proxy(at: &Locator, hosts: &[&str], spec: file::ProxySpec) -> Result<ProxySetup, ScenarioError> {
@@ -288,13 +364,13 @@ fn compile_proxy(at: &Locator, hosts: &[&str], spec: file::ProxySpec) -> Result<
 
 fn known_function(
     at: &Locator,
-    functions: &BTreeSet<&str>,
+    functions: &BTreeSet<String>,
     function: &Spanned<String>,
 ) -> Result<String, ScenarioError> {
-    if functions.contains(function.get_ref().as_str()) {
+    if functions.contains(function.get_ref()) {
         return Ok(function.get_ref().clone());
     }
-    let known: Vec<_> = functions.iter().copied().collect();
+    let known: Vec<&str> = functions.iter().map(String::as_str).collect();
     Err(at.error(
         function.span(),
         &format!("unknown function `{}`, expected one of {}", function.get_ref(), known.join(", ")),
@@ -338,7 +414,7 @@ fn conditions(at: &Locator, table: BTreeMap<String, Spanned<toml::Value>>) -> Re
         .collect()
 }
 
-fn compile_cut(at: &Locator, functions: &BTreeSet<&str>, cut: Spanned<CutSpec>) -> Result<ServiceCut, ScenarioError> {
+fn compile_cut(at: &Locator, functions: &BTreeSet<String>, cut: Spanned<CutSpec>) -> Result<ServiceCut, ScenarioError> {
     let span = cut.span();
     let cut = cut.into_inner();
     let function = known_function(at, functions, &cut.function)?;
@@ -363,7 +439,7 @@ fn compile_cut(at: &Locator, functions: &BTreeSet<&str>, cut: Spanned<CutSpec>) 
 
 fn compile_step(
     at: &Locator,
-    functions: &BTreeSet<&str>,
+    functions: &BTreeSet<String>,
     hosts: &[&str],
     step: Spanned<StepSpec>,
 ) -> Result<Step, ScenarioError> {
@@ -399,6 +475,15 @@ fn compile_step(
         StepSpec::Hold(link) => known_link(at, hosts, link).map(|(a, b)| Step::Hold(a, b))?,
         StepSpec::Release(link) => known_link(at, hosts, link).map(|(a, b)| Step::Release(a, b))?,
         StepSpec::Heal(true) => Step::Heal,
+        StepSpec::Pause(pause) => {
+            let host = known_host(at, hosts, &pause.host)?;
+            if !HARNESS_WORKERS.contains(&host.as_str()) {
+                return Err(
+                    at.error(pause.host.span(), &format!("expected a harness worker ({})", HARNESS_WORKERS.join(", ")))
+                );
+            }
+            Step::Pause { host, ms: pause.ms }
+        }
         StepSpec::Heal(false) => {
             return Err(at.error(span, "`heal = false` does nothing; write `heal = true` or drop the step"))
         }

@@ -254,6 +254,7 @@ impl Runner {
     pub fn heal(&mut self) {
         self.world.record("rig", EventKind::Control { action: "heal".into(), target: "all".into() });
         self.world.cuts.borrow_mut().heal();
+        self.world.heal_processes();
         if let Some(rules) = self.world.proxy_rules.borrow().as_ref() {
             rules.borrow_mut().reset();
         }

@@ -4,10 +4,12 @@
 use super::clock::Clock;
 use super::streams::component_stream;
 use crate::bus::{BusObserver, Frame, FrameDirection};
-use crate::cut::CutTable;
+use crate::cut::{Count, CutTable};
+use crate::harness::{Interrupt, ProcessControl};
 use crate::queue::Queues;
+use crate::scenario::InterruptRule;
 use crate::trace::{Event, EventKind, Trace};
-use doubles::{Double, Observation, ScriptedModel, SessionService, StateStore};
+use doubles::{Double, Observation, ScriptedModel, SessionService, StateStore, TicketService};
 use proxy::SharedRules;
 use rand_chacha::ChaCha8Rng;
 use serde_json::Value;
@@ -35,16 +37,26 @@ pub struct World {
     pub queues: RefCell<Queues>,
     /// The drop-proxy's rules, shared by all its connections and kept across its restarts.
     pub proxy_rules: RefCell<Option<SharedRules>>,
+    /// The ticket service, when the world has one.
+    pub tickets: Option<Rc<RefCell<TicketService>>>,
+    interrupts: RefCell<Vec<ArmedInterrupt>>,
+    paused: RefCell<BTreeMap<String, u64>>,
+}
+
+struct ArmedInterrupt {
+    rule: InterruptRule,
+    arrivals: u64,
+    fired: u64,
 }
 
 impl World {
     pub fn new(
         seed: u64,
         cuts: CutTable,
-        store: StateStore,
-        session: SessionService,
-        model: ScriptedModel,
+        doubles: (StateStore, SessionService, ScriptedModel, Option<TicketService>),
+        interrupts: Vec<InterruptRule>,
     ) -> Rc<Self> {
+        let (store, session, model, tickets) = doubles;
         Rc::new(Self {
             seed,
             clock: Clock::new(),
@@ -58,16 +70,31 @@ impl World {
             rpc: RefCell::default(),
             queues: RefCell::default(),
             proxy_rules: RefCell::default(),
+            tickets: tickets.map(|t| Rc::new(RefCell::new(t))),
+            interrupts: RefCell::new(
+                interrupts.into_iter().map(|rule| ArmedInterrupt { rule, arrivals: 0, fired: 0 }).collect(),
+            ),
+            paused: RefCell::default(),
         })
     }
 
     /// The doubles by the host that serves them.
     pub fn services(&self) -> Vec<(&'static str, SharedDouble)> {
-        vec![
+        let mut services = vec![
             ("store", self.store.clone() as SharedDouble),
             ("session", self.session.clone() as SharedDouble),
             ("model", self.model.clone() as SharedDouble),
-        ]
+        ];
+        if let Some(tickets) = &self.tickets {
+            services.push(("tickets", tickets.clone() as SharedDouble));
+        }
+        services
+    }
+
+    /// Disarms every interrupt and ends every pause: part of healing the world.
+    pub fn heal_processes(&self) {
+        self.interrupts.borrow_mut().iter_mut().for_each(|armed| armed.rule.count = Count::Times(0));
+        self.paused.borrow_mut().clear();
     }
 
     /// Appends an event stamped with the current simulated time.
@@ -88,8 +115,14 @@ impl World {
                 Observation::Commit { scope, key, value, version } => {
                     self.record(host, EventKind::Commit { scope, key, value: value.unwrap_or(Value::Null), version });
                 }
-                Observation::Lease { scope, key, owner, token, expires_at_ms } => self
-                    .record(host, EventKind::Lease { domain: format!("{scope}/{key}"), owner, token, expires_at_ms }),
+                Observation::Lease { scope, key, owner, token, expires_at_ms } => {
+                    let domain = format!("{scope}/{key}");
+                    // Effect services consult the ownership record: a new grant raises their bar.
+                    if let Some(tickets) = &self.tickets {
+                        tickets.borrow_mut().observe_token(&domain, token);
+                    }
+                    self.record(host, EventKind::Lease { domain, owner, token, expires_at_ms })
+                }
                 Observation::Fenced { scope, key, domain, token, accepted } => {
                     self.record(host, EventKind::Fenced { scope, key, domain, token, accepted })
                 }
@@ -100,6 +133,7 @@ impl World {
                         action: effect.action_id,
                         idempotency_key: effect.idempotency_key,
                         token: effect.fencing_token,
+                        domain: effect.fencing_domain,
                         accepted: effect.accepted,
                         reason: effect.reason,
                     },
@@ -155,5 +189,37 @@ impl BusObserver for World {
 
     fn note(&self, host: &str, what: &str, detail: Value) {
         self.note_event(host, what, detail);
+    }
+}
+
+impl ProcessControl for World {
+    fn interrupt(&self, worker: &str, point: &str) -> Option<Interrupt> {
+        let mut interrupts = self.interrupts.borrow_mut();
+        for armed in interrupts.iter_mut().filter(|a| a.rule.worker == worker && a.rule.point == point) {
+            armed.arrivals += 1;
+            let allowed = match armed.rule.count {
+                Count::Times(n) => armed.fired < n,
+                Count::Always => true,
+            };
+            if armed.arrivals > armed.rule.skip && allowed {
+                armed.fired += 1;
+                return Some(armed.rule.interrupt);
+            }
+        }
+        None
+    }
+
+    fn paused_until(&self, worker: &str) -> Option<u64> {
+        self.paused.borrow().get(worker).copied()
+    }
+
+    fn pause(&self, worker: &str, until_ms: u64) {
+        self.record(
+            "rig",
+            EventKind::Control { action: "pause".into(), target: format!("{worker} until {until_ms} ms") },
+        );
+        let mut paused = self.paused.borrow_mut();
+        let until = paused.entry(worker.to_string()).or_insert(until_ms);
+        *until = (*until).max(until_ms);
     }
 }

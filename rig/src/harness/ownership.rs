@@ -1,0 +1,124 @@
+//! Ownership of a session: a lease with an expiry and a fencing token, held while healthy.
+//!
+//! The harness acquires the session's lease before it works on a turn, renews it while it is
+//! healthy, and attaches the token to every protected write and effect request. Safety does not
+//! rest on the harness checking its lease: the store and the effect services reject requests
+//! carrying a token older than the latest issued, so a worker that wakes after a pause cannot
+//! commit once its replacement holds a newer token.
+
+use super::reference::{Policy, ReferenceHarness};
+use crate::bus::Bus;
+use serde_json::{json, Value};
+use std::rc::Rc;
+use tokio::task::JoinHandle;
+
+/// The scope of ownership records in the store; the key is the session id.
+pub const OWNER_SCOPE: &str = "harness_owner";
+
+/// A lease this worker holds on one session, renewed in the background.
+pub(super) struct HeldLease {
+    renewal: JoinHandle<()>,
+}
+
+impl Drop for HeldLease {
+    fn drop(&mut self) {
+        self.renewal.abort();
+    }
+}
+
+impl ReferenceHarness {
+    fn ownership_enabled(&self) -> bool {
+        self.env.config.lease_ttl_ms > 0
+    }
+
+    /// Makes sure this worker owns the session; otherwise answers why it may not work on it.
+    pub(super) async fn ensure_ownership(self: &Rc<Self>, bus: &Bus, session_id: &str) -> Result<(), Value> {
+        if !self.ownership_enabled() || self.leases.borrow().contains_key(session_id) {
+            return Ok(());
+        }
+        let request = json!({ "scope": OWNER_SCOPE, "key": session_id, "owner": self.env.host, "ttl_ms": self.env.config.lease_ttl_ms });
+        let held = |reason: String| json!({ "session_id": session_id, "status": "held", "skipped": true, "next_step": null, "reason": reason });
+        match bus.invoke("state::acquire-lease", request, self.env.config.session_timeout_ms).await {
+            Ok(grant) if grant["granted"] == json!(true) => {
+                let token = grant["token"].as_u64().unwrap_or(0);
+                self.note("lease_acquired", json!({ "session_id": session_id, "token": token }));
+                let renewal =
+                    tokio::task::spawn_local(Rc::clone(self).renew(bus.clone(), session_id.to_string(), token));
+                self.leases.borrow_mut().insert(session_id.to_string(), HeldLease { renewal });
+                self.tokens.borrow_mut().insert(session_id.to_string(), token);
+                Ok(())
+            }
+            Ok(refusal) => Err(held(format!("owned by {} until {} ms", refusal["owner"], refusal["expires_at_ms"]))),
+            Err(error) => Err(held(format!("ownership unknown: {error}"))),
+        }
+    }
+
+    /// Renews the lease every third of its time to live while the worker is healthy (a paused
+    /// worker renews nothing); stops when a renewal is refused.
+    async fn renew(self: Rc<Self>, bus: Bus, session_id: String, token: u64) {
+        let ttl_ms = self.env.config.lease_ttl_ms;
+        loop {
+            self.env.clock.sleep((ttl_ms / 3).max(1)).await;
+            self.wait_while_paused().await;
+            let request = json!({ "scope": OWNER_SCOPE, "key": session_id, "owner": self.env.host, "token": token, "ttl_ms": ttl_ms });
+            match bus.invoke("state::renew-lease", request, self.env.config.session_timeout_ms).await {
+                Ok(reply) if reply["renewed"] == json!(false) => {
+                    self.note(
+                        "lease_lost",
+                        json!({ "session_id": session_id, "token": token, "current": reply["token"] }),
+                    );
+                    self.forget_lease(&session_id);
+                    return;
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Stops renewing a lease this worker no longer holds (refused renewal, a stale-token
+    /// rejection). Its token stays what this worker's writes carry: work already under way
+    /// still presents it, and only the store and the services may refuse it.
+    pub(super) fn forget_lease(&self, session_id: &str) {
+        self.leases.borrow_mut().remove(session_id);
+    }
+
+    /// Hands ownership over: releases the lease, so a replacement can take it at once.
+    pub(super) async fn release_lease(&self, bus: &Bus, session_id: &str) {
+        if !self.leases.borrow().contains_key(session_id) {
+            return;
+        }
+        let Some(token) = self.lease_token(session_id) else { return };
+        let request = json!({ "scope": OWNER_SCOPE, "key": session_id, "owner": self.env.host, "token": token });
+        let _ = bus.invoke("state::release-lease", request, self.env.config.session_timeout_ms).await;
+        self.forget_lease(session_id);
+        self.note("lease_released", json!({ "session_id": session_id, "token": token }));
+    }
+
+    /// The token this worker was last granted for the session, held or not.
+    pub(super) fn lease_token(&self, session_id: &str) -> Option<u64> {
+        self.tokens.borrow().get(session_id).copied()
+    }
+
+    /// The fence a protected store write carries (none under `no-fencing`).
+    pub(super) fn store_fence(&self, session_id: &str) -> Option<Value> {
+        let token = self.lease_token(session_id).filter(|_| self.policy != Policy::NoFencing)?;
+        Some(json!({ "scope": OWNER_SCOPE, "key": session_id, "token": token }))
+    }
+
+    /// The fencing an effect request carries (none under `no-fencing`).
+    pub(super) fn effect_fence(&self, session_id: &str) -> Option<Value> {
+        let token = self.lease_token(session_id).filter(|_| self.policy != Policy::NoFencing)?;
+        Some(json!({ "domain": format!("{OWNER_SCOPE}/{session_id}"), "token": token }))
+    }
+
+    /// Blocks while the rig has this worker paused (a stop-the-world pause, as a long GC or a
+    /// suspended VM would cause).
+    pub(super) async fn wait_while_paused(&self) {
+        while let Some(until) = self.env.process.paused_until(&self.env.host) {
+            if until <= self.env.clock.now_ms() {
+                break;
+            }
+            self.env.clock.sleep_until(until).await;
+        }
+    }
+}
