@@ -30,4 +30,4 @@ pub use rule::{
     KindFilter, MatchValue, Rule, RuleError, RuleHit, RuleSet, RuleStatus, MAX_CLOSE_REASON_BYTES, MAX_DELAY_MS,
     MAX_RULES,
 };
-pub use serve::{rules_from_args, serve, Proxy, ProxyArgs, ServeError};
+pub use serve::{rules_from_args, run, serve, Proxy, ProxyArgs, ServeError};

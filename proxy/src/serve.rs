@@ -444,3 +444,22 @@ pub async fn serve(args: ProxyArgs) -> Result<(), ServeError> {
         })
         .await
 }
+
+/// Runs the proxy on a fresh single-threaded runtime until it stops; returns the process exit
+/// code (0, 1 for an I/O failure, 2 for bad input). What the `proxy` binary and `rig proxy` run.
+pub fn run(args: ProxyArgs) -> i32 {
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("proxy: cannot start the runtime: {e}");
+            return 1;
+        }
+    };
+    match runtime.block_on(serve(args)) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("proxy: {e}");
+            e.exit_code()
+        }
+    }
+}

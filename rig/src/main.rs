@@ -17,6 +17,20 @@ struct Cli {
 enum Command {
     /// Run scenario files (or every .toml file under a folder) and report each run.
     Run(RunArgs),
+    /// Measure the rig: runs per second and simulated-to-wall time per scenario file.
+    Bench(BenchArgs),
+    /// Put the frame-aware WebSocket drop-proxy between two real processes.
+    Proxy(proxy::ProxyArgs),
+}
+
+#[derive(clap::Args)]
+struct BenchArgs {
+    /// Scenario files or folders to measure.
+    #[arg(default_value = "scenarios")]
+    paths: Vec<PathBuf>,
+    /// Seeds to run every scenario and policy under, `A..B`.
+    #[arg(long, default_value = "0..200", value_parser = parse_seed_range)]
+    seeds: std::ops::Range<u64>,
 }
 
 #[derive(clap::Args)]
@@ -63,7 +77,89 @@ fn main() -> ExitCode {
         .init();
     match Cli::parse().command {
         Command::Run(args) => run_command(args),
+        Command::Bench(args) => bench_command(args),
+        Command::Proxy(args) => ExitCode::from(u8::try_from(proxy::run(args)).unwrap_or(1)),
     }
+}
+
+/// Loads every scenario under `paths`, reporting each bad one; `None` when any was bad.
+fn load_scenarios(paths: &[PathBuf]) -> Option<Vec<Scenario>> {
+    let files = match scenario_files(paths) {
+        Ok(files) => files,
+        Err(error) => {
+            eprintln!("error: {error}");
+            return None;
+        }
+    };
+    let mut scenarios = Vec::new();
+    let mut bad_input = false;
+    for file in &files {
+        match Scenario::load(file) {
+            Ok(scenario) => scenarios.push(scenario),
+            Err(error) => {
+                eprintln!("error: {error}");
+                bad_input = true;
+            }
+        }
+    }
+    (!bad_input).then_some(scenarios)
+}
+
+fn bench_command(args: BenchArgs) -> ExitCode {
+    let Some(scenarios) = load_scenarios(&args.paths) else { return ExitCode::from(EXIT_BAD_INPUT) };
+    let seeds = args.seeds.end - args.seeds.start;
+    println!(
+        "rig bench: release build, one core, seeds {}..{} ({seeds} per scenario and policy)",
+        args.seeds.start, args.seeds.end
+    );
+    println!(
+        "{:<64} {:>6} {:>11} {:>9} {:>11} {:>10}",
+        "scenario", "runs", "wall/run", "runs/s", "sim/run", "sim/wall"
+    );
+    let (mut all_runs, mut all_wall_us, mut failed) = (0u64, 0u64, 0u64);
+    for scenario in &scenarios {
+        let (mut runs, mut wall_us, mut sim_ms) = (0u64, 0u64, 0u64);
+        for policy_run in &scenario.runs {
+            for seed in args.seeds.clone() {
+                let outcome = run(scenario, policy_run, seed);
+                runs += 1;
+                wall_us += outcome.wall_us.max(1);
+                sim_ms += outcome.sim_ms;
+                failed += u64::from(!outcome.passed);
+            }
+        }
+        let per_run_us = wall_us / runs.max(1);
+        println!(
+            "{:<64} {:>6} {:>9}us {:>9.0} {:>9}ms {:>9.0}x",
+            scenario.path.display(),
+            runs,
+            per_run_us,
+            runs as f64 / (wall_us as f64 / 1e6),
+            sim_ms / runs.max(1),
+            (sim_ms as f64 * 1e3) / wall_us as f64
+        );
+        all_runs += runs;
+        all_wall_us += wall_us;
+    }
+    println!(
+        "total: {all_runs} runs, {:.0} runs/s on one core, {failed} failed",
+        all_runs as f64 / (all_wall_us as f64 / 1e6)
+    );
+    if let Some(peak) = peak_memory_kib() {
+        println!("peak resident memory: {} MiB", peak / 1024);
+    }
+    if failed > 0 {
+        ExitCode::from(EXIT_FAILED)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// The process's peak resident set size, where the platform tells it (Linux).
+fn peak_memory_kib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// Every scenario file under the given paths, sorted, so runs are listed in a stable order.
@@ -108,28 +204,8 @@ fn run_command(args: RunArgs) -> ExitCode {
         Some(Ok(policy)) => Some(policy),
         None => None,
     };
-    let files = match scenario_files(&args.paths) {
-        Ok(files) => files,
-        Err(error) => {
-            eprintln!("error: {error}");
-            return ExitCode::from(EXIT_BAD_INPUT);
-        }
-    };
     // Load everything first: a bad file is reported before any run starts.
-    let mut scenarios = Vec::new();
-    let mut bad_input = false;
-    for file in &files {
-        match Scenario::load(file) {
-            Ok(scenario) => scenarios.push(scenario),
-            Err(error) => {
-                eprintln!("error: {error}");
-                bad_input = true;
-            }
-        }
-    }
-    if bad_input {
-        return ExitCode::from(EXIT_BAD_INPUT);
-    }
+    let Some(scenarios) = load_scenarios(&args.paths) else { return ExitCode::from(EXIT_BAD_INPUT) };
     let seeds = match (args.seed, args.seeds) {
         (Some(seed), _) => seed..seed + 1,
         (None, Some(range)) => range,

@@ -144,14 +144,15 @@ impl ReferenceHarness {
                 record["calls"][action_id] = intent;
                 self.write(bus, record).await?;
             }
-            _ if self.reconciles() && !tool.replay_safe && record["calls"][action_id]["reconciled"] != json!(true) => {
-                // Outcome unknown (an earlier runner recorded the intent, or we timed out):
-                // ask the service before sending anything again.
-                if self.settle_by_reconciling(bus, record, action_id).await? {
+            // Outcome unknown (an earlier runner recorded the intent, or we timed out): ask the
+            // service before sending anything again.
+            _ => {
+                let unreconciled = record["calls"][action_id]["reconciled"] != json!(true);
+                let must_ask = self.reconciles() && !tool.replay_safe && unreconciled;
+                if must_ask && self.settle_by_reconciling(bus, record, action_id).await? {
                     return Ok(());
                 }
             }
-            _ => {}
         }
         self.checkpoint("before_submission", action_id).await;
         let entry = record["calls"][action_id].clone();
