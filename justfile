@@ -21,6 +21,7 @@ lint:
     cargo fmt --all -- --check
     cargo clippy --workspace --all-targets -- -D warnings
 
-# Speed benchmarks (release build).
+# Speed and memory benchmarks (release build): the scenario catalogue, then the proxy.
 bench:
-    cargo run --release -p rig -- bench
+    cargo run --release -p rig -- bench scenarios --seeds 0..200
+    cargo run --release -p proxy --bin proxy-bench
