@@ -1,0 +1,92 @@
+//! The command-line contract other tools rely on: exit codes, error locations, JSON fields,
+//! and the README's annotated example staying a valid, passing scenario.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn rig(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_rig")).args(args).output().expect("the rig binary runs")
+}
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("rig sits in the workspace").to_path_buf()
+}
+
+/// A scratch file under the target directory, unique per test.
+fn scratch(name: &str, text: &str) -> PathBuf {
+    let folder = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli");
+    std::fs::create_dir_all(&folder).expect("scratch folder");
+    let path = folder.join(name);
+    std::fs::write(&path, text).expect("scratch file");
+    path
+}
+
+#[test]
+fn bad_input_exits_2_naming_file_line_and_column() {
+    let path = scratch("unknown-key.toml", "[world]\nsession_timeout_ms = 300\nbogus = 1\n[policy.reference]\n");
+    let out = rig(&["run", path.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("unknown-key.toml:3:1"), "{stderr}");
+    assert!(stderr.contains("bogus"), "{stderr}");
+    let missing = rig(&["run", "no/such/file.toml"]);
+    assert_eq!(missing.status.code(), Some(2));
+}
+
+#[test]
+fn a_failing_run_exits_1_with_its_failures_and_a_repro_line() {
+    // The released binary's behaviour, expected of the reference policy: it must fail.
+    let source =
+        std::fs::read_to_string(workspace().join("scenarios/incident-001/finalization/write-timeout.toml")).unwrap();
+    let swapped = source
+        .replace("[policy.reference]", "[policy.ignored]")
+        .replace("[policy.swallow]", "[policy.reference]")
+        .replace("[policy.ignored]", "[policy.swallow]");
+    let path = scratch("swapped.toml", &swapped);
+    let out = rig(&["run", path.to_str().unwrap(), "--policy", "reference", "--seed", "3"]);
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("FAIL"), "{stdout}");
+    assert!(stdout.contains("oracle `liveness` was expected to fire"), "{stdout}");
+    assert!(stdout.contains("--policy reference --seed 3"), "the repro line names policy and seed: {stdout}");
+}
+
+#[test]
+fn json_lines_carry_the_documented_fields() {
+    let scenario = workspace().join("scenarios/smoke/healthy-turn.toml");
+    let out = rig(&["run", scenario.to_str().unwrap(), "--seeds", "0..2", "--json", "--policy", "reference"]);
+    assert_eq!(out.status.code(), Some(0));
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
+        .collect();
+    assert_eq!(lines.len(), 2, "one line per seed");
+    for field in [
+        "scenario",
+        "policy",
+        "seed",
+        "passed",
+        "trace_hash",
+        "sim_ms",
+        "wall_us",
+        "effects",
+        "violations",
+        "expected_violations",
+        "failures",
+        "repro",
+        "unresolved",
+    ] {
+        assert!(lines[0].get(field).is_some(), "missing `{field}` in {}", lines[0]);
+    }
+    assert_eq!(lines[1]["seed"], 1);
+}
+
+#[test]
+fn the_readme_example_is_a_valid_passing_scenario() {
+    let readme = std::fs::read_to_string(workspace().join("README.md")).unwrap();
+    let start = readme.find("```toml\n").expect("the README has a TOML example") + "```toml\n".len();
+    let end = start + readme[start..].find("```").expect("the example ends");
+    let path = scratch("readme-example.toml", &readme[start..end]);
+    let out = rig(&["run", path.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
+}
