@@ -100,6 +100,10 @@ impl World {
     /// Appends an event stamped with the current simulated time.
     pub fn record(&self, host: &str, kind: EventKind) {
         let event = Event { at_ms: self.clock.now_ms(), host: host.to_string(), kind };
+        // Live output for whoever runs with RUST_LOG=rig::trace=debug; the trace is the record.
+        if tracing::enabled!(target: "rig::trace", tracing::Level::DEBUG) {
+            tracing::debug!(target: "rig::trace", seed = self.seed, "{}", crate::report::render_event(&event));
+        }
         self.trace.borrow_mut().push(event);
         self.activity.set(self.activity.get() + 1);
     }
