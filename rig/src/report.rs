@@ -25,7 +25,7 @@ pub fn human(outcome: &RunOutcome) -> String {
         &outcome.trace_hash[..12]
     );
     if !outcome.violations.is_empty() {
-        let fired: Vec<&str> = outcome.violations.iter().map(|v| v.oracle.name()).collect();
+        let fired = fired(outcome);
         let _ = write!(line, " violations={}", fired.join(","));
         if outcome.expected_violations.iter().all(|o| fired.contains(&o.name()))
             && !outcome.expected_violations.is_empty()
@@ -80,14 +80,39 @@ pub fn json_line(outcome: &RunOutcome) -> Value {
         "wall_us": outcome.wall_us,
         "steps": outcome.steps,
         "effects": outcome.effects,
-        "violations": outcome.violations.iter().map(|v| v.oracle.name()).collect::<Vec<_>>(),
+        "violations": fired(outcome),
         "violation_details": outcome.violations,
         "expected_violations": outcome.expected_violations.iter().map(|o| o.name()).collect::<Vec<_>>(),
         "failures": outcome.failures,
+        "ledger": ledger(outcome),
         "actions": outcome.actions,
         "unresolved": outcome.unresolved().collect::<Vec<_>>(),
         "repro": outcome.repro(),
     })
+}
+
+/// The oracles that fired, each named once, in a fixed order.
+fn fired(outcome: &RunOutcome) -> Vec<&'static str> {
+    let fired: std::collections::BTreeSet<crate::oracle::Oracle> =
+        outcome.violations.iter().map(|v| v.oracle).collect();
+    fired.into_iter().map(|o| o.name()).collect()
+}
+
+/// Every line of the effect ledger: each request for an external effect and what became of it.
+fn ledger(outcome: &RunOutcome) -> Vec<Value> {
+    outcome
+        .trace
+        .events()
+        .iter()
+        .filter(|e| matches!(e.kind, EventKind::Effect { .. }))
+        .map(|e| {
+            let mut line = e.to_json();
+            if let Value::Object(fields) = &mut line {
+                fields.remove("kind");
+            }
+            line
+        })
+        .collect()
 }
 
 /// Frames are the bulk of a trace and rarely the story; everything else is.
