@@ -17,10 +17,43 @@ struct Cli {
 enum Command {
     /// Run scenario files (or every .toml file under a folder) and report each run.
     Run(RunArgs),
+    /// Run many seeds, one shard of them, for CI: failing pairs with a repro each, JUnit XML.
+    Matrix(MatrixArgs),
     /// Measure the rig: runs per second and simulated-to-wall time per scenario file.
     Bench(BenchArgs),
     /// Put the frame-aware WebSocket drop-proxy between two real processes.
     Proxy(proxy::ProxyArgs),
+}
+
+#[derive(clap::Args)]
+struct MatrixArgs {
+    /// Scenario files or folders.
+    #[arg(required = true)]
+    paths: Vec<PathBuf>,
+    /// Seeds to run, `A..B`.
+    #[arg(long, value_parser = parse_seed_range)]
+    seeds: std::ops::Range<u64>,
+    /// Run only shard K of N (`K/N`, K from 1): every N-th run, so runners split the work.
+    #[arg(long, value_parser = parse_shard)]
+    shard: Option<(u64, u64)>,
+    /// Run only this policy.
+    #[arg(long)]
+    policy: Option<String>,
+    /// Write a JUnit XML report here: one test case per scenario and policy.
+    #[arg(long)]
+    junit: Option<PathBuf>,
+}
+
+fn parse_shard(text: &str) -> Result<(u64, u64), String> {
+    let (k, n) = text.split_once('/').ok_or_else(|| format!("expected K/N, found `{text}`"))?;
+    let (k, n): (u64, u64) = (
+        k.parse().map_err(|_| format!("`{k}` is not a number"))?,
+        n.parse().map_err(|_| format!("`{n}` is not a number"))?,
+    );
+    if n == 0 || k == 0 || k > n {
+        return Err(format!("shard {k}/{n}: expected 1 <= K <= N"));
+    }
+    Ok((k, n))
 }
 
 #[derive(clap::Args)]
@@ -77,6 +110,7 @@ fn main() -> ExitCode {
         .init();
     match Cli::parse().command {
         Command::Run(args) => run_command(args),
+        Command::Matrix(args) => matrix_command(args),
         Command::Bench(args) => bench_command(args),
         Command::Proxy(args) => ExitCode::from(u8::try_from(proxy::run(args)).unwrap_or(1)),
     }
@@ -103,6 +137,58 @@ fn load_scenarios(paths: &[PathBuf]) -> Option<Vec<Scenario>> {
         }
     }
     (!bad_input).then_some(scenarios)
+}
+
+fn policy_filter(name: Option<&str>) -> Result<Option<Policy>, ExitCode> {
+    match name.map(|name| Policy::from_name(name).ok_or(name)) {
+        Some(Err(name)) => {
+            let known: Vec<_> = Policy::ALL.iter().map(|p| p.name()).collect();
+            eprintln!("error: unknown policy `{name}`, expected one of {}", known.join(", "));
+            Err(ExitCode::from(EXIT_BAD_INPUT))
+        }
+        Some(Ok(policy)) => Ok(Some(policy)),
+        None => Ok(None),
+    }
+}
+
+fn matrix_command(args: MatrixArgs) -> ExitCode {
+    let policy = match policy_filter(args.policy.as_deref()) {
+        Ok(policy) => policy,
+        Err(code) => return code,
+    };
+    let Some(scenarios) = load_scenarios(&args.paths) else { return ExitCode::from(EXIT_BAD_INPUT) };
+    let (shard, shards) = args.shard.unwrap_or((1, 1));
+    let mut cases = Vec::new();
+    let mut index = 0u64;
+    for scenario in &scenarios {
+        for policy_run in scenario.runs.iter().filter(|r| policy.is_none_or(|p| p == r.policy)) {
+            let mut case = report::MatrixCase::new(scenario.path.display().to_string(), policy_run.policy.name());
+            for seed in args.seeds.clone() {
+                index += 1;
+                // Triples are dealt to shards in a fixed order, so N runners cover each run once.
+                if (index - 1) % shards != shard - 1 {
+                    continue;
+                }
+                case.record(&run(scenario, policy_run, seed));
+            }
+            if case.runs > 0 {
+                cases.push(case);
+            }
+        }
+    }
+    let summary = report::matrix_summary(&cases, (shard, shards));
+    println!("{summary}");
+    if let Some(path) = &args.junit {
+        if let Err(error) = std::fs::write(path, report::junit(&cases)) {
+            eprintln!("error: cannot write {}: {error}", path.display());
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+    }
+    if cases.iter().any(|c| c.failed > 0) {
+        ExitCode::from(EXIT_FAILED)
+    } else {
+        ExitCode::SUCCESS
+    }
 }
 
 fn bench_command(args: BenchArgs) -> ExitCode {
@@ -195,14 +281,9 @@ fn collect_toml(folder: &Path, files: &mut Vec<PathBuf>) -> std::io::Result<()> 
 }
 
 fn run_command(args: RunArgs) -> ExitCode {
-    let policy = match args.policy.as_deref().map(|name| Policy::from_name(name).ok_or(name)) {
-        Some(Err(name)) => {
-            let known: Vec<_> = Policy::ALL.iter().map(|p| p.name()).collect();
-            eprintln!("error: unknown policy `{name}`, expected one of {}", known.join(", "));
-            return ExitCode::from(EXIT_BAD_INPUT);
-        }
-        Some(Ok(policy)) => Some(policy),
-        None => None,
+    let policy = match policy_filter(args.policy.as_deref()) {
+        Ok(policy) => policy,
+        Err(code) => return code,
     };
     // Load everything first: a bad file is reported before any run starts.
     let Some(scenarios) = load_scenarios(&args.paths) else { return ExitCode::from(EXIT_BAD_INPUT) };

@@ -205,3 +205,85 @@ pub fn snapshot_section(outcome: &RunOutcome) -> String {
     }
     text
 }
+
+/// The runs of one scenario under one policy in a matrix, folded into what CI needs back.
+pub struct MatrixCase {
+    pub scenario: String,
+    pub policy: &'static str,
+    pub runs: u64,
+    pub failed: u64,
+    pub wall_us: u64,
+    /// The lowest failing seed, its failures and its repro: the smallest case to look at first.
+    pub first_failure: Option<(u64, Vec<String>, String)>,
+}
+
+impl MatrixCase {
+    pub fn new(scenario: String, policy: &'static str) -> Self {
+        Self { scenario, policy, runs: 0, failed: 0, wall_us: 0, first_failure: None }
+    }
+
+    pub fn record(&mut self, outcome: &RunOutcome) {
+        self.runs += 1;
+        self.wall_us += outcome.wall_us;
+        if outcome.passed {
+            return;
+        }
+        self.failed += 1;
+        if self.first_failure.as_ref().is_none_or(|(seed, _, _)| outcome.seed < *seed) {
+            self.first_failure = Some((outcome.seed, outcome.failures.clone(), outcome.repro()));
+        }
+    }
+}
+
+/// One line per failing scenario and policy (its lowest failing seed and a repro), then totals.
+pub fn matrix_summary(cases: &[MatrixCase], (shard, shards): (u64, u64)) -> String {
+    let mut text = String::new();
+    for case in cases {
+        if let Some((seed, failures, repro)) = &case.first_failure {
+            let _ = writeln!(
+                text,
+                "FAIL {} [{}] {} of {} seeds failed; lowest seed {seed}",
+                case.scenario, case.policy, case.failed, case.runs
+            );
+            for failure in failures.iter().take(3) {
+                let _ = writeln!(text, "    - {}", failure.lines().next().unwrap_or_default());
+            }
+            let _ = writeln!(text, "    repro: {repro}");
+        }
+    }
+    let runs: u64 = cases.iter().map(|c| c.runs).sum();
+    let failed: u64 = cases.iter().map(|c| c.failed).sum();
+    let _ = write!(text, "shard {shard}/{shards}: {} passed, {failed} failed", runs - failed);
+    text
+}
+
+fn xml_escape(text: &str) -> String {
+    text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+}
+
+/// A JUnit XML report: one test case per scenario and policy, failed if any of its seeds failed.
+pub fn junit(cases: &[MatrixCase]) -> String {
+    let failures = cases.iter().filter(|c| c.failed > 0).count();
+    let mut xml = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+    let _ = writeln!(xml, "<testsuites><testsuite name=\"rig\" tests=\"{}\" failures=\"{failures}\">", cases.len());
+    for case in cases {
+        let name = format!("{} [{}]", case.scenario, case.policy);
+        let seconds = case.wall_us as f64 / 1e6;
+        let _ = write!(xml, "  <testcase classname=\"rig\" name=\"{}\" time=\"{seconds:.3}\"", xml_escape(&name));
+        match &case.first_failure {
+            None => xml.push_str("/>\n"),
+            Some((seed, failures, repro)) => {
+                let message = format!("{} of {} seeds failed; lowest seed {seed}", case.failed, case.runs);
+                let body = format!("{}\nrepro: {repro}", failures.join("\n"));
+                let _ = writeln!(
+                    xml,
+                    "><failure message=\"{}\">{}</failure></testcase>",
+                    xml_escape(&message),
+                    xml_escape(&body)
+                );
+            }
+        }
+    }
+    xml.push_str("</testsuite></testsuites>\n");
+    xml
+}

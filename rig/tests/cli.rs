@@ -90,3 +90,41 @@ fn the_readme_example_is_a_valid_passing_scenario() {
     let out = rig(&["run", path.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
 }
+
+#[test]
+fn matrix_shards_partition_the_runs_and_junit_names_failures() {
+    let smoke = workspace().join("scenarios/smoke/healthy-turn.toml");
+    let count = |shard: &str| {
+        let out = rig(&["matrix", smoke.to_str().unwrap(), "--seeds", "0..7", "--shard", shard]);
+        assert_eq!(out.status.code(), Some(0));
+        let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+        let passed: u64 =
+            stdout.split(": ").nth(1).and_then(|s| s.split(' ').next()).and_then(|n| n.parse().ok()).expect(&stdout);
+        passed
+    };
+    // Three policies times seven seeds, dealt to two shards.
+    assert_eq!(count("1/2") + count("2/2"), 21);
+
+    let source =
+        std::fs::read_to_string(workspace().join("scenarios/incident-001/finalization/write-timeout.toml")).unwrap();
+    let path = scratch(
+        "matrix-swapped.toml",
+        &source.replace("[policy.reference]\n", "[policy.reference]\nviolations = [\"liveness\"]\n"),
+    );
+    let junit = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli/junit.xml");
+    let out = rig(&[
+        "matrix",
+        path.to_str().unwrap(),
+        "--seeds",
+        "3..6",
+        "--policy",
+        "reference",
+        "--junit",
+        junit.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("3 of 3 seeds failed; lowest seed 3"), "{stdout}");
+    let xml = std::fs::read_to_string(junit).unwrap();
+    assert!(xml.contains("failures=\"1\"") && xml.contains("--policy reference --seed 3"), "{xml}");
+}
