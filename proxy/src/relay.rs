@@ -33,6 +33,12 @@ pub trait ProxyEnv {
     fn sleep(&self, ms: u64) -> Pin<Box<dyn Future<Output = ()> + '_>>;
     /// Called once for every frame read from either peer, after the rules decided on it.
     fn record(&self, record: &FrameRecord<'_>);
+    /// Whether [`record`](Self::record) does anything. An environment that keeps no record
+    /// returns `false`, and the relay then skips building one (reading the clock for each
+    /// frame is a measurable share of the relay's time).
+    fn records(&self) -> bool {
+        true
+    }
 }
 
 /// One frame as the log and the simulation trace see it.
@@ -170,11 +176,17 @@ where
             };
             let message = match next {
                 Some(Ok(message)) => message,
-                Some(Err(error)) => {
-                    return PumpEnd::SourceGone { code: close_code_for(&error), error: error.to_string() }
-                }
-                None => {
-                    return PumpEnd::SourceGone { error: "connection ended without a close frame".into(), code: None }
+                ended => {
+                    // Frames the source sent before it went away are still owed to the other
+                    // peer: pass on what is buffered (within the grace period) before the
+                    // relay drops both connections.
+                    let _ = select(dest.flush(), env.sleep(CLOSE_GRACE_MS)).await;
+                    return match ended {
+                        Some(Err(error)) => {
+                            PumpEnd::SourceGone { code: close_code_for(&error), error: error.to_string() }
+                        }
+                        _ => PumpEnd::SourceGone { error: "connection ended without a close frame".into(), code: None },
+                    };
                 }
             };
             let (kind, size) = frame_kind(&message);
@@ -183,17 +195,19 @@ where
             } else {
                 Decision::forward()
             };
-            env.record(&FrameRecord {
-                t_us: env.now_us(),
-                conn,
-                direction,
-                kind,
-                size,
-                rule: decision.rule.as_ref().map(|r| r.index),
-                rule_name: decision.rule.as_ref().map(|r| r.name.as_str()),
-                action: decision.action.as_str(),
-                message: &message,
-            });
+            if env.records() {
+                env.record(&FrameRecord {
+                    t_us: env.now_us(),
+                    conn,
+                    direction,
+                    kind,
+                    size,
+                    rule: decision.rule.as_ref().map(|r| r.index),
+                    rule_name: decision.rule.as_ref().map(|r| r.name.as_str()),
+                    action: decision.action.as_str(),
+                    message: &message,
+                });
+            }
             if let Message::Close(frame) = message {
                 // The RefCell borrow ends in this statement, before any await.
                 let forward = {
@@ -218,9 +232,15 @@ where
                 Action::Forward => dest.feed(message).await,
                 Action::Drop => Ok(()),
                 Action::Delay(ms) => {
-                    // Holding the frame here holds the frames behind it too: order is kept.
-                    env.sleep(ms).await;
-                    dest.send(message).await
+                    // Frames ahead of this one leave now, not after the delay.
+                    match dest.flush().await {
+                        Ok(()) => {
+                            // Holding the frame here holds the frames behind it too: order is kept.
+                            env.sleep(ms).await;
+                            dest.send(message).await
+                        }
+                        Err(e) => Err(e),
+                    }
                 }
                 Action::Duplicate => match dest.feed(message.clone()).await {
                     Ok(()) => dest.feed(message).await,

@@ -137,6 +137,10 @@ impl ProxyEnv for RealEnv {
         Box::pin(tokio::time::sleep(Duration::from_millis(ms)))
     }
 
+    fn records(&self) -> bool {
+        self.log.is_some()
+    }
+
     fn record(&self, record: &FrameRecord<'_>) {
         let Some(log) = &self.log else { return };
         let mut line = match serde_json::to_value(record) {

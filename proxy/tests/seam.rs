@@ -155,3 +155,83 @@ fn same_seed_same_record() {
     assert_eq!(first.0.len(), 60 - dropped + 1 + 2);
     assert!(first.2.iter().any(|r| r.starts_with("7000 ")), "{:#?}", first.2);
 }
+
+/// Relay streams wired to a raw client and a raw server over duplex pipes, without handshakes:
+/// `(client, relay's client side, relay's upstream side, server)`.
+async fn wired() -> (
+    tokio_tungstenite::WebSocketStream<tokio::io::DuplexStream>,
+    tokio_tungstenite::WebSocketStream<tokio::io::DuplexStream>,
+    tokio_tungstenite::WebSocketStream<tokio::io::DuplexStream>,
+    tokio_tungstenite::WebSocketStream<tokio::io::DuplexStream>,
+) {
+    use tokio_tungstenite::tungstenite::protocol::Role;
+    use tokio_tungstenite::WebSocketStream;
+    let (client_end, proxy_client_side) = duplex(64 * 1024);
+    let (proxy_upstream_side, server_end) = duplex(64 * 1024);
+    (
+        WebSocketStream::from_raw_socket(client_end, Role::Client, None).await,
+        WebSocketStream::from_raw_socket(proxy_client_side, Role::Server, None).await,
+        WebSocketStream::from_raw_socket(proxy_upstream_side, Role::Client, None).await,
+        WebSocketStream::from_raw_socket(server_end, Role::Server, None).await,
+    )
+}
+
+#[test]
+fn frames_ahead_of_a_delayed_frame_are_not_held_by_it() {
+    let runtime = tokio::runtime::Builder::new_current_thread().build().expect("a runtime without timers");
+    runtime.block_on(async {
+        let rules = RuleSet::with_rules(0, [Rule::parse("delay=1000 once up type=slow").unwrap()]).unwrap();
+        let env = FakeEnv::default();
+        let (mut client, proxy_client, proxy_upstream, mut server) = wired().await;
+        // Both frames reach the relay in one read, so it batches them.
+        client.feed(Message::text(r#"{"type":"fast"}"#)).await.unwrap();
+        client.feed(Message::text(r#"{"type":"slow"}"#)).await.unwrap();
+        client.flush().await.unwrap();
+        let relay = relay(proxy_client, proxy_upstream, Rc::new(RefCell::new(rules)), 1, &env);
+        let receive = async {
+            let mut arrivals = Vec::new();
+            while let Some(Ok(Message::Text(text))) = server.next().await {
+                arrivals.push((text.to_string(), env.now_us()));
+                if arrivals.len() == 2 {
+                    break;
+                }
+            }
+            client.close(None).await.unwrap();
+            arrivals
+        };
+        let (_, arrivals) = futures_util::future::join(relay, receive).await;
+        assert_eq!(
+            arrivals,
+            [(r#"{"type":"fast"}"#.to_string(), 0), (r#"{"type":"slow"}"#.to_string(), 1_000_000)],
+            "the fast frame leaves before the delay, the slow one after it"
+        );
+    });
+}
+
+#[test]
+fn frames_sent_before_a_peer_vanishes_are_still_delivered() {
+    let runtime = tokio::runtime::Builder::new_current_thread().build().expect("a runtime without timers");
+    runtime.block_on(async {
+        let env = FakeEnv::default();
+        let (mut client, proxy_client, proxy_upstream, mut server) = wired().await;
+        for i in 0..3 {
+            client.feed(Message::text(format!("frame {i}"))).await.unwrap();
+        }
+        client.flush().await.unwrap();
+        // The client goes away without a close frame, right after its frames.
+        drop(client);
+        let relay = relay(proxy_client, proxy_upstream, Rc::new(RefCell::new(RuleSet::new(0))), 1, &env);
+        let receive = async {
+            let mut got = Vec::new();
+            while let Some(Ok(message)) = server.next().await {
+                if let Message::Text(text) = message {
+                    got.push(text.to_string());
+                }
+            }
+            got
+        };
+        let (end, got) = futures_util::future::join(relay, receive).await;
+        assert!(matches!(end, RelayEnd::Dropped { side: Side::Client, .. }), "{end:?}");
+        assert_eq!(got, ["frame 0", "frame 1", "frame 2"]);
+    });
+}

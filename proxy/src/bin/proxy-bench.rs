@@ -17,13 +17,22 @@ struct Options {
     latency_frames: usize,
     size: usize,
     rounds: usize,
+    /// Profiling aid: measure only this path's throughput (`direct` or `proxy`), no latency.
+    only: Option<String>,
 }
 
 fn options() -> Result<Options, String> {
-    let mut options = Options { frames: 20_000, latency_frames: 5_000, size: 1024, rounds: 3 };
+    let mut options = Options { frames: 20_000, latency_frames: 5_000, size: 1024, rounds: 3, only: None };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         let value = args.next().ok_or_else(|| format!("{flag} needs a value"))?;
+        if flag == "--only" {
+            if value != "direct" && value != "proxy" {
+                return Err(format!("--only: expected `direct` or `proxy`, not `{value}`"));
+            }
+            options.only = Some(value);
+            continue;
+        }
         let value: usize = value.parse().map_err(|_| format!("{flag}: `{value}` is not a positive integer"))?;
         let slot = match flag.as_str() {
             "--frames" => &mut options.frames,
@@ -197,6 +206,14 @@ fn main() {
         // Warm-up: connections, allocator and caches.
         throughput(echo, 1000, &payload).await;
         throughput(through, 1000, &payload).await;
+        if let Some(only) = &options.only {
+            let addr = if only == "direct" { echo } else { through };
+            for _ in 0..options.rounds {
+                let rate = throughput(addr, options.frames, &payload).await;
+                println!("{only}: {rate:.0} frames/s");
+            }
+            std::process::exit(0);
+        }
         for _ in 0..options.rounds {
             best_direct = best_direct.max(throughput(echo, options.frames, &payload).await);
             best_proxy = best_proxy.max(throughput(through, options.frames, &payload).await);
