@@ -67,6 +67,11 @@ pub struct TicketService {
 
 impl TicketService {
     pub const FUNCTIONS: &'static [&'static str] = &["ticket::create", "ticket::lookup", "ticket::status"];
+    /// The request that produces an external effect (one ledger line each).
+    pub const EFFECT_FUNCTION: &'static str = "ticket::create";
+    /// Reconciliation requests, with the field that names the action they ask about.
+    pub const RECONCILE_FUNCTIONS: [(&'static str, &'static str); 2] =
+        [("ticket::status", "idempotency_key"), ("ticket::lookup", "client_reference")];
 
     pub fn new(config: TicketConfig) -> Self {
         Self { config, ..Self::default() }

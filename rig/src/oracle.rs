@@ -4,7 +4,7 @@
 //! ledger), never from the harness's own account of what it did.
 
 use crate::trace::{Event, EventKind};
-use doubles::StateStore;
+use doubles::{StateStore, TicketService};
 use serde::Serialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -150,7 +150,7 @@ fn blind_replay(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
     let text = |value: &Value, field: &str| value[field].as_str().map(str::to_string);
     for event in evidence.events {
         match &event.kind {
-            EventKind::Call { function, payload, .. } if function == "ticket::create" => {
+            EventKind::Call { function, payload, .. } if function == TicketService::EFFECT_FUNCTION => {
                 if let Some(action) = text(payload, "action_id") {
                     let seen = actions.entry(action).or_default();
                     seen.keys.extend(text(payload, "idempotency_key"));
@@ -159,7 +159,7 @@ fn blind_replay(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
             }
             // A reconciliation names the action by a key or a reference it was sent with before.
             EventKind::Call { function, payload, .. }
-                if function == "ticket::status" || function == "ticket::lookup" =>
+                if TicketService::RECONCILE_FUNCTIONS.iter().any(|(f, _)| f == function) =>
             {
                 let key = text(payload, "idempotency_key");
                 let reference = text(payload, "client_reference");

@@ -309,6 +309,16 @@ fn world_setup(spec: WorldSpec) -> WorldSetup {
     }
 }
 
+impl From<CountSpec> for Count {
+    fn from(spec: CountSpec) -> Self {
+        match spec {
+            CountSpec::Once => Count::Times(1),
+            CountSpec::Always => Count::Always,
+            CountSpec::Times(n) => Count::Times(n),
+        }
+    }
+}
+
 fn compile_interrupt(
     at: &Locator,
     hosts: &[&str],
@@ -333,11 +343,7 @@ fn compile_interrupt(
             ms: spec.pause_ms.ok_or_else(|| at.error(span, "a `pause` interrupt needs `pause_ms`"))?,
         },
     };
-    let count = match spec.count {
-        CountSpec::Once => Count::Times(1),
-        CountSpec::Always => Count::Always,
-        CountSpec::Times(n) => Count::Times(n),
-    };
+    let count = Count::from(spec.count);
     Ok(InterruptRule { worker, point: spec.point.into_inner(), interrupt, skip: spec.skip, count })
 }
 
@@ -429,11 +435,7 @@ fn compile_cut(at: &Locator, functions: &BTreeSet<String>, cut: Spanned<CutSpec>
             ms: cut.delay_ms.ok_or_else(|| at.error(span.clone(), "a `delay` cut needs `delay_ms`"))?,
         },
     };
-    let count = match cut.count {
-        CountSpec::Once => Count::Times(1),
-        CountSpec::Always => Count::Always,
-        CountSpec::Times(n) => Count::Times(n),
-    };
+    let count = Count::from(cut.count);
     Ok(ServiceCut { function, conditions: conditions(at, cut.conditions)?, fault, skip: cut.skip, count })
 }
 
