@@ -317,12 +317,12 @@ fn execute(runner: &mut Runner, scenario: &Scenario, failures: &mut Vec<String>)
     }
     runner.heal();
     let healed_at_ms = runner.now_ms();
-    let settled = runner.run_until(Some(healed_at_ms + scenario.world.liveness_ms), |_| false)?;
+    let settled = runner.run_until(Some(healed_at_ms.saturating_add(scenario.world.liveness_ms)), |_| false)?;
     Ok((healed_at_ms, settled == WaitEnd::Stalled))
 }
 
 fn wait_for_rpc(runner: &mut Runner, name: &str, within_ms: u64) -> Result<Option<String>, Stop> {
-    let deadline = runner.now_ms() + within_ms;
+    let deadline = runner.now_ms().saturating_add(within_ms);
     let end = runner.run_until(Some(deadline), |r| r.world.rpc.borrow().contains_key(name))?;
     Ok((end != WaitEnd::Met).then(|| format!("no outcome for `{name}` within {within_ms} ms ({end:?})")))
 }
@@ -337,18 +337,18 @@ fn execute_step(
         Step::Invoke { call, detach } => {
             runner.invoke(call.clone());
             if !detach {
-                return wait_for_rpc(runner, &call.name, call.timeout_ms + INVOKE_GRACE_MS);
+                return wait_for_rpc(runner, &call.name, call.timeout_ms.saturating_add(INVOKE_GRACE_MS));
             }
         }
         Step::Await { name, within_ms } => return wait_for_rpc(runner, name, *within_ms),
         Step::WaitMs(ms) => {
-            let deadline = runner.now_ms() + ms;
+            let deadline = runner.now_ms().saturating_add(*ms);
             if runner.run_until(Some(deadline), |_| false)? == WaitEnd::Stalled {
-                runner.skip_to(deadline);
+                runner.skip_to(deadline)?;
             }
         }
         Step::WaitUntil { conditions, nth, within_ms } => {
-            let deadline = runner.now_ms() + within_ms;
+            let deadline = runner.now_ms().saturating_add(*within_ms);
             let (mut cursor, mut seen) = (0, 0);
             let end = runner.run_until(Some(deadline), |r| {
                 let trace = r.world.trace();
@@ -384,7 +384,7 @@ fn execute_step(
                 None if host == crate::sim::hosts::ENGINE_HOST => by_host.values().flatten().cloned().collect(),
                 None => BTreeSet::new(),
             };
-            let deadline = runner.now_ms() + READY_MS_MAX;
+            let deadline = runner.now_ms().saturating_add(READY_MS_MAX);
             if runner.run_until(Some(deadline), |r| registered_since(r, since, &expected))? != WaitEnd::Met {
                 return Ok(Some(format!("`{host}` did not come back within {READY_MS_MAX} ms of its restart")));
             }
@@ -396,7 +396,7 @@ fn execute_step(
         Step::Heal => runner.heal(),
         Step::Pause { host, ms } => {
             use crate::harness::ProcessControl;
-            let until = runner.now_ms() + ms;
+            let until = runner.now_ms().saturating_add(*ms);
             runner.world.pause(host, until);
         }
     }

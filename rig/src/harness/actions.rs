@@ -309,7 +309,7 @@ impl ReferenceHarness {
             }
             Some(super::Interrupt::Pause { ms }) => {
                 self.note("interrupted", json!({ "point": point, "action_id": action_id, "pause_ms": ms }));
-                self.env.process.pause(&self.env.host, self.now() + ms);
+                self.env.process.pause(&self.env.host, self.now().saturating_add(ms));
             }
             None => {}
         }

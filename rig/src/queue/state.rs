@@ -169,7 +169,7 @@ impl Queues {
                     continue;
                 }
                 message.deliveries += 1;
-                let deadline_ms = now_ms + queue.config.timeout_ms;
+                let deadline_ms = now_ms.saturating_add(queue.config.timeout_ms);
                 message.stage = Stage::Dispatched { attempt: message.deliveries, deadline_ms };
                 dispatches.push(Dispatch {
                     queue: name.clone(),
@@ -214,7 +214,7 @@ impl Queues {
             queue.dead.push(message);
             return Retry::DeadLettered;
         }
-        let at_ms = now_ms + queue.config.backoff_ms;
+        let at_ms = now_ms.saturating_add(queue.config.backoff_ms);
         queue.messages[index].stage = Stage::Waiting { available_at_ms: at_ms };
         Retry::Redeliver { at_ms }
     }

@@ -390,11 +390,23 @@ fn known_host(at: &Locator, hosts: &[&str], host: &Spanned<String>) -> Result<St
     Err(at.error(host.span(), &format!("unknown host `{}`, expected one of {}", host.get_ref(), hosts.join(", "))))
 }
 
+/// A host that can be crashed and restarted: any but the driver, which is the scenario itself.
+fn restartable_host(at: &Locator, hosts: &[&str], host: &Spanned<String>) -> Result<String, ScenarioError> {
+    let name = known_host(at, hosts, host)?;
+    if name == "driver" {
+        return Err(at.error(host.span(), "the driver is the scenario's own client and cannot crash; expected a host"));
+    }
+    Ok(name)
+}
+
 fn known_link(at: &Locator, hosts: &[&str], link: Spanned<[String; 2]>) -> Result<(String, String), ScenarioError> {
     let span = link.span();
     let [a, b] = link.into_inner();
     let a = known_host(at, hosts, &Spanned::new(span.clone(), a))?;
-    let b = known_host(at, hosts, &Spanned::new(span, b))?;
+    let b = known_host(at, hosts, &Spanned::new(span.clone(), b))?;
+    if a == b {
+        return Err(at.error(span, &format!("a link joins two different hosts; `{a}` is named twice")));
+    }
     Ok((a, b))
 }
 
@@ -470,8 +482,8 @@ fn compile_step(
             }
         }
         StepSpec::Put(record) => Step::Put { scope: record.scope, key: record.key, value: record.value },
-        StepSpec::Crash(host) => Step::Crash(known_host(at, hosts, &host)?),
-        StepSpec::Restart(host) => Step::Restart(known_host(at, hosts, &host)?),
+        StepSpec::Crash(host) => Step::Crash(restartable_host(at, hosts, &host)?),
+        StepSpec::Restart(host) => Step::Restart(restartable_host(at, hosts, &host)?),
         StepSpec::Partition(link) => known_link(at, hosts, link).map(|(a, b)| Step::Partition(a, b))?,
         StepSpec::Repair(link) => known_link(at, hosts, link).map(|(a, b)| Step::Repair(a, b))?,
         StepSpec::Hold(link) => known_link(at, hosts, link).map(|(a, b)| Step::Hold(a, b))?,

@@ -57,7 +57,7 @@ impl Clock {
         let due: Vec<Waker> = {
             let mut state = self.state.borrow_mut();
             state.now_ms = state.now_ms.max(now_ms);
-            let first_later = (state.now_ms + 1, 0);
+            let first_later = (state.now_ms.saturating_add(1), 0);
             let later = state.timers.split_off(&first_later);
             std::mem::replace(&mut state.timers, later).into_values().collect()
         };

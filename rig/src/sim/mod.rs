@@ -89,6 +89,9 @@ pub struct Runner {
     steps: u64,
     crashed: BTreeSet<String>,
     cut_links: BTreeSet<(String, String)>,
+    /// Links whose messages are held: they cannot arrive before a release, so they do not keep
+    /// the world busy.
+    held: BTreeSet<(std::net::IpAddr, std::net::IpAddr)>,
     driver: Option<(Bus, mpsc::UnboundedSender<DriverCall>)>,
 }
 
@@ -104,6 +107,7 @@ impl Runner {
             steps: 0,
             crashed: BTreeSet::new(),
             cut_links: BTreeSet::new(),
+            held: BTreeSet::new(),
             driver: None,
         }
     }
@@ -145,10 +149,27 @@ impl Runner {
         self.steps
     }
 
+    /// Messages on the network that can still arrive (those on held links cannot, until released).
     fn in_flight(&self) -> usize {
         let mut messages = 0;
-        self.sim.links(|links| links.for_each(|link| messages += link.count()));
+        self.sim.links(|links| {
+            for link in links {
+                if !self.held.contains(&link.pair()) {
+                    messages += link.count();
+                }
+            }
+        });
         messages
+    }
+
+    /// The pair of addresses turmoil keys a link by (ordered).
+    fn link_pair(&self, a: &str, b: &str) -> (std::net::IpAddr, std::net::IpAddr) {
+        let (a, b) = (self.sim.lookup(a), self.sim.lookup(b));
+        if a <= b {
+            (a, b)
+        } else {
+            (b, a)
+        }
     }
 
     /// Runs one tick: fires the timers due now, steps every host, and notes whether anything
@@ -203,9 +224,14 @@ impl Runner {
         }
     }
 
-    /// Lets simulated time pass up to `at_ms` in a world where nothing can happen meanwhile.
-    pub fn skip_to(&mut self, at_ms: u64) {
+    /// Lets simulated time pass up to `at_ms` in a world where nothing can happen meanwhile;
+    /// past the run's duration bound that is the limit, reported, not a silent jump.
+    pub fn skip_to(&mut self, at_ms: u64) -> Result<(), Stop> {
+        if at_ms > self.config.duration_ms_max {
+            return Err(self.limit(format!("simulated duration {} ms", self.config.duration_ms_max)));
+        }
         self.warp_ms += at_ms.saturating_sub(self.now_ms());
+        Ok(())
     }
 
     /// Crashes a host: its software stops and its in-memory state is lost.
@@ -240,6 +266,8 @@ impl Runner {
         self.world.record("rig", EventKind::Control { action: "hold".into(), target: format!("{a}<->{b}") });
         self.sim.hold(a, b);
         self.cut_links.insert((a.to_string(), b.to_string()));
+        let pair = self.link_pair(a, b);
+        self.held.insert(pair);
     }
 
     pub fn release(&mut self, a: &str, b: &str) {
@@ -247,6 +275,8 @@ impl Runner {
         self.sim.release(a, b);
         self.sim.repair(a, b);
         self.cut_links.remove(&(a.to_string(), b.to_string()));
+        let pair = self.link_pair(a, b);
+        self.held.remove(&pair);
     }
 
     /// Heals every fault: disarms the cuts, releases and repairs every link, restarts every
@@ -258,6 +288,7 @@ impl Runner {
         if let Some(rules) = self.world.proxy_rules.borrow().as_ref() {
             rules.borrow_mut().reset();
         }
+        self.held.clear();
         for (a, b) in std::mem::take(&mut self.cut_links) {
             self.sim.release(a.as_str(), b.as_str());
             self.sim.repair(a.as_str(), b.as_str());

@@ -1,0 +1,77 @@
+//! Bad input gets a clear error, never a panic: seeded mutations of every shipped scenario must
+//! parse to a scenario or to an error with a location, and a mutant that still parses must run
+//! to an outcome (pass or fail) without panicking.
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use rig::{run, Scenario};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+
+const MUTANTS_PER_FILE: usize = 60;
+const RUNS_MAX: usize = 40;
+const NOISE: [&str; 14] =
+    ["=", "[", "]", "{", "}", "\"", ",", "\n", "0", "-1", "18446744073709551615", "x", "[[step]]\n", "."];
+
+fn scenario_files(folder: &Path, found: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(folder).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            scenario_files(&path, found);
+        } else if path.extension().is_some_and(|e| e == "toml") {
+            found.push(path);
+        }
+    }
+}
+
+/// One random edit at a char boundary: delete a span, insert noise, or duplicate a line.
+fn mutate(source: &str, rng: &mut ChaCha8Rng) -> String {
+    let chars: Vec<char> = source.chars().collect();
+    let at = rng.random_range(0..=chars.len());
+    let (before, after): (String, String) = (chars[..at].iter().collect(), chars[at..].iter().collect());
+    match rng.random_range(0..3) {
+        0 => {
+            let cut = rng.random_range(0..=after.chars().count().min(40));
+            format!("{before}{}", after.chars().skip(cut).collect::<String>())
+        }
+        1 => format!("{before}{}{after}", NOISE[rng.random_range(0..NOISE.len())]),
+        _ => {
+            let lines: Vec<&str> = source.lines().collect();
+            let line = lines[rng.random_range(0..lines.len())];
+            format!("{source}\n{line}\n")
+        }
+    }
+}
+
+#[test]
+fn mutated_scenarios_never_panic() {
+    let mut files = Vec::new();
+    scenario_files(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios"), &mut files);
+    files.sort();
+    let mut rng = ChaCha8Rng::seed_from_u64(2026);
+    let (mut errors, mut runs) = (0, 0);
+    for file in &files {
+        let source = std::fs::read_to_string(file).unwrap();
+        for _ in 0..MUTANTS_PER_FILE {
+            let mutant = mutate(&source, &mut rng);
+            let parsed = catch_unwind(|| Scenario::parse(Path::new("mutant.toml"), &mutant));
+            let parsed =
+                parsed.unwrap_or_else(|_| panic!("parsing panicked on a mutant of {}:\n{mutant}", file.display()));
+            match parsed {
+                Err(error) => {
+                    assert!(error.line > 0 && error.column > 0, "an error without a location: {error}");
+                    errors += 1;
+                }
+                Ok(scenario) if runs < RUNS_MAX => {
+                    runs += 1;
+                    for policy_run in &scenario.runs {
+                        let outcome = catch_unwind(AssertUnwindSafe(|| run(&scenario, policy_run, 0)));
+                        assert!(outcome.is_ok(), "running panicked on a mutant of {}:\n{mutant}", file.display());
+                    }
+                }
+                Ok(_) => {}
+            }
+        }
+    }
+    assert!(errors > 0 && runs > 0, "the mutations exercised both paths ({errors} errors, {runs} runs)");
+}
