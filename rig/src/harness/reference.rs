@@ -275,7 +275,11 @@ impl ReferenceHarness {
         if !actions["held"].as_array().is_none_or(|held| held.is_empty()) {
             let reason =
                 format!("{} action(s) unresolved after reconciliation", actions["held"].as_array().map_or(0, Vec::len));
-            return self.hold_turn(bus, &request, &reason).await;
+            let held = self.hold_turn(bus, &request, &reason).await;
+            // Waiting for a person is not work: ownership is handed back, and the held actions
+            // keep their recorded owner.
+            self.release_lease(bus, session_id).await;
+            return held;
         }
         if record["status"] != json!("running") {
             return Ok(
