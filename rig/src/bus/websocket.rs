@@ -36,7 +36,7 @@ where
         .header("Sec-WebSocket-Key", data_encoding::BASE64.encode(&key))
         .body(())
         .map_err(tungstenite::Error::HttpFormat)?;
-    let (socket, _response) = tokio_tungstenite::client_async(request, stream).await?;
+    let (socket, _response) = tokio_tungstenite::client_async_with_config(request, stream, Some(config())).await?;
     Ok(socket)
 }
 
@@ -45,5 +45,11 @@ pub async fn accept<S>(stream: S) -> Result<WebSocketStream<S>, tungstenite::Err
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    tokio_tungstenite::accept_async(stream).await
+    tokio_tungstenite::accept_async_with_config(stream, Some(config())).await
+}
+
+/// Buffers sized for the bus's small JSON frames: tungstenite's 128 KiB defaults cost more to
+/// allocate than the frames do to send, in a world that opens a dozen connections per run.
+fn config() -> tungstenite::protocol::WebSocketConfig {
+    tungstenite::protocol::WebSocketConfig::default().read_buffer_size(8 * 1024).write_buffer_size(8 * 1024)
 }
