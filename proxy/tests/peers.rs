@@ -11,8 +11,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-/// The pip line CI runs; the tests say it when the module is missing.
-const PIP_INSTALL: &str = "pip install websockets==17.4";
+/// The peer these tests were validated against; installed by the tests when it is missing.
+const WEBSOCKETS: &str = "websockets==17.4";
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(15);
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -20,17 +20,38 @@ fn peers_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests").join("peers")
 }
 
-/// Fails (never skips) when python3 or its `websockets` module is missing.
-fn require_websockets() {
+fn websockets_version() -> Result<String, String> {
     let output = Command::new("python3")
         .args(["-c", "import websockets; print(websockets.__version__)"])
         .output()
-        .unwrap_or_else(|e| panic!("cannot run python3 ({e}); these tests need python3 with `{PIP_INSTALL}`"));
-    assert!(
-        output.status.success(),
-        "python module `websockets` is missing; run `{PIP_INSTALL}`\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+        .map_err(|e| format!("cannot run python3 ({e}); these tests need python3"))?;
+    if output.status.success() {
+        Ok(String::from_utf8_lossy(&output.stdout).trim().to_string())
+    } else {
+        Err(String::from_utf8_lossy(&output.stderr).into_owned())
+    }
+}
+
+/// Makes sure the real peer is there: installs it with pip when it is missing (once per test
+/// process, however many tests ask), and fails, never skips, when that is not possible.
+fn require_websockets() {
+    static INSTALLED: std::sync::OnceLock<Result<String, String>> = std::sync::OnceLock::new();
+    let outcome = INSTALLED.get_or_init(|| {
+        if let Ok(version) = websockets_version() {
+            return Ok(version);
+        }
+        let install = Command::new("python3")
+            .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", WEBSOCKETS])
+            .output()
+            .map_err(|e| format!("cannot run pip ({e})"))?;
+        if !install.status.success() {
+            return Err(format!("`pip install {WEBSOCKETS}` failed:\n{}", String::from_utf8_lossy(&install.stderr)));
+        }
+        websockets_version()
+    });
+    if let Err(why) = outcome {
+        panic!("the python module `websockets` is missing and could not be installed ({WEBSOCKETS}): {why}");
+    }
 }
 
 /// A child process killed when the test ends, however it ends.
