@@ -35,11 +35,6 @@ impl SessionService {
     pub fn entries(&self, session_id: &str) -> &[Value] {
         self.sessions.get(session_id).map_or(&[], |s| s.entries.as_slice())
     }
-
-    /// Every session id, ordered.
-    pub fn session_ids(&self) -> impl Iterator<Item = &str> {
-        self.sessions.keys().map(String::as_str)
-    }
 }
 
 impl Double for SessionService {

@@ -200,10 +200,6 @@ impl Bus {
         Self { current: Rc::default(), clock }
     }
 
-    pub fn clock(&self) -> &Rc<Clock> {
-        &self.clock
-    }
-
     pub fn is_connected(&self) -> bool {
         self.current.borrow().is_some()
     }

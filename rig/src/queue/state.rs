@@ -120,10 +120,6 @@ impl Queues {
         self.queues.entry(name.to_string()).or_default().config = config;
     }
 
-    pub fn is_defined(&self, name: &str) -> bool {
-        self.queues.contains_key(name)
-    }
-
     /// Adds a message; returns its id.
     pub fn enqueue(&mut self, name: &str, function_id: &str, data: Value, now_ms: u64) -> Result<String, String> {
         let queue = self.queues.get_mut(name).ok_or_else(|| format!("queue `{name}` is not defined"))?;

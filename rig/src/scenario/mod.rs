@@ -166,13 +166,6 @@ pub fn known_functions() -> BTreeSet<String> {
     functions
 }
 
-impl Scenario {
-    /// The hosts of this scenario's world: the fixed ones, plus the optional ones it asks for.
-    pub fn hosts(&self) -> Vec<&str> {
-        hosts_of(&self.world, self.proxy.is_some())
-    }
-}
-
 fn hosts_of(world: &WorldSetup, proxy: bool) -> Vec<&'static str> {
     let mut hosts = HOSTS.to_vec();
     if !world.queues.is_empty() {
