@@ -83,6 +83,9 @@ pub trait Double {
     fn functions(&self) -> &'static [&'static str];
     /// Handles one call. Observations are appended to `observed` only for what took effect.
     fn handle(&mut self, call: Call<'_>, observed: &mut Vec<Observation>) -> Result<Value, ServiceError>;
+    /// Learns that the store granted `token` for the ownership domain `domain`: a service that
+    /// enforces fencing raises its bar. Most services ignore it.
+    fn observe_grant(&mut self, _domain: &str, _token: u64) {}
 }
 
 /// A required string field of a payload.

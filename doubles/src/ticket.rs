@@ -69,6 +69,8 @@ impl TicketService {
     pub const FUNCTIONS: &'static [&'static str] = &["ticket::create", "ticket::lookup", "ticket::status"];
     /// The request that produces an external effect (one ledger line each).
     pub const EFFECT_FUNCTION: &'static str = "ticket::create";
+    /// The kind of effect it produces, as the ledger names it.
+    pub const EFFECT_KIND: &'static str = "ticket.create";
     /// Reconciliation requests, with the field that names the action they ask about.
     pub const RECONCILE_FUNCTIONS: [(&'static str, &'static str); 2] =
         [("ticket::status", "idempotency_key"), ("ticket::lookup", "client_reference")];
@@ -123,7 +125,7 @@ impl TicketService {
         };
         let mut ledger = |accepted: bool, reason: &str| {
             observed.push(Observation::Effect(EffectRecord {
-                kind: "ticket.create".into(),
+                kind: Self::EFFECT_KIND.into(),
                 action_id: action_id.into(),
                 idempotency_key: key.map(Into::into),
                 fencing_token: fencing.map(|(_, token)| token),
@@ -200,6 +202,10 @@ impl Double for TicketService {
 
     fn functions(&self) -> &'static [&'static str] {
         Self::FUNCTIONS
+    }
+
+    fn observe_grant(&mut self, domain: &str, token: u64) {
+        self.observe_token(domain, token);
     }
 
     fn handle(&mut self, call: Call<'_>, observed: &mut Vec<Observation>) -> Result<Value, ServiceError> {

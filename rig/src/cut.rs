@@ -1,13 +1,72 @@
-//! Service-level cuts: faults applied to calls of any double, chosen by a predicate.
+//! Cuts: the faults a scenario scripts, and the one rule for when each fires.
 //!
-//! A cut fires on a call, never on wall-clock time: the function, conditions on the payload
-//! (`scope`, `key`, `value.status`, ...), how many matching calls to let through first (`skip`)
-//! and how many to hit (`count`). The first cut that takes a call decides its fate.
+//! A cut fires on an event, never on wall-clock time: a service cut on a call to a double that
+//! matches its function and conditions, a process cut on a worker reaching a named point. Both
+//! let `skip` matching arrivals through first and then fire `count` times ([`Trigger`]). A cut
+//! that never fired in a run is vacuous: the run did not test what the file says, so it fails
+//! unless the cut is marked `optional`.
 
-use proxy::{all_match, FieldMatch};
+use crate::condition::{all_hold, Condition};
 use serde_json::Value;
 
-/// What a cut does to a call it takes.
+/// How many matching arrivals a cut hits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Count {
+    Times(u64),
+    Always,
+}
+
+/// When a cut fires: after `skip` matching arrivals, for `count` of them. Shared by every kind
+/// of cut so they all count the same way.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Trigger {
+    pub skip: u64,
+    pub count: Count,
+    /// A cut the run may leave unfired without failing.
+    pub optional: bool,
+    matched: u64,
+    fired: u64,
+    disarmed: bool,
+}
+
+impl Trigger {
+    pub fn new(skip: u64, count: Count, optional: bool) -> Self {
+        Self { skip, count, optional, matched: 0, fired: 0, disarmed: false }
+    }
+
+    /// One matching arrival: whether the cut fires on it.
+    pub fn arrive(&mut self) -> bool {
+        if self.disarmed {
+            return false;
+        }
+        self.matched += 1;
+        let allowed = match self.count {
+            Count::Times(n) => self.fired < n,
+            Count::Always => true,
+        };
+        if self.matched <= self.skip || !allowed {
+            return false;
+        }
+        self.fired += 1;
+        true
+    }
+
+    /// Disarms the cut: the fault is healed.
+    pub fn disarm(&mut self) {
+        self.disarmed = true;
+    }
+
+    pub fn fired(&self) -> u64 {
+        self.fired
+    }
+
+    /// A cut that should have fired and never did.
+    pub fn is_vacuous(&self) -> bool {
+        self.fired == 0 && !self.optional
+    }
+}
+
+/// What a service cut does to a call it takes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ServiceFault {
     /// The call takes effect, then its reply never arrives: the caller's deadline expires.
@@ -31,75 +90,101 @@ impl ServiceFault {
     }
 }
 
-/// How many matching calls a cut hits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Count {
-    Times(u64),
-    Always,
-}
-
-impl Count {
-    fn allows(self, fired: u64) -> bool {
-        match self {
-            Count::Times(n) => fired < n,
-            Count::Always => true,
-        }
-    }
-}
-
-/// One cut, as a scenario declares it.
+/// A fault on calls to a double, as a scenario declares it.
 #[derive(Debug, Clone)]
 pub struct ServiceCut {
     pub function: String,
-    pub conditions: Vec<FieldMatch>,
+    pub conditions: Vec<Condition>,
     pub fault: ServiceFault,
-    pub skip: u64,
-    pub count: Count,
+    pub trigger: Trigger,
 }
 
-/// The armed cuts of a run with what each has done so far.
+/// The armed service cuts of a run with what each has done so far.
 #[derive(Debug, Default)]
 pub struct CutTable {
-    cuts: Vec<Armed>,
-}
-
-#[derive(Debug)]
-struct Armed {
-    cut: ServiceCut,
-    matched: u64,
-    fired: u64,
-    healed: bool,
+    cuts: Vec<ServiceCut>,
 }
 
 impl CutTable {
     pub fn new(cuts: impl IntoIterator<Item = ServiceCut>) -> Self {
-        Self { cuts: cuts.into_iter().map(|cut| Armed { cut, matched: 0, fired: 0, healed: false }).collect() }
+        Self { cuts: cuts.into_iter().collect() }
     }
 
-    /// Which cut (by index) takes this call, and with what fault.
+    /// Which cut (by index) takes this call, and with what fault. The first that fires decides.
     pub fn decide(&mut self, function: &str, payload: &Value) -> Option<(usize, ServiceFault)> {
-        for (index, armed) in self.cuts.iter_mut().enumerate() {
-            if armed.healed || armed.cut.function != function || !all_match(&armed.cut.conditions, payload) {
-                continue;
-            }
-            armed.matched += 1;
-            if armed.matched <= armed.cut.skip || !armed.cut.count.allows(armed.fired) {
-                continue;
-            }
-            armed.fired += 1;
-            return Some((index, armed.cut.fault.clone()));
-        }
-        None
+        self.cuts.iter_mut().enumerate().find_map(|(index, cut)| {
+            let applies = cut.function == function && all_hold(&cut.conditions, payload);
+            (applies && cut.trigger.arrive()).then(|| (index, cut.fault.clone()))
+        })
     }
 
     /// Disarms every cut: the faults are healed.
     pub fn heal(&mut self) {
-        self.cuts.iter_mut().for_each(|armed| armed.healed = true);
+        self.cuts.iter_mut().for_each(|cut| cut.trigger.disarm());
     }
 
-    /// How often each cut fired, in declaration order.
-    pub fn fired(&self) -> Vec<u64> {
-        self.cuts.iter().map(|armed| armed.fired).collect()
+    pub fn cuts(&self) -> &[ServiceCut] {
+        &self.cuts
+    }
+}
+
+/// What a process cut does to a worker that reaches its point.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Interrupt {
+    /// Stop right there and never go on (the scenario then crashes or abandons the worker).
+    Freeze,
+    /// Stop the whole worker for `ms` milliseconds (its lease renewals too), then go on.
+    Pause { ms: u64 },
+}
+
+impl Interrupt {
+    pub fn name(self) -> &'static str {
+        match self {
+            Interrupt::Freeze => "freeze",
+            Interrupt::Pause { .. } => "pause",
+        }
+    }
+}
+
+/// The named points a harness worker passes while running an action, where process cuts fire:
+/// intent recorded but the request not sent; the service answered but the outcome not recorded;
+/// the outcome recorded.
+pub const INTERRUPT_POINTS: [&str; 3] = ["before_submission", "after_acceptance", "after_completion"];
+
+/// A fault on a worker's process at a named point, as a scenario declares it.
+#[derive(Debug, Clone)]
+pub struct ProcessCut {
+    pub worker: String,
+    pub point: String,
+    pub interrupt: Interrupt,
+    pub trigger: Trigger,
+}
+
+/// The armed process cuts of a run.
+#[derive(Debug, Default)]
+pub struct ProcessCutTable {
+    cuts: Vec<ProcessCut>,
+}
+
+impl ProcessCutTable {
+    pub fn new(cuts: impl IntoIterator<Item = ProcessCut>) -> Self {
+        Self { cuts: cuts.into_iter().collect() }
+    }
+
+    /// Which cut (by index) takes `worker` at `point` this time, and how.
+    pub fn decide(&mut self, worker: &str, point: &str) -> Option<(usize, Interrupt)> {
+        self.cuts.iter_mut().enumerate().find_map(|(index, cut)| {
+            let applies = cut.worker == worker && cut.point == point;
+            (applies && cut.trigger.arrive()).then_some((index, cut.interrupt))
+        })
+    }
+
+    pub fn heal(&mut self) {
+        self.cuts.iter_mut().for_each(|cut| cut.trigger.disarm());
+    }
+
+    pub fn cuts(&self) -> &[ProcessCut] {
+        &self.cuts
     }
 }
 
@@ -111,10 +196,9 @@ mod tests {
     fn cut(skip: u64, count: Count) -> ServiceCut {
         ServiceCut {
             function: "state::set".into(),
-            conditions: vec![FieldMatch::parse("value.status=failed").unwrap()],
+            conditions: vec![Condition::equals("value.status", "failed").unwrap()],
             fault: ServiceFault::Timeout,
-            skip,
-            count,
+            trigger: Trigger::new(skip, count, false),
         }
     }
 
@@ -128,15 +212,31 @@ mod tests {
         assert!(table.decide("state::set", &failed).is_some());
         assert!(table.decide("state::set", &failed).is_some());
         assert_eq!(table.decide("state::set", &failed), None, "count used up");
-        assert_eq!(table.fired(), vec![2]);
+        assert_eq!(table.cuts()[0].trigger.fired(), 2);
     }
 
     #[test]
-    fn healing_disarms_always_cuts() {
-        let mut table = CutTable::new([cut(0, Count::Always)]);
+    fn healing_disarms_always_cuts_and_unfired_cuts_are_vacuous() {
+        let mut table = CutTable::new([cut(0, Count::Always), cut(0, Count::Always)]);
         let failed = json!({"value": {"status": "failed"}});
         assert!(table.decide("state::set", &failed).is_some());
         table.heal();
         assert_eq!(table.decide("state::set", &failed), None);
+        assert!(!table.cuts()[0].trigger.is_vacuous());
+        assert!(table.cuts()[1].trigger.is_vacuous(), "shadowed by the first cut, it never fired");
+    }
+
+    #[test]
+    fn process_cuts_count_like_service_cuts() {
+        let mut table = ProcessCutTable::new([ProcessCut {
+            worker: "harness".into(),
+            point: "after_acceptance".into(),
+            interrupt: Interrupt::Freeze,
+            trigger: Trigger::new(1, Count::Times(1), false),
+        }]);
+        assert_eq!(table.decide("harness", "after_acceptance"), None, "skipped");
+        assert_eq!(table.decide("replacement", "after_acceptance"), None, "another worker");
+        assert_eq!(table.decide("harness", "after_acceptance"), Some((0, Interrupt::Freeze)));
+        assert_eq!(table.decide("harness", "after_acceptance"), None);
     }
 }

@@ -1,11 +1,53 @@
-//! Checking a run against its scenario's expectations.
+//! Expectations: what a scenario says a run must show afterwards, and checking them.
 
-use crate::scenario::Expectation;
+use crate::condition::{all_hold, Condition};
 use crate::trace::{Event, EventKind};
 use doubles::StateStore;
-use proxy::{all_match, lookup, FieldMatch};
+use proxy::lookup;
 use serde_json::{json, Value};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Something a run must show afterwards.
+#[derive(Debug, Clone)]
+pub enum Expectation {
+    /// The outcome of a driver invocation, by the name the scenario gave it.
+    Rpc { name: String, conditions: Vec<Condition> },
+    /// A durable record at the end of the run.
+    State { scope: String, key: String, conditions: Vec<Condition> },
+    /// A durable record that must not exist at the end of the run.
+    Absent { scope: String, key: String },
+    /// Trace events matching conditions: how many, and what they share.
+    Events(EventsExpectation),
+    /// Accepted external effects by kind, from the ledger: exact counts, absent kinds zero.
+    Effects(BTreeMap<String, u64>),
+}
+
+/// Counts and sameness over the trace events that match `conditions`.
+#[derive(Debug, Clone, Default)]
+pub struct EventsExpectation {
+    pub conditions: Vec<Condition>,
+    pub count: Option<u64>,
+    pub count_min: Option<u64>,
+    pub count_max: Option<u64>,
+    /// A dotted path whose value must be byte-identical across every matching event.
+    pub same: Option<String>,
+    /// Count only events before the outcome of this driver invocation arrived.
+    pub before_rpc: Option<String>,
+}
+
+impl Expectation {
+    /// Whether the expectation reads the reference harness's own notes: a harness's account of
+    /// its decisions, which another harness does not give. Such expectations judge only the
+    /// reference harness; everything else is judged from what the services and the driver saw.
+    pub fn reads_harness_notes(&self) -> bool {
+        match self {
+            Expectation::Events(events) => {
+                events.conditions.iter().any(|c| c.path() == "kind" && c.matches(&json!({"kind": "note"})))
+            }
+            _ => false,
+        }
+    }
+}
 
 /// What expectations are checked against.
 pub struct Observed<'a> {
@@ -31,21 +73,12 @@ fn rpc_position(events: &[Event], name: &str) -> Option<usize> {
     events.iter().position(|e| matches!(&e.kind, EventKind::Rpc { name: n, .. } if n == name))
 }
 
-fn describe(conditions: &[FieldMatch]) -> String {
+fn describe(conditions: &[Condition]) -> String {
     conditions.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
 }
 
-fn failed_conditions(conditions: &[FieldMatch], document: &Value) -> Vec<String> {
-    conditions
-        .iter()
-        .filter(|c| !c.matches(document))
-        .map(|c| {
-            let path: Vec<String> = c.path().split('.').map(str::to_string).collect();
-            let found = lookup(document, &path)
-                .map_or_else(|| "nothing".to_string(), |v| format!("`{}`", proxy::value_text(v)));
-            format!("{} expected `{}`, found {found}", c.path(), c.expected())
-        })
-        .collect()
+fn failed_conditions(conditions: &[Condition], document: &Value) -> Vec<String> {
+    conditions.iter().filter(|c| !c.matches(document)).map(|c| c.explain(document)).collect()
 }
 
 /// Every expectation that does not hold, as one line each.
@@ -76,46 +109,9 @@ pub fn check(expectations: &[Expectation], observed: &Observed<'_>) -> Vec<Strin
                     failures.push(format!("state {scope}/{key}: expected no record, found {record}"));
                 }
             }
-            Expectation::Events { conditions, count, count_min, same, before_rpc } => {
-                let until = match before_rpc {
-                    Some(name) => match rpc_position(observed.events, name) {
-                        Some(position) => position,
-                        None => {
-                            failures.push(format!(
-                                "events [{}]: no outcome for `{name}` to count up to",
-                                describe(conditions)
-                            ));
-                            continue;
-                        }
-                    },
-                    None => event_documents.len(),
-                };
-                let matching: Vec<&Value> =
-                    event_documents[..until].iter().filter(|e| all_match(conditions, e)).collect();
-                let found = matching.len() as u64;
-                if count.is_some_and(|n| n != found) || count_min.is_some_and(|n| found < n) {
-                    let wanted =
-                        count.map_or_else(|| format!("at least {}", count_min.unwrap_or(0)), |n| n.to_string());
-                    failures.push(format!("events [{}]: expected {wanted}, found {found}", describe(conditions)));
-                }
-                if let Some(path) = same {
-                    let segments: Vec<String> = path.split('.').map(str::to_string).collect();
-                    let distinct: std::collections::BTreeSet<String> = matching
-                        .iter()
-                        .map(|e| lookup(e, &segments).map_or_else(|| "<missing>".into(), Value::to_string))
-                        .collect();
-                    if distinct.len() > 1 {
-                        failures.push(format!(
-                            "events [{}]: `{path}` differs between them ({} distinct values)",
-                            describe(conditions),
-                            distinct.len()
-                        ));
-                    }
-                }
-            }
+            Expectation::Events(events) => check_events(events, observed.events, &event_documents, &mut failures),
             Expectation::Effects(expected) => {
-                let kinds: std::collections::BTreeSet<&String> =
-                    expected.keys().chain(observed.effects.keys()).collect();
+                let kinds: BTreeSet<&String> = expected.keys().chain(observed.effects.keys()).collect();
                 for kind in kinds {
                     let (want, got) =
                         (expected.get(kind).copied().unwrap_or(0), observed.effects.get(kind).copied().unwrap_or(0));
@@ -127,4 +123,45 @@ pub fn check(expectations: &[Expectation], observed: &Observed<'_>) -> Vec<Strin
         }
     }
     failures
+}
+
+fn check_events(expected: &EventsExpectation, events: &[Event], documents: &[Value], failures: &mut Vec<String>) {
+    let until = match &expected.before_rpc {
+        Some(name) => match rpc_position(events, name) {
+            Some(position) => position,
+            None => {
+                failures.push(format!(
+                    "events [{}]: no outcome for `{name}` to count up to",
+                    describe(&expected.conditions)
+                ));
+                return;
+            }
+        },
+        None => documents.len(),
+    };
+    let matching: Vec<&Value> = documents[..until].iter().filter(|e| all_hold(&expected.conditions, e)).collect();
+    let found = matching.len() as u64;
+    let wanted = match (expected.count, expected.count_min, expected.count_max) {
+        (Some(n), _, _) if n != found => Some(n.to_string()),
+        (None, Some(min), _) if found < min => Some(format!("at least {min}")),
+        (None, _, Some(max)) if found > max => Some(format!("at most {max}")),
+        _ => None,
+    };
+    if let Some(wanted) = wanted {
+        failures.push(format!("events [{}]: expected {wanted}, found {found}", describe(&expected.conditions)));
+    }
+    if let Some(path) = &expected.same {
+        let segments: Vec<String> = path.split('.').map(str::to_string).collect();
+        let distinct: BTreeSet<String> = matching
+            .iter()
+            .map(|e| lookup(e, &segments).map_or_else(|| "<missing>".into(), Value::to_string))
+            .collect();
+        if distinct.len() > 1 {
+            failures.push(format!(
+                "events [{}]: `{path}` differs between them ({} distinct values)",
+                describe(&expected.conditions),
+                distinct.len()
+            ));
+        }
+    }
 }

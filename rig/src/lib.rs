@@ -5,20 +5,35 @@
 //! between "the action happened" and "we recorded that it happened" from scenario files,
 //! checks the durable state and counts every external effect in a ledger the system under test
 //! cannot write. One seed replays one run bit for bit.
+//!
+//! The public surface is listed here. To test a harness of your own, implement
+//! [`HarnessFactory`] (its workers are [`Provider`]s on the [`Bus`]) and hand it to
+//! [`run_with`], or to [`scenario_tests!`] from your crate's `tests/`.
 
-pub mod bus;
-pub mod cut;
-pub mod expect;
-pub mod harness;
-pub mod oracle;
-pub mod queue;
+mod bus;
+mod condition;
+mod cut;
+mod expect;
+mod harness;
+mod layout;
+mod oracle;
+mod queue;
 pub mod report;
-pub mod run;
-pub mod scenario;
-pub mod sim;
-pub mod trace;
+mod run;
+mod scenario;
+mod sim;
+mod suggest;
+mod topology;
+mod trace;
 
-pub use harness::Policy;
+pub use bus::{Action, Answer, Bus, ErrorBody, Invocation, InvokeError, Provider};
+pub use condition::{Condition, Test};
+pub use cut::{Interrupt, INTERRUPT_POINTS};
+pub use harness::{HarnessConfig, HarnessEnv, HarnessFactory, Policy, ProcessControl, ReferenceHarness};
+pub use layout::{ActionClass, RecordLayout};
 pub use oracle::{Oracle, Violation};
-pub use run::{run, RunOutcome};
-pub use scenario::{Scenario, ScenarioError};
+pub use run::{reference, run, run_with, ActionStatus, RunOutcome};
+pub use scenario::{PolicyRun, Scenario, ScenarioError};
+pub use sim::clock::{within, Clock, Elapsed};
+pub use topology::HARNESS_FUNCTIONS;
+pub use trace::{Event, EventKind, NoteSink, Trace};

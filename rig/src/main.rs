@@ -1,7 +1,7 @@
 //! The `rig` command line.
 
 use clap::{Parser, Subcommand};
-use rig::{report, run, Policy, Scenario};
+use rig::{report, run, PolicyRun, Scenario};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -83,7 +83,7 @@ struct RunArgs {
     /// One JSON object per line per run instead of the human report.
     #[arg(long)]
     json: bool,
-    /// Write the full trace of every run as JSON lines to this file.
+    /// Write the full trace of every run as JSON lines to this file (`-`: standard output).
     #[arg(long)]
     trace: Option<PathBuf>,
 }
@@ -102,6 +102,21 @@ fn parse_seed_range(text: &str) -> Result<std::ops::Range<u64>, String> {
 const EXIT_FAILED: u8 = 1;
 const EXIT_BAD_INPUT: u8 = 2;
 
+/// Writes a line to standard output. A closed pipe (`rig run ... | head`) is not an error
+/// worth a panic: the rest of the output is simply not wanted.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        let _ = writeln!(std::io::stdout().lock(), $($arg)*);
+    }};
+}
+
+/// Writes a line to standard error, which may be closed too.
+macro_rules! err {
+    ($($arg:tt)*) => {{
+        let _ = writeln!(std::io::stderr().lock(), $($arg)*);
+    }};
+}
+
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
@@ -116,12 +131,18 @@ fn main() -> ExitCode {
     }
 }
 
+/// Bad input: said once, and the exit status other tools rely on.
+fn bad_input(message: &str) -> ExitCode {
+    err!("error: {message}");
+    ExitCode::from(EXIT_BAD_INPUT)
+}
+
 /// Loads every scenario under `paths`, reporting each bad one; `None` when any was bad.
 fn load_scenarios(paths: &[PathBuf]) -> Option<Vec<Scenario>> {
     let files = match scenario_files(paths) {
         Ok(files) => files,
-        Err(error) => {
-            eprintln!("error: {error}");
+        Err(errors) => {
+            errors.iter().for_each(|e| err!("error: {e}"));
             return None;
         }
     };
@@ -131,7 +152,7 @@ fn load_scenarios(paths: &[PathBuf]) -> Option<Vec<Scenario>> {
         match Scenario::load(file) {
             Ok(scenario) => scenarios.push(scenario),
             Err(error) => {
-                eprintln!("error: {error}");
+                err!("error: {error}");
                 bad_input = true;
             }
         }
@@ -139,49 +160,67 @@ fn load_scenarios(paths: &[PathBuf]) -> Option<Vec<Scenario>> {
     (!bad_input).then_some(scenarios)
 }
 
-fn policy_filter(name: Option<&str>) -> Result<Option<Policy>, ExitCode> {
-    match name.map(|name| Policy::from_name(name).ok_or(name)) {
-        Some(Err(name)) => {
-            let known: Vec<_> = Policy::ALL.iter().map(|p| p.name()).collect();
-            eprintln!("error: unknown policy `{name}`, expected one of {}", known.join(", "));
-            Err(ExitCode::from(EXIT_BAD_INPUT))
+/// The (scenario, policy run) pairs to run: every policy each scenario declares, or only the
+/// one asked for. Asking for a policy no scenario declares is bad input, not zero runs.
+fn selected_runs<'a>(
+    scenarios: &'a [Scenario],
+    policy: Option<&str>,
+) -> Result<Vec<(&'a Scenario, &'a PolicyRun)>, String> {
+    if let Some(name) = policy {
+        if rig::Policy::from_name(name).is_none() {
+            let known: Vec<_> = rig::Policy::ALL.iter().map(|p| p.name()).collect();
+            return Err(format!("unknown policy `{name}`, expected one of {}", known.join(", ")));
         }
-        Some(Ok(policy)) => Ok(Some(policy)),
-        None => Ok(None),
     }
+    let selected: Vec<_> = scenarios
+        .iter()
+        .flat_map(|s| s.runs.iter().map(move |r| (s, r)))
+        .filter(|(_, r)| policy.is_none_or(|p| p == r.policy))
+        .collect();
+    if selected.is_empty() {
+        let declared: std::collections::BTreeSet<&str> =
+            scenarios.iter().flat_map(|s| s.runs.iter().map(|r| r.policy.as_str())).collect();
+        return Err(format!(
+            "no scenario under the given paths declares policy `{}`, so nothing would run; they declare {}",
+            policy.unwrap_or_default(),
+            declared.into_iter().collect::<Vec<_>>().join(", ")
+        ));
+    }
+    Ok(selected)
 }
 
 fn matrix_command(args: MatrixArgs) -> ExitCode {
-    let policy = match policy_filter(args.policy.as_deref()) {
-        Ok(policy) => policy,
-        Err(code) => return code,
-    };
     let Some(scenarios) = load_scenarios(&args.paths) else { return ExitCode::from(EXIT_BAD_INPUT) };
+    let selected = match selected_runs(&scenarios, args.policy.as_deref()) {
+        Ok(selected) => selected,
+        Err(message) => return bad_input(&message),
+    };
+    if let Some(path) = &args.junit {
+        if let Err(error) = std::fs::write(path, "") {
+            return bad_input(&format!("cannot write the JUnit report {}: {error}", path.display()));
+        }
+    }
     let (shard, shards) = args.shard.unwrap_or((1, 1));
     let mut cases = Vec::new();
     let mut index = 0u64;
-    for scenario in &scenarios {
-        for policy_run in scenario.runs.iter().filter(|r| policy.is_none_or(|p| p == r.policy)) {
-            let mut case = report::MatrixCase::new(scenario.path.display().to_string(), policy_run.policy.name());
-            for seed in args.seeds.clone() {
-                index += 1;
-                // Triples are dealt to shards in a fixed order, so N runners cover each run once.
-                if (index - 1) % shards != shard - 1 {
-                    continue;
-                }
-                case.record(&run(scenario, policy_run, seed));
+    for (scenario, policy_run) in selected {
+        let mut case = report::MatrixCase::new(scenario.path.display().to_string(), policy_run.policy.clone());
+        for seed in args.seeds.clone() {
+            index += 1;
+            // Triples are dealt to shards in a fixed order, so N runners cover each run once.
+            if (index - 1) % shards != shard - 1 {
+                continue;
             }
-            if case.runs > 0 {
-                cases.push(case);
-            }
+            case.record(&run(scenario, policy_run, seed));
+        }
+        if case.runs > 0 {
+            cases.push(case);
         }
     }
-    let summary = report::matrix_summary(&cases, (shard, shards));
-    println!("{summary}");
+    out!("{}", report::matrix_summary(&cases, (shard, shards)));
     if let Some(path) = &args.junit {
         if let Err(error) = std::fs::write(path, report::junit(&cases)) {
-            eprintln!("error: cannot write {}: {error}", path.display());
-            return ExitCode::from(EXIT_BAD_INPUT);
+            return bad_input(&format!("cannot write the JUnit report {}: {error}", path.display()));
         }
     }
     if cases.iter().any(|c| c.failed > 0) {
@@ -194,14 +233,12 @@ fn matrix_command(args: MatrixArgs) -> ExitCode {
 fn bench_command(args: BenchArgs) -> ExitCode {
     let Some(scenarios) = load_scenarios(&args.paths) else { return ExitCode::from(EXIT_BAD_INPUT) };
     let seeds = args.seeds.end - args.seeds.start;
-    println!(
+    out!(
         "rig bench: release build, one core, seeds {}..{} ({seeds} per scenario and policy)",
-        args.seeds.start, args.seeds.end
+        args.seeds.start,
+        args.seeds.end
     );
-    println!(
-        "{:<64} {:>6} {:>11} {:>9} {:>11} {:>10}",
-        "scenario", "runs", "wall/run", "runs/s", "sim/run", "sim/wall"
-    );
+    out!("{:<64} {:>6} {:>11} {:>9} {:>11} {:>10}", "scenario", "runs", "wall/run", "runs/s", "sim/run", "sim/wall");
     let (mut all_runs, mut all_wall_us, mut failed) = (0u64, 0u64, 0u64);
     for scenario in &scenarios {
         let (mut runs, mut wall_us, mut sim_ms) = (0u64, 0u64, 0u64);
@@ -215,7 +252,7 @@ fn bench_command(args: BenchArgs) -> ExitCode {
             }
         }
         let per_run_us = wall_us / runs.max(1);
-        println!(
+        out!(
             "{:<64} {:>6} {:>9}us {:>9.0} {:>9}ms {:>9.0}x",
             scenario.path.display(),
             runs,
@@ -227,12 +264,12 @@ fn bench_command(args: BenchArgs) -> ExitCode {
         all_runs += runs;
         all_wall_us += wall_us;
     }
-    println!(
+    out!(
         "total: {all_runs} runs, {:.0} runs/s on one core, {failed} failed",
         all_runs as f64 / (all_wall_us as f64 / 1e6)
     );
     if let Some(peak) = peak_memory_kib() {
-        println!("peak resident memory: {} MiB", peak / 1024);
+        out!("peak resident memory: {} MiB", peak / 1024);
     }
     if failed > 0 {
         ExitCode::from(EXIT_FAILED)
@@ -248,88 +285,104 @@ fn peak_memory_kib() -> Option<u64> {
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
-/// Every scenario file under the given paths, sorted, so runs are listed in a stable order.
-fn scenario_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
+/// Every scenario file under the given paths, sorted and each once, so runs are listed in a
+/// stable order. Symbolic links are followed; a loop among them is reported once.
+fn scenario_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, Vec<String>> {
     let mut files = Vec::new();
+    let mut errors = std::collections::BTreeSet::new();
     for path in paths {
-        if path.is_dir() {
-            collect_toml(path, &mut files).map_err(|e| format!("{}: cannot read the folder: {e}", path.display()))?;
-        } else if path.is_file() {
-            files.push(path.clone());
-        } else {
-            return Err(format!("{}: no such file or folder", path.display()));
+        if !path.exists() {
+            errors.insert(format!("{}: no such file or folder", path.display()));
+            continue;
+        }
+        for entry in walkdir::WalkDir::new(path).follow_links(true).sort_by_file_name() {
+            match entry {
+                Ok(entry) if entry.file_type().is_file() && is_scenario(entry.path()) => {
+                    files.push(entry.path().to_path_buf())
+                }
+                Ok(_) => {}
+                Err(error) => {
+                    let at = error.path().map_or_else(|| path.display().to_string(), |p| p.display().to_string());
+                    let why = match error.loop_ancestor() {
+                        Some(ancestor) => format!("a symbolic link loops back to {}", ancestor.display()),
+                        None => error.io_error().map_or_else(|| error.to_string(), ToString::to_string),
+                    };
+                    errors.insert(format!("{at}: {why}"));
+                }
+            }
         }
     }
+    if !errors.is_empty() {
+        return Err(errors.into_iter().collect());
+    }
     if files.is_empty() {
-        return Err("no scenario files (*.toml) under the given paths".into());
+        return Err(vec!["no scenario files (*.toml) under the given paths".into()]);
     }
     files.sort();
     files.dedup();
     Ok(files)
 }
 
-fn collect_toml(folder: &Path, files: &mut Vec<PathBuf>) -> std::io::Result<()> {
-    for entry in std::fs::read_dir(folder)? {
-        let path = entry?.path();
-        if path.is_dir() {
-            collect_toml(&path, files)?;
-        } else if path.extension().is_some_and(|e| e == "toml") {
-            files.push(path);
-        }
+fn is_scenario(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e == "toml")
+}
+
+/// Where `--trace` goes: a file, or standard output for `-`.
+fn trace_sink(path: &Path) -> std::io::Result<Box<dyn std::io::Write>> {
+    if path == Path::new("-") {
+        Ok(Box::new(std::io::stdout()))
+    } else {
+        Ok(Box::new(std::io::BufWriter::new(std::fs::File::create(path)?)))
     }
-    Ok(())
 }
 
 fn run_command(args: RunArgs) -> ExitCode {
-    let policy = match policy_filter(args.policy.as_deref()) {
-        Ok(policy) => policy,
-        Err(code) => return code,
-    };
     // Load everything first: a bad file is reported before any run starts.
     let Some(scenarios) = load_scenarios(&args.paths) else { return ExitCode::from(EXIT_BAD_INPUT) };
+    let selected = match selected_runs(&scenarios, args.policy.as_deref()) {
+        Ok(selected) => selected,
+        Err(message) => return bad_input(&message),
+    };
     let seeds = match (args.seed, args.seeds) {
         (Some(seed), _) => seed..seed + 1,
         (None, Some(range)) => range,
         (None, None) => 0..1,
     };
-    let mut trace_file = match args.trace.as_ref().map(std::fs::File::create).transpose() {
-        Ok(file) => file.map(std::io::BufWriter::new),
-        Err(error) => {
-            eprintln!("error: cannot write the trace file: {error}");
-            return ExitCode::from(EXIT_BAD_INPUT);
-        }
+    let mut trace_out = match args.trace.as_deref().map(trace_sink).transpose() {
+        Ok(sink) => sink,
+        Err(error) => return bad_input(&format!("cannot write the trace file: {error}")),
     };
     let (mut passed, mut failed) = (0u64, 0u64);
-    let stdout = std::io::stdout();
-    let mut out = stdout.lock();
-    for scenario in &scenarios {
-        let runs: Vec<_> = scenario.runs.iter().filter(|r| policy.is_none_or(|p| p == r.policy)).collect();
-        for policy_run in runs {
-            for seed in seeds.clone() {
-                let outcome = run(scenario, policy_run, seed);
-                let line = if args.json { report::json_line(&outcome).to_string() } else { report::human(&outcome) };
-                let _ = writeln!(out, "{line}");
-                if let Some(file) = trace_file.as_mut() {
-                    for event in outcome.trace.json_lines() {
-                        let _ = writeln!(
-                            file,
-                            "{{\"scenario\":{},\"policy\":\"{}\",\"seed\":{},\"event\":{event}}}",
-                            serde_json::json!(outcome.scenario),
-                            outcome.policy.name(),
-                            seed
-                        );
-                    }
+    for (scenario, policy_run) in selected {
+        for seed in seeds.clone() {
+            let outcome = run(scenario, policy_run, seed);
+            if args.json {
+                out!("{}", report::json_line(&outcome));
+            } else {
+                out!("{}", report::human(&outcome));
+            }
+            if let Some(sink) = trace_out.as_mut() {
+                for event in outcome.trace.json_lines() {
+                    let scenario = serde_json::json!(outcome.scenario);
+                    let _ = writeln!(
+                        sink,
+                        "{{\"scenario\":{scenario},\"policy\":\"{}\",\"seed\":{seed},\"event\":{event}}}",
+                        outcome.policy
+                    );
                 }
-                if outcome.passed {
-                    passed += 1
-                } else {
-                    failed += 1
-                }
+            }
+            if outcome.passed {
+                passed += 1
+            } else {
+                failed += 1
             }
         }
     }
+    if let Some(sink) = trace_out.as_mut() {
+        let _ = sink.flush();
+    }
     if !args.json {
-        let _ = writeln!(out, "{passed} passed, {failed} failed");
+        out!("{passed} passed, {failed} failed");
     }
     if failed > 0 {
         ExitCode::from(EXIT_FAILED)

@@ -1,15 +1,17 @@
 //! What a run looks like to a person (one line, plus the story when it failed), to a machine
-//! (one JSON object per line), and to a snapshot (a readable summary without wall-clock figures).
+//! (one JSON object per line), and to a snapshot (a reviewable claim about the run: its
+//! verdict, durable state and replies, and the events that carry meaning, without times).
 
 use crate::run::RunOutcome;
 use crate::trace::{Event, EventKind};
 use serde_json::{json, Value};
+use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
 /// How many trace events a failure report shows.
 const EXCERPT_EVENTS: usize = 25;
-/// How long a payload may get in a one-line rendering before it is cut.
-const PAYLOAD_CHARS_MAX: usize = 160;
+/// Longer one-line JSON is printed indented over several lines in snapshots.
+const INLINE_JSON_MAX: usize = 100;
 
 /// One line per run; a failure adds what failed, a trace excerpt and the repro command.
 pub fn human(outcome: &RunOutcome) -> String {
@@ -17,18 +19,21 @@ pub fn human(outcome: &RunOutcome) -> String {
     let mut line = format!(
         "{verdict} {} [{}] seed={} sim={}ms wall={}us steps={} hash={}",
         outcome.scenario,
-        outcome.policy.name(),
+        outcome.policy,
         outcome.seed,
         outcome.sim_ms,
         outcome.wall_us,
         outcome.steps,
         &outcome.trace_hash[..12]
     );
+    if outcome.harness != "reference" {
+        let _ = write!(line, " harness={}", outcome.harness);
+    }
     if !outcome.violations.is_empty() {
         let fired = fired(outcome);
         let _ = write!(line, " violations={}", fired.join(","));
-        if outcome.expected_violations.iter().all(|o| fired.contains(&o.name()))
-            && !outcome.expected_violations.is_empty()
+        if !outcome.expected_violations.is_empty()
+            && outcome.expected_violations.iter().all(|o| fired.contains(&o.name()))
         {
             line.push_str(" (expected)");
         }
@@ -36,14 +41,8 @@ pub fn human(outcome: &RunOutcome) -> String {
     let unresolved: Vec<String> = outcome
         .unresolved()
         .map(|a| {
-            format!(
-                "{} {}/{} owner={}{}",
-                a.class,
-                a.session_id,
-                a.action_id,
-                a.owner,
-                a.reason.as_ref().map_or(String::new(), |r| format!(" ({r})"))
-            )
+            let reason = a.reason.as_ref().map_or(String::new(), |r| format!(" ({r})"));
+            format!("{} {}/{} owner={}{reason}", a.class, a.session_id, a.action_id, a.owner)
         })
         .collect();
     if !outcome.actions.is_empty() {
@@ -60,9 +59,9 @@ pub fn human(outcome: &RunOutcome) -> String {
         let _ = write!(line, "\n    - {failure}");
     }
     let _ = write!(line, "\n    trace (last {EXCERPT_EVENTS} key events):");
-    let key: Vec<&Event> = outcome.trace.events().iter().filter(|e| is_key_event(e)).collect();
+    let key: Vec<&Event> = outcome.trace.events().iter().filter(|e| e.is_key()).collect();
     for event in &key[key.len().saturating_sub(EXCERPT_EVENTS)..] {
-        let _ = write!(line, "\n      {}", render_event(event));
+        let _ = write!(line, "\n      {}", event.render());
     }
     let _ = write!(line, "\n    repro: {}", outcome.repro());
     line
@@ -72,7 +71,8 @@ pub fn human(outcome: &RunOutcome) -> String {
 pub fn json_line(outcome: &RunOutcome) -> Value {
     json!({
         "scenario": outcome.scenario,
-        "policy": outcome.policy.name(),
+        "harness": outcome.harness,
+        "policy": outcome.policy,
         "seed": outcome.seed,
         "passed": outcome.passed,
         "trace_hash": outcome.trace_hash,
@@ -93,8 +93,7 @@ pub fn json_line(outcome: &RunOutcome) -> Value {
 
 /// The oracles that fired, each named once, in a fixed order.
 fn fired(outcome: &RunOutcome) -> Vec<&'static str> {
-    let fired: std::collections::BTreeSet<crate::oracle::Oracle> =
-        outcome.violations.iter().map(|v| v.oracle).collect();
+    let fired: BTreeSet<crate::oracle::Oracle> = outcome.violations.iter().map(|v| v.oracle).collect();
     fired.into_iter().map(|o| o.name()).collect()
 }
 
@@ -115,93 +114,161 @@ fn ledger(outcome: &RunOutcome) -> Vec<Value> {
         .collect()
 }
 
-/// Frames are the bulk of a trace and rarely the story; everything else is.
-fn is_key_event(event: &Event) -> bool {
-    !matches!(event.kind, EventKind::Frame { .. })
+/// Whether a field holds a moment in simulated time. Snapshots leave moments out: one extra
+/// round trip would move them all, and the claim a snapshot makes is about what happened, not
+/// when (scenario files assert the times that matter).
+fn is_moment(field: &str) -> bool {
+    field == "at_ms" || field.ends_with("_at") || field.ends_with("_at_ms") || field.ends_with("deadline_ms")
 }
 
-fn shorten(value: &Value) -> String {
-    let text = value.to_string();
-    if text.chars().count() <= PAYLOAD_CHARS_MAX {
-        return text;
+/// A copy of `value` with every moment in simulated time replaced by `"<time>"`.
+fn without_moments(value: &Value) -> Value {
+    match value {
+        Value::Object(fields) => Value::Object(
+            fields
+                .iter()
+                .map(|(k, v)| {
+                    (k.clone(), if is_moment(k) && v.is_number() { json!("<time>") } else { without_moments(v) })
+                })
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.iter().map(without_moments).collect()),
+        other => other.clone(),
     }
-    let cut: String = text.chars().take(PAYLOAD_CHARS_MAX).collect();
-    format!("{cut}…")
 }
 
-/// One event on one line: time, host, what.
-pub fn render_event(event: &Event) -> String {
+/// JSON on one line when short, indented under `indent` when long; moments left out.
+fn json_block(value: &Value, indent: &str) -> String {
+    let value = without_moments(value);
+    let compact = value.to_string();
+    if compact.chars().count() <= INLINE_JSON_MAX {
+        return compact;
+    }
+    let pretty = serde_json::to_string_pretty(&value).expect("JSON serializes");
+    pretty.lines().map(|l| format!("\n{indent}{l}")).collect()
+}
+
+/// `label` and a value rendered by [`json_block`]: on the same line, or the block below it.
+fn labelled(label: &str, block: &str) -> String {
+    if block.starts_with('\n') {
+        format!("{label}{block}")
+    } else {
+        format!("{label} {block}")
+    }
+}
+
+/// An object's fields as `key=value` on one line (strings bare); a long one becomes a block.
+fn fields_line(value: &Value, indent: &str) -> String {
+    let value = without_moments(value);
+    let Some(fields) = value.as_object() else { return json_block(&value, indent) };
+    let line: Vec<String> = fields.iter().map(|(k, v)| format!("{k}={}", proxy::value_text(v))).collect();
+    let line = line.join(" ");
+    if line.chars().count() <= INLINE_JSON_MAX + 40 {
+        line
+    } else {
+        json_block(&value, indent)
+    }
+}
+
+/// The events of a run that carry its story. Frames, calls and lease renewals are the bulk of a
+/// trace and change with every round trip; the expectations in the scenario file count what
+/// matters of them.
+fn story_line(event: &Event, indent: &str, leases: &mut BTreeSet<(String, u64)>) -> Option<String> {
     let what = match &event.kind {
-        EventKind::Frame { direction, peer, frame, function_id, .. } => {
-            format!("frame {direction} {peer} {frame} {}", function_id.as_deref().unwrap_or(""))
+        EventKind::Frame { .. } | EventKind::Call { .. } => return None,
+        EventKind::Fenced { accepted: true, .. } => return None,
+        // A renewal repeats its grant's token: only grants tell the story.
+        EventKind::Lease { domain, owner, token, .. } => {
+            if !leases.insert((domain.clone(), *token)) {
+                return None;
+            }
+            format!("lease {domain} granted to {owner}, token {token}")
         }
-        EventKind::Call { function, payload, .. } => format!("call {function} {}", shorten(payload)),
-        EventKind::Commit { scope, key, value, version } => {
-            format!("commit {scope}/{key} v{version} {}", shorten(value))
+        EventKind::Commit { scope, key, value, .. } => {
+            let summary = match value.as_object() {
+                None => "deleted".to_string(),
+                Some(fields) if fields.contains_key("turn_id") && fields.contains_key("status") => {
+                    let step = fields.get("step").map_or(String::new(), |s| format!(" step={s}"));
+                    format!("turn_id={} status={}{step}", value["turn_id"], value["status"])
+                }
+                Some(_) => fields_line(value, indent),
+            };
+            labelled(&format!("commit {scope}/{key}:"), &summary)
         }
-        EventKind::Effect { effect, action, idempotency_key, token, accepted, reason, .. } => format!(
-            "effect {effect} action={action} key={} token={} {} ({reason})",
-            idempotency_key.as_deref().unwrap_or("-"),
-            token.map_or_else(|| "-".to_string(), |t| t.to_string()),
-            if *accepted { "accepted" } else { "refused" }
+        EventKind::Note { what, detail } => labelled(&format!("note {what}"), &fields_line(detail, indent)),
+        EventKind::Rpc { name, outcome, .. } => {
+            format!("rpc {name} answered {}", outcome["outcome"].as_str().unwrap_or("?"))
+        }
+        EventKind::ProxyRule { rule, action, direction, frame } => format!(
+            "proxy rule #{} {action} {direction} {} {}",
+            rule + 1,
+            frame["type"].as_str().unwrap_or("frame"),
+            frame["function_id"].as_str().unwrap_or("")
         ),
-        EventKind::Lease { domain, owner, token, expires_at_ms } => {
-            format!("lease {domain} to {owner} token={token} until {expires_at_ms} ms")
-        }
-        EventKind::Fenced { scope, key, domain, token, accepted } => format!(
-            "fenced write {scope}/{key} under {domain} token={token} {}",
-            if *accepted { "accepted" } else { "rejected" }
-        ),
-        EventKind::Cut { cut, action, function } => format!("cut #{} {action} on {function}", cut + 1),
-        EventKind::ProxyRule { rule, action, direction, frame } => {
-            format!("proxy rule #{} {action} {direction} {}", rule + 1, shorten(frame))
-        }
-        EventKind::Rpc { name, function, outcome } => format!("rpc {name} ({function}) -> {}", shorten(outcome)),
-        EventKind::Control { action, target } => format!("{action} {target}"),
-        EventKind::Note { what, detail } => format!("note {what} {}", shorten(detail)),
-        EventKind::Limit { what } => format!("LIMIT {what}"),
+        other => other.describe(None),
     };
-    format!("{:>9} ms  {:<8} {what}", event.at_ms, event.host)
+    Some(format!("  {:<8} {what}", event.host))
 }
 
-/// The snapshot section of one policy run: durable state, ledger, RPC outcomes, verdicts and
-/// the key events. Simulated times only, so it is the same on every machine.
-pub fn snapshot_section(outcome: &RunOutcome) -> String {
+/// The body of one policy run's snapshot section (everything but its heading).
+fn snapshot_body(outcome: &RunOutcome) -> String {
     let mut text = String::new();
     let expected: Vec<&str> = outcome.expected_violations.iter().map(|o| o.name()).collect();
-    let _ = writeln!(text, "## policy {} (seed {})", outcome.policy.name(), outcome.seed);
-    let _ = writeln!(text, "passed: {}", outcome.passed);
-    let _ = writeln!(text, "expected violations: [{}]", expected.join(", "));
+    let fired = fired(outcome);
+    let _ = writeln!(
+        text,
+        "verdict: {}; oracles fired: [{}], expected: [{}]",
+        if outcome.passed { "passed" } else { "FAILED" },
+        fired.join(", "),
+        expected.join(", ")
+    );
     for violation in &outcome.violations {
-        let _ = writeln!(text, "violation {}: {}", violation.oracle.name(), violation.detail);
+        let _ = writeln!(text, "  {}: {}", violation.oracle.name(), violation.detail);
     }
     for failure in &outcome.failures {
         let _ = writeln!(text, "failure: {failure}");
     }
-    let _ = writeln!(text, "sim_ms: {}", outcome.sim_ms);
-    let _ = writeln!(text, "effects: {}", json!(outcome.effects));
+    let effects: Vec<String> = outcome.effects.iter().map(|(kind, n)| format!("{kind}={n}")).collect();
+    let _ = writeln!(text, "effects: [{}]", effects.join(", "));
     if !outcome.actions.is_empty() {
         let _ = writeln!(text, "actions:");
         for action in &outcome.actions {
             let reason = action.reason.as_ref().map_or(String::new(), |r| format!(" ({r})"));
             let _ = writeln!(
                 text,
-                "  {} {}/{} {} owner={}{reason}",
-                action.class, action.session_id, action.action_id, action.tool, action.owner
+                "  {} {}/{} {} status={} owner={}{reason}",
+                action.class, action.session_id, action.action_id, action.tool, action.status, action.owner
             );
         }
     }
-    let _ = writeln!(text, "rpc:");
     for (name, result) in &outcome.rpc {
-        let _ = writeln!(text, "  {name}: {result}");
+        let _ = writeln!(text, "{}", labelled(&format!("rpc {name}:"), &json_block(result, "  ")));
     }
-    let _ = writeln!(text, "state:");
     for (scope, key, value) in &outcome.state {
-        let _ = writeln!(text, "  {scope}/{key}: {value}");
+        let _ = writeln!(text, "{}", labelled(&format!("state {scope}/{key}:"), &json_block(value, "  ")));
     }
-    let _ = writeln!(text, "events:");
-    for event in outcome.trace.events().iter().filter(|e| is_key_event(e)) {
-        let _ = writeln!(text, "  {}", render_event(event));
+    let _ = writeln!(text, "story:");
+    let mut leases = BTreeSet::new();
+    for line in outcome.trace.events().iter().filter_map(|e| story_line(e, "    ", &mut leases)) {
+        let _ = writeln!(text, "{line}");
+    }
+    text
+}
+
+/// A scenario file's snapshot: its description, then one section per distinct policy outcome
+/// (policies whose sections would read the same are listed together).
+pub fn snapshot(about: &str, outcomes: &[&RunOutcome]) -> String {
+    let mut sections: Vec<(Vec<&str>, u64, String)> = Vec::new();
+    for outcome in outcomes {
+        let body = snapshot_body(outcome);
+        match sections.iter_mut().find(|(_, seed, b)| *b == body && *seed == outcome.seed) {
+            Some((policies, _, _)) => policies.push(&outcome.policy),
+            None => sections.push((vec![&outcome.policy], outcome.seed, body)),
+        }
+    }
+    let mut text = format!("{about}\n");
+    for (policies, seed, body) in sections {
+        let _ = write!(text, "\n## {} (seed {seed})\n{body}", policies.join(", "));
     }
     text
 }
@@ -209,7 +276,7 @@ pub fn snapshot_section(outcome: &RunOutcome) -> String {
 /// The runs of one scenario under one policy in a matrix, folded into what CI needs back.
 pub struct MatrixCase {
     pub scenario: String,
-    pub policy: &'static str,
+    pub policy: String,
     pub runs: u64,
     pub failed: u64,
     pub wall_us: u64,
@@ -218,7 +285,7 @@ pub struct MatrixCase {
 }
 
 impl MatrixCase {
-    pub fn new(scenario: String, policy: &'static str) -> Self {
+    pub fn new(scenario: String, policy: String) -> Self {
         Self { scenario, policy, runs: 0, failed: 0, wall_us: 0, first_failure: None }
     }
 

@@ -1,21 +1,24 @@
-//! Running one scenario under one policy from one seed.
+//! Running one scenario under one policy from one seed, against one harness.
 
 use crate::bus::{Bus, Provider};
-use crate::cut::CutTable;
+use crate::cut::{CutTable, ProcessCutTable};
 use crate::expect::{self, effect_counts, Observed};
-use crate::harness::{Harness, HarnessEnv, Policy, ReferenceHarness};
+use crate::harness::{HarnessEnv, HarnessFactory, ReferenceHarness};
+use crate::layout::RecordLayout;
 use crate::oracle::{self, Evidence, Oracle, Violation};
-use crate::queue::{self, QueueWorker};
+use crate::queue::{QueueEnv, QueueWorker};
 use crate::scenario::{PolicyRun, Scenario, Step};
 use crate::sim::hosts::{self, ServiceHost};
-use crate::sim::world::World;
+use crate::sim::world::{SharedDouble, World};
 use crate::sim::{Runner, Stop, WaitEnd};
+use crate::topology::{self, Role, Topology};
 use crate::trace::{EventKind, Trace};
 use doubles::{ScriptedModel, SessionService, StateStore};
-use proxy::all_match;
 use serde_json::Value;
+use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
+use std::sync::Arc;
 
 /// How long the world may take to come up before the script starts.
 const READY_MS_MAX: u64 = 5_000;
@@ -25,7 +28,9 @@ const INVOKE_GRACE_MS: u64 = 1_000;
 /// Everything one run produced.
 pub struct RunOutcome {
     pub scenario: String,
-    pub policy: Policy,
+    /// The harness that ran (`reference` unless a user's).
+    pub harness: String,
+    pub policy: String,
     pub seed: u64,
     pub passed: bool,
     pub trace_hash: String,
@@ -38,7 +43,7 @@ pub struct RunOutcome {
     pub failures: Vec<String>,
     pub rpc: BTreeMap<String, Value>,
     pub state: Vec<(String, String, Value)>,
-    /// Every recorded action at the end of the run: complete, resumable or held, with owners.
+    /// Every recorded action at the end of the run: complete, held or unsettled, with owners.
     pub actions: Vec<ActionStatus>,
     pub trace: Trace,
 }
@@ -49,8 +54,10 @@ pub struct ActionStatus {
     pub session_id: String,
     pub action_id: String,
     pub tool: String,
-    /// `complete`, `resumable` (not yet done, safe to continue) or `held` (needs a person).
+    /// `complete` (a confirmed outcome: done, or definitely not done), `held` (needs a person)
+    /// or `unsettled` (it may have happened; nothing has established it).
     pub class: String,
+    pub status: String,
     pub owner: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
@@ -61,57 +68,59 @@ impl RunOutcome {
     pub fn unresolved(&self) -> impl Iterator<Item = &ActionStatus> {
         self.actions.iter().filter(|a| a.class != "complete")
     }
+
+    /// The shell command that replays this run.
+    pub fn repro(&self) -> String {
+        format!("cargo run --release -p rig -- run {} --policy {} --seed {}", self.scenario, self.policy, self.seed)
+    }
 }
 
-/// Reads every action from the final turn records; the owner is the session's lease holder
-/// when there is one, else the worker that recorded the action.
-fn action_statuses(store: &doubles::StateStore) -> Vec<ActionStatus> {
+/// Reads every action from the final turn records, through the harness's record layout; the
+/// owner is the session's lease holder when there is one, else the worker that recorded it.
+fn action_statuses(store: &StateStore, layout: &RecordLayout) -> Vec<ActionStatus> {
     let mut statuses = Vec::new();
     for (scope, session_id, record) in store.records() {
-        if scope != crate::oracle::TURN_SCOPE {
+        if scope != layout.turn_scope {
             continue;
         }
-        let holder = store.lease(crate::harness::OWNER_SCOPE, session_id).map(|lease| lease.owner.clone());
-        let report = crate::harness::classify(record, holder.as_deref().unwrap_or(""));
-        for class in ["complete", "resumable", "held"] {
-            for line in report[class].as_array().into_iter().flatten() {
-                let recorded_by =
-                    record["calls"][line["action_id"].as_str().unwrap_or("")]["owner"].as_str().unwrap_or("");
-                statuses.push(ActionStatus {
-                    session_id: session_id.to_string(),
-                    action_id: line["action_id"].as_str().unwrap_or("").to_string(),
-                    tool: line["tool"].as_str().unwrap_or("").to_string(),
-                    class: class.to_string(),
-                    owner: holder.clone().unwrap_or_else(|| recorded_by.to_string()),
-                    reason: line["reason"].as_str().map(str::to_string),
-                });
-            }
+        let holder = store.lease(&layout.owner_scope, session_id).map(|lease| lease.owner);
+        for (action_id, entry) in layout.actions(record) {
+            let recorded_by = entry["owner"].as_str().unwrap_or("");
+            statuses.push(ActionStatus {
+                session_id: session_id.to_string(),
+                action_id: action_id.to_string(),
+                tool: entry["tool"].as_str().unwrap_or("").to_string(),
+                class: layout.classify(entry).name().to_string(),
+                status: layout.action_status(entry).to_string(),
+                owner: holder.clone().unwrap_or_else(|| recorded_by.to_string()),
+                reason: layout.held_reason(entry).map(str::to_string),
+            });
         }
     }
     statuses
 }
 
-impl RunOutcome {
-    /// The shell command that replays this run.
-    pub fn repro(&self) -> String {
-        format!(
-            "cargo run --release -p rig -- run {} --policy {} --seed {}",
-            self.scenario,
-            self.policy.name(),
-            self.seed
-        )
-    }
+/// Runs `scenario` under `run.policy` from `seed`, against the reference harness.
+pub fn run(scenario: &Scenario, run: &PolicyRun, seed: u64) -> RunOutcome {
+    run_with(&reference(), scenario, run, seed)
 }
 
-/// Runs `scenario` under `run.policy` from `seed`.
-pub fn run(scenario: &Scenario, run: &PolicyRun, seed: u64) -> RunOutcome {
+/// The reference harness, as a factory to hand to [`run_with`].
+pub fn reference() -> Arc<dyn HarnessFactory> {
+    Arc::new(ReferenceHarness)
+}
+
+/// Runs `scenario` under `run.policy` from `seed`, against `harness`.
+pub fn run_with(harness: &Arc<dyn HarnessFactory>, scenario: &Scenario, run: &PolicyRun, seed: u64) -> RunOutcome {
     // Wall time is measured for the report only; nothing in the run reads it.
     let started = std::time::Instant::now();
+    let proxy_worker = scenario.proxy.as_ref().map(|p| p.worker.clone());
+    let topology = Topology::new(&scenario.world.plan(harness.functions(), proxy_worker));
     let world = seeded_world(scenario, seed);
     let mut runner = Runner::new(Rc::clone(&world), scenario.world.network.clone());
-    add_hosts(&mut runner, scenario, run.policy);
+    add_hosts(&mut runner, &topology, scenario, harness, &run.policy);
     let mut failures = Vec::new();
-    let (healed_at_ms, quiescent) = match execute(&mut runner, scenario, &mut failures) {
+    let (healed_at_ms, quiescent) = match execute(&mut runner, &topology, scenario, &mut failures) {
         Ok(settled) => settled,
         Err(stop) => {
             failures.push(match stop {
@@ -127,26 +136,38 @@ pub fn run(scenario: &Scenario, run: &PolicyRun, seed: u64) -> RunOutcome {
 
     let trace = world.take_trace();
     let store = world.store.borrow();
+    let queues = world.queues.borrow();
+    let layout = harness.layout();
     let violations = oracle::check(&Evidence {
         events: trace.events(),
         store: &store,
+        layout: &layout,
+        dead_letters: queues.unresolved_dead_letters(),
         healed_at_ms,
         ended_at_ms,
         quiescent,
         effects_per_action_max: scenario.world.effects_per_action_max,
     });
     judge_violations(&violations, &run.expected_violations, &mut failures);
+    failures.extend(vacuous_cuts(&world, scenario, &trace));
     let effects = effect_counts(trace.events());
     let rpc = world.rpc.borrow().clone();
+    let applicable: Vec<_> = run
+        .expectations
+        .iter()
+        .filter(|e| harness.gives_reference_notes() || !e.reads_harness_notes())
+        .cloned()
+        .collect();
     failures.extend(expect::check(
-        &run.expectations,
+        &applicable,
         &Observed { rpc: &rpc, store: &store, events: trace.events(), effects: &effects },
     ));
     let state = store.records().map(|(s, k, v)| (s.to_string(), k.to_string(), v.clone())).collect();
-    let actions = action_statuses(&store);
+    let actions = action_statuses(&store, &layout);
     RunOutcome {
         scenario: scenario.path.display().to_string(),
-        policy: run.policy,
+        harness: harness.name().to_string(),
+        policy: run.policy.clone(),
         seed,
         passed: failures.is_empty(),
         trace_hash: trace.hash(),
@@ -175,6 +196,53 @@ fn judge_violations(violations: &[Violation], expected: &BTreeSet<Oracle>, failu
     }
 }
 
+/// A scripted cut that never fired tested nothing: the run says so, unless the file marked the
+/// cut optional.
+fn vacuous_cuts(world: &World, scenario: &Scenario, trace: &Trace) -> Vec<String> {
+    let mut failures = Vec::new();
+    for (index, cut) in world.cuts.borrow().cuts().iter().enumerate() {
+        if cut.trigger.is_vacuous() {
+            failures.push(format!(
+                "cut #{} ({} on {}) never fired: the run did not test it (mark it `optional = true` if that is expected)",
+                index + 1,
+                cut.fault.name(),
+                cut.function
+            ));
+        }
+    }
+    for (index, cut) in world.process_cuts.borrow().cuts().iter().enumerate() {
+        if cut.trigger.is_vacuous() {
+            failures.push(format!(
+                "interrupt #{} ({} {} at {}) never fired: the run did not test it (mark it `optional = true` if that is expected)",
+                index + 1,
+                cut.interrupt.name(),
+                cut.worker,
+                cut.point
+            ));
+        }
+    }
+    if let Some(proxy) = &scenario.proxy {
+        let fired: BTreeSet<usize> = trace
+            .events()
+            .iter()
+            .filter_map(|e| match &e.kind {
+                EventKind::ProxyRule { rule, .. } => Some(*rule),
+                _ => None,
+            })
+            .collect();
+        for (index, rule) in proxy.rules.iter().enumerate() {
+            if !fired.contains(&index) && !proxy.optional[index] {
+                failures.push(format!(
+                    "proxy rule #{} ({}) never fired: the run did not test it (mark it `optional = true` if that is expected)",
+                    index + 1,
+                    rule.label()
+                ));
+            }
+        }
+    }
+    failures
+}
+
 fn seeded_world(scenario: &Scenario, seed: u64) -> Rc<World> {
     let setup = &scenario.world;
     let mut store = StateStore::new();
@@ -185,104 +253,93 @@ fn seeded_world(scenario: &Scenario, seed: u64) -> Rc<World> {
     for (session_id, message) in &setup.messages {
         session.seed_message(session_id, message.clone());
     }
-    let model = ScriptedModel::new(setup.model.iter().cloned());
-    let tickets = setup.tickets.clone().map(doubles::TicketService::new);
-    World::new(
+    let store = Rc::new(RefCell::new(store));
+    let mut services: Vec<(String, SharedDouble)> = vec![
+        (topology::STORE.into(), Rc::clone(&store) as SharedDouble),
+        (topology::SESSION.into(), Rc::new(RefCell::new(session))),
+        (topology::MODEL.into(), Rc::new(RefCell::new(ScriptedModel::new(setup.model.iter().cloned())))),
+    ];
+    if let Some(tickets) = &setup.tickets {
+        services.push((topology::TICKETS.into(), Rc::new(RefCell::new(doubles::TicketService::new(tickets.clone())))));
+    }
+    let world = World::new(
         seed,
+        store,
+        services,
         CutTable::new(scenario.cuts.iter().cloned()),
-        (store, session, model, tickets),
-        scenario.interrupts.clone(),
-    )
+        ProcessCutTable::new(scenario.interrupts.iter().cloned()),
+    );
+    for (name, config) in &setup.queues {
+        world.queues.borrow_mut().define(name, config.clone());
+    }
+    world
 }
 
-fn add_hosts(runner: &mut Runner, scenario: &Scenario, policy: Policy) {
+/// Starts every host of the topology on the simulated network.
+fn add_hosts(
+    runner: &mut Runner,
+    topology: &Topology,
+    scenario: &Scenario,
+    harness: &Arc<dyn HarnessFactory>,
+    policy: &str,
+) {
     let world = Rc::clone(&runner.world);
-    // A worker placed behind the proxy dials the proxy where the others dial the engine.
-    let engine_for = |host: &str| match &scenario.proxy {
-        Some(proxy) if proxy.worker == host => hosts::PROXY_HOST,
-        _ => hosts::ENGINE_HOST,
-    };
-    {
-        let world = Rc::clone(&world);
-        runner.host(hosts::ENGINE_HOST, move || hosts::engine(Rc::clone(&world)));
-    }
     if let Some(proxy) = &scenario.proxy {
         let rules = proxy::RuleSet::with_rules(world.seed, proxy.rules.iter().cloned()).expect("validated rules");
-        *world.proxy_rules.borrow_mut() = Some(Rc::new(std::cell::RefCell::new(rules)));
-        let world = Rc::clone(&world);
-        runner.host(hosts::PROXY_HOST, move || hosts::drop_proxy(Rc::clone(&world)));
+        *world.proxy_rules.borrow_mut() = Some(Rc::new(RefCell::new(rules)));
     }
-    for (host, double) in world.services() {
-        let functions: Vec<String> = double.borrow().functions().iter().map(|f| f.to_string()).collect();
-        let (world, engine) = (Rc::clone(&world), engine_for(host));
-        runner.host(host, move || {
-            let provider: Rc<dyn Provider> = ServiceHost::new(Rc::clone(&world), host, Rc::clone(&double));
-            let bus = Bus::new(Rc::clone(&world.clock));
-            hosts::worker(Rc::clone(&world), engine, host.to_string(), functions.clone(), provider, bus)
-        });
-    }
-    if !scenario.world.queues.is_empty() {
-        for (name, config) in &scenario.world.queues {
-            world.queues.borrow_mut().define(name, config.clone());
+    for host in topology.hosts() {
+        let functions: Vec<String> = host.functions.iter().cloned().collect();
+        let (world, name, target) = (Rc::clone(&world), host.name.clone(), host.dials.clone().unwrap_or_default());
+        match host.role {
+            Role::Engine => runner.host(&name, move || hosts::engine(Rc::clone(&world))),
+            Role::Proxy => runner.host(&name, move || hosts::drop_proxy(Rc::clone(&world))),
+            Role::Service => {
+                let double = world.services().iter().find(|(h, _)| *h == name).map(|(_, d)| Rc::clone(d));
+                let double = double.expect("every service host has its double");
+                runner.host(&host.name, move || {
+                    let provider: Rc<dyn Provider> = ServiceHost::new(Rc::clone(&world), &name, Rc::clone(&double));
+                    let bus = Bus::new(Rc::clone(&world.clock));
+                    hosts::worker(Rc::clone(&world), target.clone(), name.clone(), functions.clone(), provider, bus)
+                });
+            }
+            Role::Queue => runner.host(&host.name, move || {
+                let bus = Bus::new(Rc::clone(&world.clock));
+                let note_world = Rc::clone(&world);
+                let env = QueueEnv {
+                    clock: Rc::clone(&world.clock),
+                    queues: Rc::clone(&world.queues),
+                    note: Rc::new(move |what, detail| note_world.note_event(topology::QUEUE, what, detail)),
+                };
+                let worker = QueueWorker::start(env, bus.clone());
+                hosts::worker(Rc::clone(&world), target.clone(), name.clone(), functions.clone(), worker, bus)
+            }),
+            Role::Harness => {
+                // A fresh worker on every start: whatever it held in memory died with the crash.
+                let (harness, policy) = (Arc::clone(harness), policy.to_string());
+                let env = harness_env(&world, &name, &scenario.world.harness);
+                runner.host(&host.name, move || {
+                    let provider = harness.start(&policy, env.clone());
+                    let bus = Bus::new(Rc::clone(&world.clock));
+                    hosts::worker(Rc::clone(&world), target.clone(), name.clone(), functions.clone(), provider, bus)
+                })
+            }
+            Role::Driver => {}
         }
-        let (world, engine) = (Rc::clone(&world), engine_for(queue::HOST));
-        runner.host(queue::HOST, move || {
-            let bus = Bus::new(Rc::clone(&world.clock));
-            let worker = QueueWorker::start(Rc::clone(&world), bus.clone());
-            let functions = queue::FUNCTIONS.iter().map(|f| f.to_string()).collect();
-            hosts::worker(Rc::clone(&world), engine, queue::HOST.into(), functions, worker, bus)
-        });
-    }
-    for worker in harness_workers(scenario) {
-        let (world, config, engine) = (Rc::clone(&world), scenario.world.harness.clone(), engine_for(worker));
-        runner.host(worker, move || {
-            // A fresh harness on every start: whatever it held in memory died with the crash.
-            let harness = ReferenceHarness::new(policy, harness_env(&world, worker, &config));
-            let functions = harness.functions();
-            hosts::worker(
-                Rc::clone(&world),
-                engine,
-                worker.into(),
-                functions,
-                harness,
-                Bus::new(Rc::clone(&world.clock)),
-            )
-        });
     }
     runner.add_driver();
 }
 
-/// The harness workers of a scenario's world.
-fn harness_workers(scenario: &Scenario) -> Vec<&'static str> {
-    crate::scenario::HARNESS_WORKERS.into_iter().filter(|w| *w == "harness" || scenario.world.replacement).collect()
-}
-
-fn harness_env(world: &Rc<World>, worker: &'static str, config: &crate::harness::HarnessConfig) -> HarnessEnv {
-    let note_world = Rc::clone(world);
+fn harness_env(world: &Rc<World>, host: &str, config: &crate::harness::HarnessConfig) -> HarnessEnv {
+    let (note_world, note_host) = (Rc::clone(world), host.to_string());
     HarnessEnv {
-        host: worker.into(),
+        host: host.to_string(),
         clock: Rc::clone(&world.clock),
-        rng: world.stream(worker),
+        rng: world.stream(host),
         config: config.clone(),
-        note: Rc::new(move |what, detail| note_world.note_event(worker, what, detail)),
+        note: Rc::new(move |what, detail| note_world.note_event(&note_host, what, detail)),
         process: Rc::clone(world) as Rc<dyn crate::harness::ProcessControl>,
     }
-}
-
-/// The functions each worker host registers.
-fn functions_by_host(world: &World, scenario: &Scenario) -> BTreeMap<String, BTreeSet<String>> {
-    let mut hosts: BTreeMap<String, BTreeSet<String>> = world
-        .services()
-        .iter()
-        .map(|(host, double)| (host.to_string(), double.borrow().functions().iter().map(|f| f.to_string()).collect()))
-        .collect();
-    for worker in harness_workers(scenario) {
-        hosts.insert(worker.into(), ["turn", "export", "import"].map(|name| format!("{worker}::{name}")).into());
-    }
-    if !scenario.world.queues.is_empty() {
-        hosts.insert(queue::HOST.into(), queue::FUNCTIONS.iter().map(|f| f.to_string()).collect());
-    }
-    hosts
 }
 
 /// Whether every function in `expected` was registered at the engine since trace position `since`.
@@ -300,9 +357,13 @@ fn registered_since(runner: &Runner, since: usize, expected: &BTreeSet<String>) 
 
 /// Runs the script, heals every fault, and lets the world settle. Returns when it healed and
 /// whether it settled into quiescence (rather than running into the liveness bound).
-fn execute(runner: &mut Runner, scenario: &Scenario, failures: &mut Vec<String>) -> Result<(u64, bool), Stop> {
-    let by_host = functions_by_host(&runner.world, scenario);
-    let everything: BTreeSet<String> = by_host.values().flatten().cloned().collect();
+fn execute(
+    runner: &mut Runner,
+    topology: &Topology,
+    scenario: &Scenario,
+    failures: &mut Vec<String>,
+) -> Result<(u64, bool), Stop> {
+    let everything = topology.registered_after_restart(topology::ENGINE, &BTreeSet::new());
     if runner.run_until(Some(READY_MS_MAX), |r| r.driver_connected() && registered_since(r, 0, &everything))?
         != WaitEnd::Met
     {
@@ -310,7 +371,7 @@ fn execute(runner: &mut Runner, scenario: &Scenario, failures: &mut Vec<String>)
         return Ok((runner.now_ms(), false));
     }
     for (index, step) in scenario.steps.iter().enumerate() {
-        if let Some(failure) = execute_step(runner, step, &by_host)? {
+        if let Some(failure) = execute_step(runner, topology, step)? {
             failures.push(format!("step {}: {failure}", index + 1));
             break;
         }
@@ -328,11 +389,7 @@ fn wait_for_rpc(runner: &mut Runner, name: &str, within_ms: u64) -> Result<Optio
 }
 
 /// Runs one step; `Some(reason)` when the step itself could not complete.
-fn execute_step(
-    runner: &mut Runner,
-    step: &Step,
-    by_host: &BTreeMap<String, BTreeSet<String>>,
-) -> Result<Option<String>, Stop> {
+fn execute_step(runner: &mut Runner, topology: &Topology, step: &Step) -> Result<Option<String>, Stop> {
     match step {
         Step::Invoke { call, detach } => {
             runner.invoke(call.clone());
@@ -353,7 +410,8 @@ fn execute_step(
             let end = runner.run_until(Some(deadline), |r| {
                 let trace = r.world.trace();
                 let events = trace.events();
-                seen += events[cursor..].iter().filter(|e| all_match(conditions, &e.to_json())).count() as u64;
+                seen += events[cursor..].iter().filter(|e| crate::condition::all_hold(conditions, &e.to_json())).count()
+                    as u64;
                 cursor = events.len();
                 seen >= *nth
             })?;
@@ -369,24 +427,24 @@ fn execute_step(
             let world = &runner.world;
             let version = world.store.borrow_mut().seed(scope, key, value.clone());
             world.record(
-                "driver",
+                topology::DRIVER,
                 EventKind::Commit { scope: scope.clone(), key: key.clone(), value: value.clone(), version },
             );
         }
         Step::Crash(host) => runner.crash(host),
         Step::Restart(host) => {
-            // Back means registered again: a restarted engine waits for every worker, a worker
-            // for its own functions.
+            // Back means registered again: a restarted engine waits for every host that is up, a
+            // worker for its own functions.
             let since = runner.world.trace().events().len();
+            let expected = topology.registered_after_restart(host, runner.crashed());
             runner.restart(host);
-            let expected = match by_host.get(host) {
-                Some(functions) => functions.clone(),
-                None if host == crate::sim::hosts::ENGINE_HOST => by_host.values().flatten().cloned().collect(),
-                None => BTreeSet::new(),
-            };
             let deadline = runner.now_ms().saturating_add(READY_MS_MAX);
             if runner.run_until(Some(deadline), |r| registered_since(r, since, &expected))? != WaitEnd::Met {
-                return Ok(Some(format!("`{host}` did not come back within {READY_MS_MAX} ms of its restart")));
+                let missing: Vec<&str> = expected.iter().map(String::as_str).collect();
+                return Ok(Some(format!(
+                    "`{host}` did not come back within {READY_MS_MAX} ms of its restart (waiting for {} to register)",
+                    missing.join(", ")
+                )));
             }
         }
         Step::Partition(a, b) => runner.partition(a, b),

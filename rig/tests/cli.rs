@@ -128,3 +128,78 @@ fn matrix_shards_partition_the_runs_and_junit_names_failures() {
     let xml = std::fs::read_to_string(junit).unwrap();
     assert!(xml.contains("failures=\"1\"") && xml.contains("--policy reference --seed 3"), "{xml}");
 }
+
+#[test]
+fn a_policy_no_scenario_declares_is_bad_input_not_zero_runs() {
+    let smoke = workspace().join("scenarios/smoke/healthy-turn.toml");
+    for command in ["run", "matrix"] {
+        let out = rig(&[command, smoke.to_str().unwrap(), "--policy", "no-fencing", "--seeds", "0..2"]);
+        assert_eq!(out.status.code(), Some(2), "{command}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("declares policy `no-fencing`"), "{command}: {stderr}");
+    }
+}
+
+#[test]
+fn closed_output_streams_never_panic() {
+    use std::process::Stdio;
+    let bad = scratch("closed-stderr.toml", "[world]\nbogus = 1\n[policy.reference]\n");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rig"))
+        .args(["run", bad.to_str().unwrap()])
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    drop(child.stderr.take());
+    assert_eq!(child.wait().unwrap().code(), Some(2), "closed stderr: still bad input, not a panic");
+    let smoke = workspace().join("scenarios/smoke/healthy-turn.toml");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rig"))
+        .args(["run", smoke.to_str().unwrap(), "--seeds", "0..20"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    assert_eq!(child.wait().unwrap().code(), Some(0), "closed stdout: the runs still pass");
+}
+
+#[test]
+fn a_symlink_loop_is_reported_once() {
+    let folder = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli/looping");
+    let _ = std::fs::remove_dir_all(&folder);
+    std::fs::create_dir_all(&folder).unwrap();
+    std::fs::copy(workspace().join("scenarios/smoke/healthy-turn.toml"), folder.join("smoke.toml")).unwrap();
+    std::os::unix::fs::symlink(&folder, folder.join("again")).unwrap();
+    let out = rig(&["run", folder.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.matches("loops back").count(), 1, "{stderr}");
+}
+
+#[test]
+fn a_trace_to_dash_goes_to_standard_output() {
+    let smoke = workspace().join("scenarios/smoke/healthy-turn.toml");
+    let folder = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli/dash");
+    std::fs::create_dir_all(&folder).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_rig"))
+        .current_dir(&folder)
+        .args(["run", smoke.to_str().unwrap(), "--policy", "reference", "--trace", "-"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.lines().any(|l| l.starts_with("{\"scenario\":") && l.contains("\"event\":")), "{stdout}");
+    assert!(!folder.join("-").exists(), "no file named `-`");
+}
+
+#[test]
+fn a_cut_that_never_fires_fails_the_run_unless_optional() {
+    let source = std::fs::read_to_string(workspace().join("scenarios/smoke/healthy-turn.toml")).unwrap();
+    let vacuous = format!("{source}\n[[cut]]\nfunction = \"state::delete\"\naction = \"timeout\"\n");
+    let out = rig(&["run", scratch("vacuous.toml", &vacuous).to_str().unwrap(), "--policy", "reference"]);
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("cut #1 (timeout on state::delete) never fired"), "{stdout}");
+    let optional = format!("{vacuous}optional = true\n");
+    let out = rig(&["run", scratch("optional.toml", &optional).to_str().unwrap(), "--policy", "reference"]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
+}

@@ -1,6 +1,9 @@
 //! Every file under `scenarios/` is its own test: each of its policies runs from several seeds,
 //! twice per seed with equal trace hashes, must meet its expectations, and its outcome summary
 //! must match the insta snapshot under `snapshots/` with the same path and stem.
+//!
+//! A scenario's failed expectations are reported before its snapshot is compared, so a snapshot
+//! diff never hides them.
 
 use rig::{report, run, Scenario};
 use std::path::{Path, PathBuf};
@@ -20,7 +23,7 @@ fn run_scenario(path: &Path) -> datatest_stable::Result<()> {
     let scenario = Scenario::parse(&Path::new("scenarios").join(&relative), &source)?;
 
     let mut failures = Vec::new();
-    let mut snapshot = format!("{}\n\n", scenario.about.as_deref().unwrap_or("(no description)"));
+    let mut first_seed = Vec::new();
     for policy_run in &scenario.runs {
         for seed in SEEDS {
             let first = run(&scenario, policy_run, seed);
@@ -28,21 +31,25 @@ fn run_scenario(path: &Path) -> datatest_stable::Result<()> {
             if first.trace_hash != second.trace_hash {
                 failures.push(format!(
                     "[{}] seed {seed} is not reproducible: trace hashes {} and {}",
-                    policy_run.policy.name(),
-                    first.trace_hash,
-                    second.trace_hash
+                    policy_run.policy, first.trace_hash, second.trace_hash
                 ));
             }
             if !first.passed {
                 failures.push(report::human(&first));
             }
             if seed == SEEDS.start {
-                snapshot.push_str(&report::snapshot_section(&first));
-                snapshot.push('\n');
+                first_seed.push(first);
             }
         }
     }
+    if !failures.is_empty() {
+        return Err(failures.join("\n").into());
+    }
 
+    let snapshot = report::snapshot(
+        scenario.about.as_deref().unwrap_or("(no description)"),
+        &first_seed.iter().collect::<Vec<_>>(),
+    );
     let snapshot_folder = workspace().join("snapshots").join(relative.parent().unwrap_or(Path::new("")));
     let stem = relative.file_stem().expect("scenario files have names").to_string_lossy().into_owned();
     let mut settings = insta::Settings::clone_current();
@@ -51,12 +58,7 @@ fn run_scenario(path: &Path) -> datatest_stable::Result<()> {
     settings.set_omit_expression(true);
     settings.set_input_file(path);
     settings.bind(|| insta::assert_snapshot!(stem, snapshot));
-
-    if failures.is_empty() {
-        Ok(())
-    } else {
-        Err(failures.join("\n").into())
-    }
+    Ok(())
 }
 
 datatest_stable::harness! {

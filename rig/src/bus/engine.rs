@@ -5,6 +5,10 @@
 //! mid-call, discards results of fire-and-forget (`void`) invocations, and sends `enqueue`
 //! invocations to whichever worker provides the queue. Its routing table lives in the host, so
 //! a crash of the engine loses it, as it would in production.
+//!
+//! A worker may name itself (`engine::workers::register`) at any time, before or after it
+//! registers its functions, with or without waiting for an answer: the iii SDKs send it as a
+//! fire-and-forget call after their functions.
 
 use super::protocol::{codes, Action, ErrorBody, Frame};
 use super::{BusObserver, FrameDirection, OUTBOX_CAPACITY};
@@ -53,8 +57,9 @@ impl Engine {
         Rc::new(Self { state: RefCell::default(), observer })
     }
 
-    /// Serves one worker connection until it closes.
-    pub async fn serve<S>(self: Rc<Self>, socket: WebSocketStream<S>)
+    /// Serves one worker connection until it closes or `cut` completes (the network between
+    /// them was cut: the engine sees the connection drop, as the worker does on its side).
+    pub async fn serve<S>(self: Rc<Self>, socket: WebSocketStream<S>, cut: impl std::future::Future<Output = ()>)
     where
         S: AsyncRead + AsyncWrite + Unpin + 'static,
     {
@@ -75,17 +80,24 @@ impl Engine {
             }
         });
         self.send(id, Frame::WorkerRegistered { worker_id: format!("worker-{id}") });
-        while let Some(Ok(message)) = stream.next().await {
-            match message {
-                Message::Text(text) => match serde_json::from_str::<Frame>(&text) {
-                    Ok(frame) => self.receive(id, frame),
-                    Err(error) => {
-                        self.observer.note("engine", "unreadable_frame", json!({ "error": error.to_string() }))
-                    }
-                },
-                Message::Close(_) => break,
-                _ => {}
+        let reading = async {
+            while let Some(Ok(message)) = stream.next().await {
+                match message {
+                    Message::Text(text) => match serde_json::from_str::<Frame>(&text) {
+                        Ok(frame) => self.receive(id, frame),
+                        Err(error) => {
+                            self.observer.note("engine", "unreadable_frame", json!({ "error": error.to_string() }))
+                        }
+                    },
+                    Message::Close(_) => break,
+                    _ => {}
+                }
             }
+        };
+        tokio::select! {
+            biased;
+            () = cut => {}
+            () = reading => {}
         }
         self.disconnect(id);
         writer.abort();
@@ -134,14 +146,14 @@ impl Engine {
                     self.send(caller, Frame::InvocationResult { invocation_id, function_id, result, error });
                 }
             }
-            Frame::WorkerRegistered { .. } => {}
+            Frame::WorkerRegistered { .. } | Frame::Other => {}
         }
     }
 
     fn route(
         &self,
         from: u64,
-        invocation_id: String,
+        invocation_id: Option<String>,
         function_id: String,
         data: serde_json::Value,
         action: Option<Action>,
@@ -153,8 +165,15 @@ impl Engine {
                 peer.name = name.to_string();
             }
             let result = Some(json!({ "registered": true }));
-            return self.send(from, Frame::InvocationResult { invocation_id, function_id, result, error: None });
+            if let (Some(invocation_id), false) = (invocation_id, action == Some(Action::Void)) {
+                self.send(from, Frame::InvocationResult { invocation_id, function_id, result, error: None });
+            }
+            return;
         }
+        // A call without an id can get no answer: it is fire-and-forget whatever it says.
+        let Some(invocation_id) = invocation_id else {
+            return self.forward_void(function_id, data);
+        };
         let (target, forwarded, caller) = match &action {
             Some(Action::Enqueue { queue }) => (
                 QUEUE_ENQUEUE.to_string(),
@@ -174,8 +193,21 @@ impl Engine {
         self.state.borrow_mut().pending.insert(invocation_id.clone(), Route { caller, provider, function_id });
         self.send(
             provider,
-            Frame::InvokeFunction { invocation_id, function_id: target, data: forwarded, action: None },
+            Frame::InvokeFunction {
+                invocation_id: Some(invocation_id),
+                function_id: target,
+                data: forwarded,
+                action: None,
+            },
         );
+    }
+
+    /// Hands an id-less call to its provider, if any; nobody hears of the outcome.
+    fn forward_void(&self, function_id: String, data: serde_json::Value) {
+        let provider = self.state.borrow().providers.get(&function_id).copied();
+        if let Some(provider) = provider {
+            self.send(provider, Frame::InvokeFunction { invocation_id: None, function_id, data, action: None });
+        }
     }
 
     fn disconnect(&self, id: u64) {

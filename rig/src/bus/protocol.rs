@@ -15,10 +15,14 @@ pub enum Frame {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         description: Option<String>,
     },
-    /// caller → engine → provider, with the caller's invocation id kept end to end.
+    /// caller → engine → provider, with the caller's invocation id kept end to end. A
+    /// fire-and-forget call may come without an id (the iii SDKs send `void` calls so), and
+    /// without `data` when the payload is empty.
     InvokeFunction {
-        invocation_id: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        invocation_id: Option<String>,
         function_id: String,
+        #[serde(default)]
         data: Value,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         action: Option<Action>,
@@ -32,6 +36,9 @@ pub enum Frame {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         error: Option<ErrorBody>,
     },
+    /// Any frame kind the rig does not act on (telemetry, triggers): read and ignored.
+    #[serde(other)]
+    Other,
 }
 
 impl Frame {
@@ -42,6 +49,7 @@ impl Frame {
             Frame::RegisterFunction { .. } => "registerfunction",
             Frame::InvokeFunction { .. } => "invokefunction",
             Frame::InvocationResult { .. } => "invocationresult",
+            Frame::Other => "other",
         }
     }
 
@@ -51,15 +59,14 @@ impl Frame {
             Frame::InvokeFunction { function_id, .. } | Frame::InvocationResult { function_id, .. } => {
                 Some(function_id)
             }
-            Frame::WorkerRegistered { .. } => None,
+            Frame::WorkerRegistered { .. } | Frame::Other => None,
         }
     }
 
     pub fn invocation_id(&self) -> Option<&str> {
         match self {
-            Frame::InvokeFunction { invocation_id, .. } | Frame::InvocationResult { invocation_id, .. } => {
-                Some(invocation_id)
-            }
+            Frame::InvokeFunction { invocation_id, .. } => invocation_id.as_deref(),
+            Frame::InvocationResult { invocation_id, .. } => Some(invocation_id),
             _ => None,
         }
     }
@@ -114,5 +121,12 @@ mod tests {
                              "action": {"type": "enqueue", "queue": "harness-turn"}});
         let parsed: Frame = serde_json::from_value(enqueue).unwrap();
         assert!(matches!(parsed, Frame::InvokeFunction { action: Some(Action::Enqueue { .. }), .. }));
+        // As the iii SDKs send a fire-and-forget call with an empty payload.
+        let void =
+            json!({"type": "invokefunction", "function_id": "engine::workers::register", "action": {"type": "void"}});
+        let parsed: Frame = serde_json::from_value(void).unwrap();
+        assert!(matches!(parsed, Frame::InvokeFunction { invocation_id: None, data: Value::Null, .. }));
+        let unknown: Frame = serde_json::from_value(json!({"type": "registertrigger", "id": "t"})).unwrap();
+        assert_eq!(unknown, Frame::Other);
     }
 }

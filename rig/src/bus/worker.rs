@@ -2,7 +2,7 @@
 //! functions it registered.
 
 use super::engine::WORKERS_REGISTER;
-use super::protocol::{Action, ErrorBody, Frame};
+use super::protocol::{codes, Action, ErrorBody, Frame};
 use super::OUTBOX_CAPACITY;
 use crate::sim::clock::{within, Clock};
 use crate::sim::streams::uuid;
@@ -44,13 +44,28 @@ pub enum InvokeError {
     Timeout { after_ms: u64 },
     #[error("{}: {}", .0.code, .0.message)]
     Rejected(ErrorBody),
+    /// Not connected: the request was never sent.
     #[error("not connected to the engine")]
     Disconnected,
+    /// The request was sent, then the connection closed before any reply.
+    #[error("the engine connection closed before a reply")]
+    Lost,
 }
 
 impl InvokeError {
     pub fn is_timeout(&self) -> bool {
         matches!(self, InvokeError::Timeout { .. })
+    }
+
+    /// Whether the call may have taken effect although no result came back: a timeout, a lost
+    /// connection, or a provider that disconnected mid-call (`invocation_stopped`). A rejection
+    /// or a call never sent is a definite "it did not happen".
+    pub fn outcome_unknown(&self) -> bool {
+        match self {
+            InvokeError::Timeout { .. } | InvokeError::Lost => true,
+            InvokeError::Rejected(body) => body.code == codes::INVOCATION_STOPPED,
+            InvokeError::Disconnected => false,
+        }
     }
 
     /// The error as a JSON document, for traces and RPC outcomes.
@@ -61,6 +76,7 @@ impl InvokeError {
             }
             InvokeError::Rejected(body) => json!({ "outcome": "error", "error": body }),
             InvokeError::Disconnected => json!({ "outcome": "disconnected" }),
+            InvokeError::Lost => json!({ "outcome": "connection_lost" }),
         }
     }
 }
@@ -91,7 +107,7 @@ impl Connection {
         let (reply, answer) = oneshot::channel();
         self.pending.borrow_mut().insert(invocation_id.clone(), reply);
         let frame = Frame::InvokeFunction {
-            invocation_id: invocation_id.clone(),
+            invocation_id: Some(invocation_id.clone()),
             function_id: function_id.to_string(),
             data,
             action,
@@ -105,13 +121,14 @@ impl Connection {
         match outcome {
             Ok(Ok(Ok(result))) => Ok(result),
             Ok(Ok(Err(error))) => Err(InvokeError::Rejected(error)),
-            Ok(Err(_)) => Err(InvokeError::Disconnected),
+            Ok(Err(_)) => Err(InvokeError::Lost),
             Err(_) => Err(InvokeError::Timeout { after_ms: timeout_ms }),
         }
     }
 
     /// Runs a worker on an open WebSocket: names itself, registers `functions`, serves calls
-    /// with `provider`, and makes the connection available through `bus` while it lasts.
+    /// with `provider`, and makes the connection available through `bus` while it lasts: until
+    /// the engine closes it or `cut` completes (the network between them was cut).
     pub async fn run<S>(
         socket: WebSocketStream<S>,
         name: &str,
@@ -119,6 +136,7 @@ impl Connection {
         provider: Rc<dyn Provider>,
         bus: Bus,
         ids: Rc<RefCell<ChaCha8Rng>>,
+        cut: impl Future<Output = ()>,
     ) where
         S: AsyncRead + AsyncWrite + Unpin + 'static,
     {
@@ -149,35 +167,45 @@ impl Connection {
                 }
             })
         };
-        while let Some(Ok(message)) = stream.next().await {
-            let Message::Text(text) = message else {
-                continue;
-            };
-            match serde_json::from_str::<Frame>(&text) {
-                Ok(Frame::InvokeFunction { invocation_id, function_id, data, .. }) => {
-                    let call = Invocation { invocation_id, function_id, data };
-                    let (connection, provider, bus) = (Rc::clone(&connection), Rc::clone(&provider), bus.clone());
-                    tokio::task::spawn_local(async move {
-                        let (invocation_id, function_id) = (call.invocation_id.clone(), call.function_id.clone());
-                        if let Some(answer) = provider.invoke(call, bus).await {
-                            let (result, error) = match answer {
-                                Ok(result) => (Some(result), None),
-                                Err(error) => (None, Some(error)),
-                            };
-                            connection.send(&Frame::InvocationResult { invocation_id, function_id, result, error });
-                        }
-                    });
-                }
-                Ok(Frame::InvocationResult { invocation_id, result, error, .. }) => {
-                    if let Some(reply) = connection.pending.borrow_mut().remove(&invocation_id) {
-                        let _ = reply.send(match error {
-                            Some(error) => Err(error),
-                            None => Ok(result.unwrap_or(Value::Null)),
+        let serving = async {
+            while let Some(Ok(message)) = stream.next().await {
+                let Message::Text(text) = message else {
+                    continue;
+                };
+                match serde_json::from_str::<Frame>(&text) {
+                    Ok(Frame::InvokeFunction { invocation_id, function_id, data, .. }) => {
+                        let call =
+                            Invocation { invocation_id: invocation_id.clone().unwrap_or_default(), function_id, data };
+                        let (connection, provider, bus) = (Rc::clone(&connection), Rc::clone(&provider), bus.clone());
+                        tokio::task::spawn_local(async move {
+                            let function_id = call.function_id.clone();
+                            let answer = provider.invoke(call, bus).await;
+                            // A call without an id is fire-and-forget: nobody waits for its answer.
+                            if let (Some(answer), Some(invocation_id)) = (answer, invocation_id) {
+                                let (result, error) = match answer {
+                                    Ok(result) => (Some(result), None),
+                                    Err(error) => (None, Some(error)),
+                                };
+                                connection.send(&Frame::InvocationResult { invocation_id, function_id, result, error });
+                            }
                         });
                     }
+                    Ok(Frame::InvocationResult { invocation_id, result, error, .. }) => {
+                        if let Some(reply) = connection.pending.borrow_mut().remove(&invocation_id) {
+                            let _ = reply.send(match error {
+                                Some(error) => Err(error),
+                                None => Ok(result.unwrap_or(Value::Null)),
+                            });
+                        }
+                    }
+                    Ok(_) | Err(_) => {}
                 }
-                Ok(_) | Err(_) => {}
             }
+        };
+        tokio::select! {
+            biased;
+            () = cut => {}
+            () = serving => {}
         }
         connection.closed.set(true);
         connection.pending.borrow_mut().clear();

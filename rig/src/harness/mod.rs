@@ -1,38 +1,66 @@
-//! The system under test: a harness worker, behind one narrow trait.
+//! The system under test: a harness, behind one narrow seam.
 //!
-//! A harness is a [`Provider`] that names the functions it serves. The rig starts it afresh on
-//! every (re)start of its host, hands it a [`HarnessEnv`], and drives it only through the bus,
-//! so another harness implementation can be driven by the same scenario files.
+//! A harness is a [`HarnessFactory`]: it names the functions its workers serve, declares where it
+//! keeps its durable state ([`RecordLayout`]), and starts a worker — a [`Provider`] on the bus —
+//! afresh on every (re)start of a harness host, with a [`HarnessEnv`]. The rig drives it only
+//! through the bus and judges it only from what the services saw, so any implementation can be
+//! put in front of the same scenario files; the reference harness ([`ReferenceHarness`]) is just
+//! the default one, built on this module's public API alone.
 
-mod actions;
-mod ownership;
 mod reference;
 
 use crate::bus::Provider;
+use crate::cut::Interrupt;
+use crate::layout::RecordLayout;
 use crate::sim::clock::Clock;
+use crate::topology::HARNESS_FUNCTIONS;
+use crate::trace::NoteSink;
 use rand_chacha::ChaCha8Rng;
-use serde_json::Value;
+use serde_json::json;
 use std::cell::RefCell;
 use std::rc::Rc;
 
-pub use actions::classify;
-pub use ownership::OWNER_SCOPE;
 pub use reference::{Policy, ReferenceHarness};
 
-/// What the rig does to a worker that reaches a named interruption point.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Interrupt {
-    /// Stop right there and never go on (the scenario then crashes or abandons the worker).
-    Freeze,
-    /// Stop the whole worker for `ms` milliseconds (its lease renewals too), then go on.
-    Pause { ms: u64 },
+/// A harness implementation the rig can run scenarios against.
+///
+/// `Send + Sync` because one factory serves runs on several threads at once; each run builds its
+/// own workers from it on its own thread, so the workers themselves need neither.
+pub trait HarnessFactory: Send + Sync {
+    /// A short name for reports (`reference`, `naive`, ...).
+    fn name(&self) -> &str;
+
+    /// The scenario policy sections (`[policy.NAME]`) this harness answers to. A harness that
+    /// means to be correct answers to `reference`: it is held to the reference expectations.
+    fn policies(&self) -> Vec<String> {
+        vec!["reference".into()]
+    }
+
+    /// Where it keeps turns, actions, queued input and ownership in the state store.
+    fn layout(&self) -> RecordLayout {
+        RecordLayout::default()
+    }
+
+    /// The functions each worker registers, by name after `{host}::` (`turn`, `import`, ...).
+    fn functions(&self) -> Vec<String> {
+        HARNESS_FUNCTIONS.iter().map(|f| f.to_string()).collect()
+    }
+
+    /// Whether it reports its decisions as the reference harness does (`note` events with the
+    /// reference harness's names). Expectations on those notes judge only such harnesses.
+    fn gives_reference_notes(&self) -> bool {
+        false
+    }
+
+    /// Starts one worker, as `policy` (one of [`Self::policies`]), on the host `env.host`.
+    fn start(&self, policy: &str, env: HarnessEnv) -> Rc<dyn Provider>;
 }
 
-/// The rig's hold over a worker's process: interruptions at named points and pauses.
+/// The rig's hold over a worker's process: process cuts at named points, and pauses.
 ///
-/// Named points: `before_submission` (intent recorded, request not sent),
-/// `after_acceptance` (the service answered, the outcome not yet recorded) and
-/// `after_completion` (the outcome recorded).
+/// Named points ([`crate::cut::INTERRUPT_POINTS`]): `before_submission` (intent recorded,
+/// request not sent), `after_acceptance` (the service answered, the outcome not yet recorded)
+/// and `after_completion` (the outcome recorded).
 pub trait ProcessControl {
     /// What happens to `worker` at `point` this time, if anything.
     fn interrupt(&self, worker: &str, point: &str) -> Option<Interrupt>;
@@ -41,26 +69,63 @@ pub trait ProcessControl {
     fn pause(&self, worker: &str, until_ms: u64);
 }
 
-/// A harness worker on the bus.
-pub trait Harness: Provider {
-    /// The functions it registers with the engine.
-    fn functions(&self) -> Vec<String>;
-}
-
-/// Where a harness reports a decision (`what`, with details) for the trace.
-pub type NoteSink = Rc<dyn Fn(&str, Value)>;
-
-/// What the rig gives a harness when its host starts.
+/// What the rig gives a harness worker when its host starts.
 #[derive(Clone)]
 pub struct HarnessEnv {
     pub host: String,
     pub clock: Rc<Clock>,
-    /// The harness's own seeded stream (turn ids, action ids).
+    /// The worker's own seeded stream (turn ids, action ids, keys); it survives restarts, so
+    /// ids drawn before and after a crash never collide.
     pub rng: Rc<RefCell<ChaCha8Rng>>,
     pub config: HarnessConfig,
-    /// Where the harness reports its decisions; they go into the trace as notes.
+    /// Where the worker reports its decisions; they go into the trace as notes.
     pub note: NoteSink,
     pub process: Rc<dyn ProcessControl>,
+}
+
+impl HarnessEnv {
+    /// A fresh UUID from the worker's seeded stream.
+    pub fn new_id(&self) -> String {
+        crate::sim::streams::uuid(&mut self.rng.borrow_mut())
+    }
+
+    /// Reports a decision for the trace.
+    pub fn note(&self, what: &str, detail: serde_json::Value) {
+        (self.note)(what, detail);
+    }
+
+    /// This worker's own function of the given name (`harness::turn` on host `harness`).
+    pub fn function(&self, name: &str) -> String {
+        format!("{}::{name}", self.host)
+    }
+
+    /// A named interruption point: the rig may freeze the worker here for good (until it is
+    /// crashed) or pause it for a while; a pause set from outside is honoured here too.
+    pub async fn checkpoint(&self, point: &str, action_id: &str) {
+        match self.process.interrupt(&self.host, point) {
+            Some(Interrupt::Freeze) => {
+                self.note("interrupted", json!({ "point": point, "action_id": action_id, "freeze": true }));
+                std::future::pending::<()>().await;
+            }
+            Some(Interrupt::Pause { ms }) => {
+                self.note("interrupted", json!({ "point": point, "action_id": action_id, "pause_ms": ms }));
+                self.process.pause(&self.host, self.clock.now_ms().saturating_add(ms));
+            }
+            None => {}
+        }
+        self.wait_while_paused().await;
+    }
+
+    /// Blocks while the rig has this worker paused (a stop-the-world pause, as a long GC or a
+    /// suspended VM would cause).
+    pub async fn wait_while_paused(&self) {
+        while let Some(until) = self.process.paused_until(&self.host) {
+            if until <= self.clock.now_ms() {
+                break;
+            }
+            self.clock.sleep_until(until).await;
+        }
+    }
 }
 
 /// The harness's timeouts and limits, as a scenario's `[world]` sets them.
@@ -73,7 +138,7 @@ pub struct HarnessConfig {
     pub enqueue_attempts: u32,
     /// The queue new turns go through.
     pub turn_queue: String,
-    /// Terminalisation retries after an unconfirmed finalisation (reference policy).
+    /// Retries of deferred work (terminalisation, reconciliation, reseeding) before giving up.
     pub terminalize_attempts: u32,
     pub terminalize_backoff_ms: u64,
     /// Time to live of a session's ownership lease; 0 runs without ownership.

@@ -1,65 +1,77 @@
 //! The queue worker of the simulated world: named FIFO queues with message groups, delivery by
 //! invoking the target function through the engine, acknowledgement on its result, visibility
-//! deadlines, redelivery with backoff and a dead-letter queue. The rules are in [`state`].
+//! deadlines, redelivery with backoff, a dead-letter queue whose letters are handed to the
+//! queue owner's handler. The rules are in [`state`].
 
 mod state;
 
-pub use state::{Dispatch, QueueConfig, Queues, Retry, MESSAGES_MAX};
+pub use state::{DeadLetterNotice, Dispatch, QueueConfig, Queues, Retry};
 
 use crate::bus::{Answer, Bus, ErrorBody, Invocation, InvokeError, Provider, QUEUE_ENQUEUE};
-use crate::sim::world::World;
+use crate::sim::clock::Clock;
+use crate::trace::NoteSink;
 use serde_json::{json, Value};
+use std::cell::RefCell;
+use std::collections::BTreeSet;
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
 use tokio::sync::Notify;
 
-/// The functions the queue worker serves.
-pub const FUNCTIONS: [&str; 4] = [QUEUE_ENQUEUE, "queue::define", "queue::inspect", "engine::queue::topic_stats"];
-/// The queue's host name.
-pub const HOST: &str = "queue";
 /// How often a disconnected queue looks again for its engine connection before polling.
 const RECONNECT_CHECK_MS: u64 = 50;
 
+/// What the queue worker needs from its world: the clock, the durable queues, and where to
+/// report its decisions.
+#[derive(Clone)]
+pub struct QueueEnv {
+    pub clock: Rc<Clock>,
+    /// Durable: they outlive every restart of the queue's host.
+    pub queues: Rc<RefCell<Queues>>,
+    pub note: NoteSink,
+}
+
 /// The queue worker, started afresh on every (re)start of its host; its queues are durable.
 pub struct QueueWorker {
-    world: Rc<World>,
+    env: QueueEnv,
     bus: Bus,
     wake: Notify,
+    /// Groups already reported as starved, so each starvation is noted once.
+    starved: RefCell<BTreeSet<(String, String)>>,
 }
 
 impl QueueWorker {
     /// Starts the worker: deliveries it was waiting on before a crash are made available again,
     /// and the delivery pump starts.
-    pub fn start(world: Rc<World>, bus: Bus) -> Rc<Self> {
-        let recovered = world.queues.borrow_mut().recover_after_restart(world.clock.now_ms());
+    pub fn start(env: QueueEnv, bus: Bus) -> Rc<Self> {
+        let recovered = env.queues.borrow_mut().recover_after_restart(env.clock.now_ms());
         if recovered > 0 {
-            world.note_event(HOST, "queue_recovered", json!({ "deliveries": recovered }));
+            (env.note)("queue_recovered", json!({ "deliveries": recovered }));
         }
-        let worker = Rc::new(Self { world, bus, wake: Notify::new() });
+        let worker = Rc::new(Self { env, bus, wake: Notify::new(), starved: RefCell::default() });
         tokio::task::spawn_local(Rc::clone(&worker).pump());
         worker
     }
 
     fn note(&self, what: &str, detail: Value) {
-        self.world.note_event(HOST, what, detail);
+        (self.env.note)(what, detail);
     }
 
-    fn poll_interval_ms(&self) -> u64 {
-        self.world.queues.borrow().poll_interval_ms()
+    fn queues(&self) -> std::cell::RefMut<'_, Queues> {
+        self.env.queues.borrow_mut()
     }
 
-    /// Claims and dispatches whatever the rules allow, then sleeps until something changes:
-    /// an enqueue, a settled delivery, or a backoff ending. No periodic polling, so an idle
-    /// queue leaves the world quiescent.
+    /// Claims and dispatches whatever the rules allow, hands over due dead letters, then sleeps
+    /// until something changes: an enqueue, a settled delivery, a backoff ending. No periodic
+    /// polling, so an idle queue leaves the world quiescent.
     async fn pump(self: Rc<Self>) {
         loop {
             if !self.bus.is_connected() {
-                self.world.clock.sleep(RECONNECT_CHECK_MS).await;
+                self.env.clock.sleep(RECONNECT_CHECK_MS).await;
                 continue;
             }
-            let now = self.world.clock.now_ms();
-            let dispatches = self.world.queues.borrow_mut().poll(now);
+            let now = self.env.clock.now_ms();
+            let dispatches = self.queues().poll(now);
             for dispatch in dispatches {
                 self.note(
                     "queue_dispatch",
@@ -68,19 +80,37 @@ impl QueueWorker {
                 );
                 tokio::task::spawn_local(Rc::clone(&self).deliver(dispatch));
             }
-            let next = self.world.queues.borrow().next_available_after(now);
+            let notices = self.queues().due_dead_letters(now);
+            for notice in notices {
+                tokio::task::spawn_local(Rc::clone(&self).hand_over(notice));
+            }
+            self.note_starvation(now);
+            let next = self.env.queues.borrow().next_available_after(now);
             match next {
                 Some(at_ms) => {
                     tokio::select! {
                         biased;
                         () = self.wake.notified() => {}
-                        () = self.world.clock.sleep_until(at_ms) => {}
+                        () = self.env.clock.sleep_until(at_ms) => {}
                     }
                 }
                 None => self.wake.notified().await,
             }
-            self.world.clock.sleep(self.poll_interval_ms()).await;
+            let interval = self.env.queues.borrow().poll_interval_ms();
+            self.env.clock.sleep(interval).await;
         }
+    }
+
+    /// Notes each group that starts waiting because other groups hold every in-flight slot.
+    fn note_starvation(&self, now: u64) {
+        let starved = self.env.queues.borrow().starved(now);
+        let current: BTreeSet<(String, String)> = starved.iter().map(|(q, g, _)| (q.clone(), g.clone())).collect();
+        for (queue, group, held_by) in &starved {
+            if !self.starved.borrow().contains(&(queue.clone(), group.clone())) {
+                self.note("queue_starved", json!({ "queue": queue, "group": group, "held_by": held_by }));
+            }
+        }
+        *self.starved.borrow_mut() = current;
     }
 
     async fn deliver(self: Rc<Self>, dispatch: Dispatch) {
@@ -88,29 +118,52 @@ impl QueueWorker {
         let (queue, id, attempt) = (&dispatch.queue, &dispatch.message_id, dispatch.attempt);
         let reason = match outcome {
             Ok(_) => {
-                if self.world.queues.borrow_mut().acknowledge(queue, id, attempt) {
+                if self.queues().acknowledge(queue, id, attempt) {
                     self.note("queue_ack", json!({ "queue": queue, "message_id": id, "attempt": attempt }));
                 }
                 self.wake.notify_one();
                 return;
             }
-            Err(InvokeError::Timeout { .. }) => "visibility deadline passed",
-            Err(InvokeError::Rejected(_)) => "error result",
-            Err(InvokeError::Disconnected) => {
+            Err(InvokeError::Timeout { .. }) => "visibility deadline passed".to_string(),
+            Err(InvokeError::Rejected(error)) => format!("error result: {}", error.code),
+            Err(InvokeError::Disconnected | InvokeError::Lost) => {
                 let redeliver_now =
-                    self.world.queues.borrow().config(queue).is_some_and(|c| c.redeliver_on_engine_restart);
+                    self.env.queues.borrow().config(queue).is_some_and(|c| c.redeliver_on_engine_restart);
                 if !redeliver_now {
-                    self.world.clock.sleep_until(dispatch.deadline_ms).await;
+                    self.env.clock.sleep_until(dispatch.deadline_ms).await;
                 }
-                "engine connection lost"
+                "engine connection lost".to_string()
             }
         };
-        let retry = self.world.queues.borrow_mut().retry(queue, id, attempt, self.world.clock.now_ms());
+        let retry = self.queues().retry(queue, id, attempt, self.env.clock.now_ms(), &reason);
         let detail = json!({ "queue": queue, "message_id": id, "attempt": attempt, "reason": reason });
         match retry {
             Retry::Redeliver { at_ms } => self.note("queue_redeliver", merge(detail, json!({ "at_ms": at_ms }))),
             Retry::DeadLettered => self.note("queue_dead_letter", detail),
             Retry::Stale => {}
+        }
+        self.wake.notify_one();
+    }
+
+    /// Offers one dead letter to the queue owner's handler.
+    async fn hand_over(self: Rc<Self>, notice: DeadLetterNotice) {
+        let timeout_ms = self.env.queues.borrow().config(&notice.queue).map_or(30_000, |c| c.timeout_ms);
+        let outcome = self.bus.invoke(&notice.handler, notice.payload.clone(), timeout_ms).await;
+        let detail = json!({ "queue": notice.queue, "message_id": notice.message_id, "handler": notice.handler, "attempt": notice.attempt });
+        match outcome {
+            Ok(_) => {
+                self.queues().dead_letter_handled(&notice.queue, &notice.message_id);
+                self.note("queue_dead_letter_handled", detail);
+            }
+            Err(error) => {
+                let next =
+                    self.queues().dead_letter_refused(&notice.queue, &notice.message_id, self.env.clock.now_ms());
+                let detail = merge(detail, json!({ "error": error.to_string(), "next_at_ms": next }));
+                match next {
+                    Some(_) => self.note("queue_dead_letter_refused", detail),
+                    None => self.note("queue_dead_letter_unhandled", detail),
+                }
+            }
         }
         self.wake.notify_one();
     }
@@ -124,11 +177,9 @@ impl QueueWorker {
                 let queue = text("queue").ok_or_else(|| missing("queue"))?;
                 let function_id = text("function_id").ok_or_else(|| missing("function_id"))?;
                 let payload = data.get("data").cloned().unwrap_or(Value::Null);
-                let now = self.world.clock.now_ms();
+                let now = self.env.clock.now_ms();
                 let id = self
-                    .world
-                    .queues
-                    .borrow_mut()
+                    .queues()
                     .enqueue(&queue, &function_id, payload, now)
                     .map_err(|e| ErrorBody::new("queue_error", e))?;
                 self.note("queue_enqueued", json!({ "queue": queue, "message_id": id, "function_id": function_id }));
@@ -139,17 +190,17 @@ impl QueueWorker {
                 let queue = text("queue").ok_or_else(|| missing("queue"))?;
                 let config: QueueConfig = serde_json::from_value(data.get("config").cloned().unwrap_or(json!({})))
                     .map_err(|e| ErrorBody::new("bad_request", format!("queue config: {e}")))?;
-                self.world.queues.borrow_mut().define(&queue, config);
+                self.queues().define(&queue, config);
                 self.wake.notify_one();
                 Ok(json!({ "defined": true }))
             }
             "queue::inspect" => {
                 let queue = text("queue").ok_or_else(|| missing("queue"))?;
-                self.world.queues.borrow().inspect(&queue).ok_or_else(|| ErrorBody::new("queue_not_found", queue))
+                self.env.queues.borrow().inspect(&queue).ok_or_else(|| ErrorBody::new("queue_not_found", queue))
             }
             "engine::queue::topic_stats" => {
                 let topic = text("topic").ok_or_else(|| missing("topic"))?;
-                self.world.queues.borrow().topic_stats(&topic).ok_or_else(|| ErrorBody::new("queue_not_found", topic))
+                self.env.queues.borrow().topic_stats(&topic).ok_or_else(|| ErrorBody::new("queue_not_found", topic))
             }
             other => Err(ErrorBody::new("function_not_found", other)),
         }

@@ -37,6 +37,9 @@ pub struct QueueConfig {
     /// Whether deliveries in flight when the engine connection drops are redelivered at once
     /// (otherwise they wait for their deadline).
     pub redeliver_on_engine_restart: bool,
+    /// The queue owner's handler for dead letters: invoked with each message the queue gives up
+    /// on, until it answers. Without one, a dead letter waits for a person.
+    pub dead_letter_function: Option<String>,
 }
 
 impl Default for QueueConfig {
@@ -50,6 +53,7 @@ impl Default for QueueConfig {
             poll_interval_ms: 100,
             timeout_ms: 1_800_000,
             redeliver_on_engine_restart: true,
+            dead_letter_function: None,
         }
     }
 }
@@ -75,11 +79,50 @@ struct Message {
     stage: Stage,
 }
 
+/// A message the queue gave up on, and whether its owner has been told.
+#[derive(Debug, Clone)]
+struct DeadLetter {
+    message: Message,
+    reason: String,
+    handoff: Handoff,
+}
+
+/// Where handing a dead letter to the owner's handler stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Handoff {
+    /// No handler is configured: it waits for a person.
+    Unhandled,
+    /// To hand over at this time (attempts made so far).
+    Due { at_ms: u64, attempts: u32 },
+    /// Being handed over now.
+    InFlight { attempts: u32 },
+    /// The handler answered.
+    Handled,
+    /// Every attempt failed.
+    GaveUp { attempts: u32 },
+}
+
 #[derive(Debug, Default)]
 struct Queue {
     config: QueueConfig,
     messages: Vec<Message>,
-    dead: Vec<Message>,
+    dead: Vec<DeadLetter>,
+}
+
+/// How many times a dead letter is offered to its handler before the queue gives up; backoff
+/// doubles from the queue's `backoff_ms` up to [`DEAD_LETTER_BACKOFF_MS_MAX`].
+pub const DEAD_LETTER_ATTEMPTS_MAX: u32 = 20;
+pub const DEAD_LETTER_BACKOFF_MS_MAX: u64 = 60_000;
+
+/// A dead letter to hand to the queue owner's handler now.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeadLetterNotice {
+    pub queue: String,
+    pub message_id: String,
+    pub handler: String,
+    /// What the handler is invoked with: the message, where it was and why it died.
+    pub payload: Value,
+    pub attempt: u32,
 }
 
 /// A delivery to make now: invoke `function_id` with `data`, wait at most `timeout_ms`.
@@ -201,13 +244,17 @@ impl Queues {
         }
     }
 
-    /// A delivery failed or passed its deadline.
-    pub fn retry(&mut self, queue: &str, message_id: &str, attempt: u32, now_ms: u64) -> Retry {
+    /// A delivery failed (`reason`) or passed its deadline.
+    pub fn retry(&mut self, queue: &str, message_id: &str, attempt: u32, now_ms: u64, reason: &str) -> Retry {
         let Some((queue, index)) = self.dispatched_mut(queue, message_id, attempt) else { return Retry::Stale };
         if queue.messages[index].deliveries > queue.config.max_retries {
             let mut message = queue.messages.remove(index);
             message.stage = Stage::Waiting { available_at_ms: now_ms };
-            queue.dead.push(message);
+            let handoff = match queue.config.dead_letter_function {
+                Some(_) => Handoff::Due { at_ms: now_ms, attempts: 0 },
+                None => Handoff::Unhandled,
+            };
+            queue.dead.push(DeadLetter { message, reason: reason.to_string(), handoff });
             return Retry::DeadLettered;
         }
         let at_ms = now_ms.saturating_add(queue.config.backoff_ms);
@@ -216,28 +263,136 @@ impl Queues {
     }
 
     /// After the queue's host restarts, deliveries it was waiting on are gone: make them
-    /// available again at once.
+    /// available again at once, and offer again the dead letters it was handing over.
     pub fn recover_after_restart(&mut self, now_ms: u64) -> usize {
         let mut recovered = 0;
-        for message in self.queues.values_mut().flat_map(|q| q.messages.iter_mut()) {
-            if matches!(message.stage, Stage::Dispatched { .. }) {
-                message.stage = Stage::Waiting { available_at_ms: now_ms };
-                recovered += 1;
+        for queue in self.queues.values_mut() {
+            for message in &mut queue.messages {
+                if matches!(message.stage, Stage::Dispatched { .. }) {
+                    message.stage = Stage::Waiting { available_at_ms: now_ms };
+                    recovered += 1;
+                }
+            }
+            for dead in &mut queue.dead {
+                if let Handoff::InFlight { attempts } = dead.handoff {
+                    dead.handoff = Handoff::Due { at_ms: now_ms, attempts };
+                    recovered += 1;
+                }
             }
         }
         recovered
     }
 
-    /// The earliest time a waiting message becomes available after `now_ms`.
-    pub fn next_available_after(&self, now_ms: u64) -> Option<u64> {
+    /// The dead letters due to be handed to their handler now; they are in flight until
+    /// [`Self::dead_letter_handled`] or [`Self::dead_letter_refused`].
+    pub fn due_dead_letters(&mut self, now_ms: u64) -> Vec<DeadLetterNotice> {
+        let mut notices = Vec::new();
+        for (name, queue) in &mut self.queues {
+            let Some(handler) = queue.config.dead_letter_function.clone() else { continue };
+            for dead in &mut queue.dead {
+                let Handoff::Due { at_ms, attempts } = dead.handoff else { continue };
+                if at_ms > now_ms {
+                    continue;
+                }
+                dead.handoff = Handoff::InFlight { attempts: attempts + 1 };
+                let message = &dead.message;
+                notices.push(DeadLetterNotice {
+                    queue: name.clone(),
+                    message_id: message.id.clone(),
+                    handler: handler.clone(),
+                    payload: json!({
+                        "queue": name, "message_id": message.id, "function_id": message.function_id,
+                        "data": message.data, "deliveries": message.deliveries, "reason": dead.reason,
+                    }),
+                    attempt: attempts + 1,
+                });
+            }
+        }
+        notices
+    }
+
+    fn dead_mut(&mut self, queue: &str, message_id: &str) -> Option<&mut DeadLetter> {
+        self.queues.get_mut(queue)?.dead.iter_mut().find(|d| d.message.id == message_id)
+    }
+
+    /// The handler took the dead letter.
+    pub fn dead_letter_handled(&mut self, queue: &str, message_id: &str) {
+        if let Some(dead) = self.dead_mut(queue, message_id) {
+            dead.handoff = Handoff::Handled;
+        }
+    }
+
+    /// The handler could not be reached or refused: try again later, or give up after
+    /// [`DEAD_LETTER_ATTEMPTS_MAX`] attempts. Returns when it is offered next, if ever.
+    pub fn dead_letter_refused(&mut self, queue: &str, message_id: &str, now_ms: u64) -> Option<u64> {
+        let backoff_ms = self.config(queue).map_or(QueueConfig::default().backoff_ms, |c| c.backoff_ms).max(1);
+        let dead = self.dead_mut(queue, message_id)?;
+        let Handoff::InFlight { attempts } = dead.handoff else { return None };
+        if attempts >= DEAD_LETTER_ATTEMPTS_MAX {
+            dead.handoff = Handoff::GaveUp { attempts };
+            return None;
+        }
+        let at_ms = now_ms
+            .saturating_add(backoff_ms.saturating_mul(1 << (attempts - 1).min(16)).min(DEAD_LETTER_BACKOFF_MS_MAX));
+        dead.handoff = Handoff::Due { at_ms, attempts };
+        Some(at_ms)
+    }
+
+    /// Every dead letter no handler has taken, as `(queue, message_id, data)`: work that
+    /// waits for a person.
+    pub fn unresolved_dead_letters(&self) -> Vec<(&str, &str, &Value)> {
         self.queues
-            .values()
-            .flat_map(|q| q.messages.iter())
-            .filter_map(|m| match m.stage {
-                Stage::Waiting { available_at_ms } if available_at_ms > now_ms => Some(available_at_ms),
-                _ => None,
+            .iter()
+            .flat_map(|(name, q)| {
+                q.dead
+                    .iter()
+                    .filter(|d| d.handoff != Handoff::Handled)
+                    .map(move |d| (name.as_str(), d.message.id.as_str(), &d.message.data))
             })
-            .min()
+            .collect()
+    }
+
+    /// The earliest time, after `now_ms`, that a waiting message becomes available or a dead
+    /// letter is due to be offered again.
+    pub fn next_available_after(&self, now_ms: u64) -> Option<u64> {
+        let messages = self.queues.values().flat_map(|q| q.messages.iter()).filter_map(|m| match m.stage {
+            Stage::Waiting { available_at_ms } if available_at_ms > now_ms => Some(available_at_ms),
+            _ => None,
+        });
+        let dead = self.queues.values().flat_map(|q| q.dead.iter()).filter_map(|d| match d.handoff {
+            Handoff::Due { at_ms, .. } if at_ms > now_ms => Some(at_ms),
+            _ => None,
+        });
+        messages.chain(dead).min()
+    }
+
+    /// Groups with work waiting that cannot be claimed because other groups' entries fill the
+    /// queue's whole `concurrency`: `(queue, starved group, groups holding the allowance)`.
+    pub fn starved(&self, now_ms: u64) -> Vec<(String, String, Vec<String>)> {
+        let mut starved = Vec::new();
+        for (name, queue) in &self.queues {
+            let holders: BTreeSet<&str> = queue
+                .messages
+                .iter()
+                .filter(|m| !matches!(m.stage, Stage::Waiting { .. }))
+                .map(|m| m.group.as_str())
+                .collect();
+            let in_flight = queue.messages.iter().filter(|m| !matches!(m.stage, Stage::Waiting { .. })).count();
+            if in_flight < queue.config.concurrency {
+                continue;
+            }
+            let waiting: BTreeSet<&str> = queue
+                .messages
+                .iter()
+                .filter(|m| matches!(m.stage, Stage::Waiting { available_at_ms } if available_at_ms <= now_ms))
+                .map(|m| m.group.as_str())
+                .filter(|group| !holders.contains(group))
+                .collect();
+            for group in waiting {
+                starved.push((name.clone(), group.to_string(), holders.iter().map(|h| h.to_string()).collect()));
+            }
+        }
+        starved
     }
 
     /// The shortest poll interval of any queue (how soon after a change the next pass runs).
@@ -283,10 +438,29 @@ impl Queues {
             })
             .collect();
         let in_flight = queue.messages.iter().filter(|m| !matches!(m.stage, Stage::Waiting { .. })).count();
-        let dead: Vec<Value> = queue.dead.iter().map(|m| json!({ "message_id": m.id, "function_id": m.function_id, "data": m.data, "deliveries": m.deliveries })).collect();
+        let dead: Vec<Value> = queue
+            .dead
+            .iter()
+            .map(|d| {
+                let m = &d.message;
+                json!({ "message_id": m.id, "function_id": m.function_id, "data": m.data, "deliveries": m.deliveries,
+                        "reason": d.reason, "handoff": format!("{:?}", d.handoff) })
+            })
+            .collect();
+        // Claimed entries count against `concurrency` whatever their group, so a stuck group can
+        // hold the whole allowance: name every group that waits because of it.
+        let starved: Vec<Value> = self
+            .starved(u64::MAX)
+            .into_iter()
+            .filter(|(queue, ..)| queue == name)
+            .map(|(_, group, held_by)| {
+                json!({ "group": group, "held_by": held_by,
+                        "why": format!("all {} in-flight slots are held by other groups", queue.config.concurrency) })
+            })
+            .collect();
         Some(json!({
-            "queue": name, "depth": self.depth(queue), "in_flight_count": in_flight,
-            "dlq_count": dead.len(), "dlq": dead, "groups": groups,
+            "queue": name, "depth": self.depth(queue), "in_flight_count": in_flight, "concurrency": queue.config.concurrency,
+            "dlq_count": dead.len(), "dlq": dead, "groups": groups, "starved": starved,
         }))
     }
 
@@ -345,7 +519,7 @@ mod tests {
         let delivery = queues.poll(0).remove(0);
         queues.enqueue("q", "f", json!({"session_id": "s1"}), 5).unwrap();
         assert!(queues.poll(5).is_empty());
-        assert_eq!(queues.retry("q", &old, delivery.attempt, 2_500), Retry::Redeliver { at_ms: 2_600 });
+        assert_eq!(queues.retry("q", &old, delivery.attempt, 2_500, "deadline"), Retry::Redeliver { at_ms: 2_600 });
         assert!(queues.poll(2_550).is_empty(), "backoff");
         let again = queues.poll(2_600);
         assert_eq!((again.len(), again[0].message_id.as_str(), again[0].attempt), (1, old.as_str(), 2));
@@ -360,9 +534,9 @@ mod tests {
         let mut queues = grouped(100, 1);
         let id = queues.enqueue("q", "f", json!({"session_id": "s1"}), 0).unwrap();
         let first = queues.poll(0).remove(0);
-        assert!(matches!(queues.retry("q", &id, first.attempt, 100), Retry::Redeliver { .. }));
+        assert!(matches!(queues.retry("q", &id, first.attempt, 100, "deadline"), Retry::Redeliver { .. }));
         let second = queues.poll(200).remove(0);
-        assert_eq!(queues.retry("q", &id, second.attempt, 300), Retry::DeadLettered);
+        assert_eq!(queues.retry("q", &id, second.attempt, 300, "deadline"), Retry::DeadLettered);
         let view = queues.inspect("q").unwrap();
         assert_eq!((view["dlq_count"].as_u64(), view["in_flight_count"].as_u64()), (Some(1), Some(0)));
     }
@@ -377,5 +551,45 @@ mod tests {
         assert_eq!(queues.poll(0).len(), 2);
         assert_eq!(queues.inspect("q").unwrap()["depth"], 1);
         assert!(queues.enqueue("missing", "f", json!({}), 0).is_err());
+    }
+
+    #[test]
+    fn a_stuck_group_filling_concurrency_is_named_as_starving_the_others() {
+        let mut queues = Queues::default();
+        let config = QueueConfig { message_group_field: Some("s".into()), concurrency: 2, ..QueueConfig::default() };
+        queues.define("q", config);
+        queues.enqueue("q", "f", json!({"s": "s1"}), 0).unwrap();
+        queues.enqueue("q", "f", json!({"s": "s1"}), 0).unwrap();
+        queues.enqueue("q", "f", json!({"s": "s2"}), 0).unwrap();
+        assert_eq!(queues.poll(0).len(), 1, "s1's head only; its second message is claimed behind it");
+        assert_eq!(queues.starved(0), vec![("q".to_string(), "s2".to_string(), vec!["s1".to_string()])]);
+        let view = queues.inspect("q").unwrap();
+        assert_eq!(view["starved"][0]["group"], "s2");
+        assert_eq!(view["starved"][0]["held_by"][0], "s1");
+    }
+
+    #[test]
+    fn dead_letters_are_offered_to_the_handler_until_it_answers() {
+        let mut queues = Queues::default();
+        let config = QueueConfig {
+            max_retries: 0,
+            backoff_ms: 100,
+            dead_letter_function: Some("h".into()),
+            ..QueueConfig::default()
+        };
+        queues.define("q", config);
+        let id = queues.enqueue("q", "f", json!({"s": "s1"}), 0).unwrap();
+        let delivery = queues.poll(0).remove(0);
+        assert_eq!(queues.retry("q", &id, delivery.attempt, 10, "error result"), Retry::DeadLettered);
+        let notice = queues.due_dead_letters(10).remove(0);
+        assert_eq!((notice.handler.as_str(), notice.attempt), ("h", 1));
+        assert_eq!(notice.payload["reason"], "error result");
+        assert!(queues.due_dead_letters(10).is_empty(), "in flight, not offered twice");
+        assert_eq!(queues.dead_letter_refused("q", &id, 20), Some(120));
+        assert!(queues.due_dead_letters(119).is_empty());
+        assert_eq!(queues.due_dead_letters(120)[0].attempt, 2);
+        assert_eq!(queues.unresolved_dead_letters().len(), 1);
+        queues.dead_letter_handled("q", &id);
+        assert!(queues.unresolved_dead_letters().is_empty());
     }
 }

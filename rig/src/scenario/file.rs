@@ -26,7 +26,7 @@ pub struct ScenarioFile {
     pub policy: Spanned<BTreeMap<String, PolicySpec>>,
     /// A drop-proxy between one worker and the engine.
     #[serde(default)]
-    pub proxy: Option<ProxySpec>,
+    pub proxy: Option<Spanned<ProxySpec>>,
     /// Process cuts: what happens to a harness worker at a named point.
     #[serde(default, rename = "interrupt")]
     pub interrupts: Vec<Spanned<InterruptSpec>>,
@@ -46,6 +46,9 @@ pub struct InterruptSpec {
     /// Matching arrivals to let through first.
     #[serde(default)]
     pub skip: u64,
+    /// The run may leave this cut unfired (otherwise a cut that never fired fails the run).
+    #[serde(default)]
+    pub optional: bool,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
@@ -61,8 +64,9 @@ pub enum InterruptAction {
 #[serde(deny_unknown_fields)]
 pub struct ProxySpec {
     pub worker: Spanned<String>,
+    /// In the proxy crate's own rule shape, plus `optional` (read off before the proxy sees it).
     #[serde(default, rename = "rule")]
-    pub rules: Vec<Spanned<proxy::Rule>>,
+    pub rules: Vec<Spanned<toml::Table>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -87,7 +91,7 @@ pub struct WorldSpec {
     #[serde(rename = "message")]
     pub messages: Vec<MessageSpec>,
     /// The scripted model's replies, in order.
-    pub model: Vec<Value>,
+    pub model: Vec<ModelReplySpec>,
     /// Queues defined when the world starts, by name; their presence adds the queue worker.
     pub queue: BTreeMap<String, crate::queue::QueueConfig>,
     /// The ticket service (an external effect service); its presence adds the `tickets` host.
@@ -128,6 +132,25 @@ impl Default for WorldSpec {
     }
 }
 
+/// One scripted model reply: a final text, or tool calls to make.
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelReplySpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<ToolCallSpec>>,
+}
+
+/// A tool call in a scripted model reply.
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolCallSpec {
+    pub tool: String,
+    #[serde(default)]
+    pub args: Value,
+}
+
 /// A durable record present before the run starts.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -164,6 +187,9 @@ pub struct CutSpec {
     pub skip: u64,
     #[serde(default)]
     pub count: CountSpec,
+    /// The run may leave this cut unfired (otherwise a cut that never fired fails the run).
+    #[serde(default)]
+    pub optional: bool,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
@@ -279,14 +305,14 @@ pub struct AwaitSpec {
 pub struct WaitUntilSpec {
     #[serde(rename = "match")]
     pub conditions: BTreeMap<String, Spanned<toml::Value>>,
-    /// Wait for the n-th matching event (from the start of the run).
+    /// Wait for the n-th matching event (from the start of the run), counting from 1.
     #[serde(default = "one")]
-    pub nth: u64,
+    pub nth: Spanned<u64>,
     pub within_ms: u64,
 }
 
-fn one() -> u64 {
-    1
+fn one() -> Spanned<u64> {
+    Spanned::new(0..0, 1)
 }
 
 /// Expectations: what the run must show afterwards.
@@ -294,17 +320,17 @@ fn one() -> u64 {
 #[serde(deny_unknown_fields, default)]
 pub struct ExpectSpec {
     /// Driver outcomes by name: `{ outcome = "ok", "result.status" = "failed" }`.
-    pub rpc: BTreeMap<String, BTreeMap<String, Spanned<toml::Value>>>,
+    pub rpc: BTreeMap<Spanned<String>, BTreeMap<String, Spanned<toml::Value>>>,
     /// Durable records by `"scope/key"`: field conditions on the value.
     pub state: BTreeMap<String, BTreeMap<String, Spanned<toml::Value>>>,
     /// Durable records (`"scope/key"`) that must not exist.
     pub absent: Vec<String>,
     /// Calls arriving at the doubles, by function: exact counts.
-    pub calls: BTreeMap<String, u64>,
+    pub calls: BTreeMap<Spanned<String>, u64>,
     /// Trace events matching conditions: counts and identical payloads.
     pub events: Vec<Spanned<EventExpectSpec>>,
     /// External effects by kind, counted from the ledger: exact counts, absent kinds zero.
-    pub effects: Option<BTreeMap<String, u64>>,
+    pub effects: Option<BTreeMap<Spanned<String>, u64>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -316,13 +342,15 @@ pub struct EventExpectSpec {
     pub count: Option<u64>,
     #[serde(default)]
     pub count_min: Option<u64>,
+    #[serde(default)]
+    pub count_max: Option<u64>,
     /// A dotted path whose value must be byte-identical across every matching event.
     #[serde(default)]
     pub same: Option<String>,
     /// Count only events before the outcome of this driver invocation arrived, to check what
     /// had (not) happened at the moment of a mid-run snapshot.
     #[serde(default)]
-    pub before_rpc: Option<String>,
+    pub before_rpc: Option<Spanned<String>>,
 }
 
 /// One policy to run the scenario under.
@@ -331,7 +359,7 @@ pub struct EventExpectSpec {
 pub struct PolicySpec {
     /// The oracles this (known-bad) policy must trip; any other violation fails the run.
     #[serde(default)]
-    pub violations: Vec<String>,
+    pub violations: Vec<Spanned<String>>,
     #[serde(default)]
     pub expect: ExpectSpec,
 }

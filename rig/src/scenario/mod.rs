@@ -1,17 +1,19 @@
 //! Scenarios: a world, its cuts, a script of steps, and what each policy run must show.
 //!
 //! A scenario is data. Loading checks it strictly, and every error names the file, line and
-//! column and what was expected there.
+//! column, what was expected there and, for a misspelt name, the nearest valid one.
 
 mod file;
 
-use crate::cut::{Count, ServiceCut, ServiceFault};
+use crate::condition::Condition;
+use crate::cut::{Count, Interrupt, ProcessCut, ServiceCut, ServiceFault, Trigger, INTERRUPT_POINTS};
+use crate::expect::{EventsExpectation, Expectation};
 use crate::harness::{HarnessConfig, Policy};
 use crate::oracle::Oracle;
-use crate::sim::hosts::DriverCall;
-use crate::sim::NetworkConfig;
+use crate::sim::{DriverCall, NetworkConfig};
+use crate::suggest::did_you_mean;
+use crate::topology::{self, Plan, Role, Topology};
 use file::{CountSpec, CutAction, CutSpec, ExpectSpec, ScenarioFile, StepSpec, WorldSpec};
-use proxy::FieldMatch;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
@@ -30,23 +32,8 @@ pub struct Scenario {
     /// A drop-proxy in front of the engine for one worker.
     pub proxy: Option<ProxySetup>,
     /// Process cuts at named points of harness workers.
-    pub interrupts: Vec<InterruptRule>,
+    pub interrupts: Vec<ProcessCut>,
 }
-
-/// A process cut: what happens to `worker` when it reaches `point`.
-#[derive(Debug, Clone)]
-pub struct InterruptRule {
-    pub worker: String,
-    pub point: String,
-    pub interrupt: crate::harness::Interrupt,
-    pub skip: u64,
-    pub count: Count,
-}
-
-/// The named points a harness worker passes while running an action.
-pub const INTERRUPT_POINTS: [&str; 3] = ["before_submission", "after_acceptance", "after_completion"];
-/// The harness workers a scenario can have.
-pub const HARNESS_WORKERS: [&str; 2] = ["harness", "replacement"];
 
 /// Where the drop-proxy sits and what it does.
 #[derive(Debug, Clone)]
@@ -54,6 +41,8 @@ pub struct ProxySetup {
     /// The worker whose engine connection goes through the proxy.
     pub worker: String,
     pub rules: Vec<proxy::Rule>,
+    /// Per rule: whether the run may leave it unfired.
+    pub optional: Vec<bool>,
 }
 
 /// The world a scenario starts from.
@@ -74,13 +63,42 @@ pub struct WorldSetup {
     pub replacement: bool,
 }
 
+impl WorldSetup {
+    /// The hosts of this world with the reference harness's functions; a run builds its own
+    /// plan with its harness's functions ([`Self::plan`]).
+    pub fn plan(&self, harness_functions: Vec<String>, proxy_worker: Option<String>) -> Plan {
+        let mut services = vec![
+            (topology::STORE.to_string(), names(doubles::StateStore::FUNCTIONS)),
+            (topology::SESSION.to_string(), names(doubles::SessionService::FUNCTIONS)),
+            (topology::MODEL.to_string(), names(doubles::ScriptedModel::FUNCTIONS)),
+        ];
+        if self.tickets.is_some() {
+            services.push((topology::TICKETS.to_string(), names(doubles::TicketService::FUNCTIONS)));
+        }
+        let mut harness_workers = vec![topology::HARNESS.to_string()];
+        if self.replacement {
+            harness_workers.push(topology::REPLACEMENT.to_string());
+        }
+        Plan { services, queue: !self.queues.is_empty(), harness_workers, harness_functions, proxy_worker }
+    }
+
+    /// The kinds of external effect this world's services can produce.
+    pub fn effect_kinds(&self) -> BTreeSet<&'static str> {
+        self.tickets.iter().map(|_| doubles::TicketService::EFFECT_KIND).collect()
+    }
+}
+
+fn names(functions: &[&str]) -> Vec<String> {
+    functions.iter().map(|f| f.to_string()).collect()
+}
+
 /// One step of the script.
 #[derive(Debug, Clone)]
 pub enum Step {
     Invoke { call: DriverCall, detach: bool },
     Await { name: String, within_ms: u64 },
     WaitMs(u64),
-    WaitUntil { conditions: Vec<FieldMatch>, nth: u64, within_ms: u64 },
+    WaitUntil { conditions: Vec<Condition>, nth: u64, within_ms: u64 },
     Put { scope: String, key: String, value: Value },
     Crash(String),
     Restart(String),
@@ -95,35 +113,11 @@ pub enum Step {
 /// One policy to run the scenario under, with everything it must show.
 #[derive(Debug, Clone)]
 pub struct PolicyRun {
-    pub policy: Policy,
+    /// The `[policy.NAME]` section: the reference harness's policy of that name, or for another
+    /// harness the behaviour it claims to have (a correct harness claims `reference`).
+    pub policy: String,
     pub expected_violations: BTreeSet<Oracle>,
     pub expectations: Vec<Expectation>,
-}
-
-/// Something a run must show afterwards.
-#[derive(Debug, Clone)]
-pub enum Expectation {
-    Rpc {
-        name: String,
-        conditions: Vec<FieldMatch>,
-    },
-    State {
-        scope: String,
-        key: String,
-        conditions: Vec<FieldMatch>,
-    },
-    Absent {
-        scope: String,
-        key: String,
-    },
-    Events {
-        conditions: Vec<FieldMatch>,
-        count: Option<u64>,
-        count_min: Option<u64>,
-        same: Option<String>,
-        before_rpc: Option<String>,
-    },
-    Effects(BTreeMap<String, u64>),
 }
 
 /// A scenario that could not be loaded: where, and what was expected.
@@ -136,51 +130,29 @@ pub struct ScenarioError {
     pub message: String,
 }
 
-/// The hosts every simulated world has, by the names scenario files use.
-pub const HOSTS: [&str; 6] = ["engine", "store", "session", "model", "harness", "driver"];
-
-/// The functions of the doubles: what a service cut can select.
-pub fn double_functions() -> BTreeSet<&'static str> {
-    let mut functions: BTreeSet<&'static str> = BTreeSet::new();
-    functions.extend(doubles::StateStore::FUNCTIONS);
-    functions.extend(doubles::SessionService::FUNCTIONS);
-    functions.extend(doubles::ScriptedModel::FUNCTIONS);
-    functions
+/// What validation checks names against.
+struct Vocabulary {
+    topology: Topology,
+    /// Functions a step may invoke: every function of this world.
+    functions: BTreeSet<String>,
+    /// Functions of this world's doubles: what cuts and `calls` count.
+    service_functions: BTreeSet<String>,
+    effect_kinds: BTreeSet<&'static str>,
 }
 
-/// The functions of the doubles: what a service cut can select.
-fn all_double_functions() -> BTreeSet<&'static str> {
-    let mut functions = double_functions();
-    functions.extend(doubles::TicketService::FUNCTIONS);
-    functions
-}
-
-/// Every function a scenario may invoke.
-pub fn known_functions() -> BTreeSet<String> {
-    let mut functions: BTreeSet<String> = all_double_functions().into_iter().map(String::from).collect();
-    for worker in HARNESS_WORKERS {
-        functions.extend(["turn", "export", "import"].map(|name| format!("{worker}::{name}")));
+impl Vocabulary {
+    fn new(world: &WorldSetup, proxy_worker: Option<String>) -> Self {
+        let harness_functions = topology::HARNESS_FUNCTIONS.iter().map(|f| f.to_string()).collect();
+        let topology = Topology::new(&world.plan(harness_functions, proxy_worker));
+        let functions = topology.functions().into_iter().map(str::to_string).collect();
+        let service_functions = topology
+            .hosts()
+            .iter()
+            .filter(|h| h.role == Role::Service)
+            .flat_map(|h| h.functions.iter().cloned())
+            .collect();
+        Self { topology, functions, service_functions, effect_kinds: world.effect_kinds() }
     }
-    functions.insert(crate::bus::WORKERS_REGISTER.to_string());
-    functions.extend(crate::queue::FUNCTIONS.map(String::from));
-    functions
-}
-
-fn hosts_of(world: &WorldSetup, proxy: bool) -> Vec<&'static str> {
-    let mut hosts = HOSTS.to_vec();
-    if !world.queues.is_empty() {
-        hosts.push(crate::queue::HOST);
-    }
-    if proxy {
-        hosts.push(crate::sim::hosts::PROXY_HOST);
-    }
-    if world.tickets.is_some() {
-        hosts.push("tickets");
-    }
-    if world.replacement {
-        hosts.push("replacement");
-    }
-    hosts
 }
 
 impl Scenario {
@@ -200,55 +172,45 @@ impl Scenario {
         let at = Locator { path, source };
         let parsed: ScenarioFile =
             toml::from_str(source).map_err(|e| at.error(e.span().unwrap_or(0..0), e.message()))?;
-        let functions = known_functions();
-        let world = world_setup(parsed.world);
-        let hosts = hosts_of(&world, parsed.proxy.is_some());
-        let proxy = parsed.proxy.map(|spec| compile_proxy(&at, &hosts, spec)).transpose()?;
-        let cuttable: BTreeSet<String> = all_double_functions().into_iter().map(String::from).collect();
-        let cuts = parsed.cuts.into_iter().map(|cut| compile_cut(&at, &cuttable, cut)).collect::<Result<_, _>>()?;
-        let interrupts =
-            parsed.interrupts.into_iter().map(|i| compile_interrupt(&at, &hosts, i)).collect::<Result<_, _>>()?;
-        let steps = parsed
-            .steps
+        let world = world_setup(&at, parsed.world)?;
+        let proxy_worker = parsed.proxy.as_ref().map(|p| p.get_ref().worker.get_ref().clone());
+        let vocabulary = Vocabulary::new(&world, proxy_worker);
+        check_queues(&at, &vocabulary, &world)?;
+        let proxy = parsed.proxy.map(|spec| compile_proxy(&at, &vocabulary.topology, spec)).transpose()?;
+        let cuts = parsed
+            .cuts
             .into_iter()
-            .map(|step| compile_step(&at, &functions, &hosts, step))
+            .map(|cut| compile_cut(&at, &vocabulary.service_functions, cut))
             .collect::<Result<_, _>>()?;
-        let shared = compile_expect(&at, parsed.expect)?;
-        let policy_span = parsed.policy.span();
-        let policies = parsed.policy.into_inner();
-        if policies.is_empty() {
-            return Err(at.error(policy_span, "expected at least one `[policy.NAME]` table"));
-        }
-        let mut runs = Vec::new();
-        for (name, spec) in policies {
-            let span = at.find(&format!("policy.{name}")).unwrap_or(policy_span.clone());
-            let policy = Policy::from_name(&name).ok_or_else(|| {
-                let known: Vec<_> = Policy::ALL.iter().map(|p| p.name()).collect();
-                at.error(span.clone(), &format!("unknown policy `{name}`, expected one of {}", known.join(", ")))
-            })?;
-            let expected_violations = spec
-                .violations
-                .iter()
-                .map(|v| {
-                    Oracle::from_name(v).ok_or_else(|| {
-                        let known: Vec<_> = Oracle::ALL.iter().map(|o| o.name()).collect();
-                        at.error(
-                            span.clone(),
-                            &format!("unknown oracle `{v}` in `violations`, expected one of {}", known.join(", ")),
-                        )
-                    })
-                })
-                .collect::<Result<_, _>>()?;
-            let mut expectations = shared.clone();
-            expectations.extend(compile_expect(&at, spec.expect)?);
-            runs.push(PolicyRun { policy, expected_violations, expectations });
-        }
+        let interrupts = parsed
+            .interrupts
+            .into_iter()
+            .map(|i| compile_interrupt(&at, &vocabulary.topology, i))
+            .collect::<Result<_, _>>()?;
+        let steps: Vec<Step> =
+            parsed.steps.into_iter().map(|step| compile_step(&at, &vocabulary, step)).collect::<Result<_, _>>()?;
+        let rpc_names: BTreeSet<String> = steps
+            .iter()
+            .filter_map(|s| match s {
+                Step::Invoke { call, .. } => Some(call.name.clone()),
+                _ => None,
+            })
+            .collect();
+        let context = ExpectContext { at: &at, vocabulary: &vocabulary, rpc_names: &rpc_names };
+        check_awaits(&context, &steps)?;
+        let shared = compile_expect(&context, parsed.expect)?;
+        let runs = compile_policies(&context, parsed.policy, &shared)?;
         Ok(Scenario { path: path.to_path_buf(), about: parsed.about, world, cuts, steps, runs, proxy, interrupts })
     }
 
     /// The scenario's name: its file name without the extension.
     pub fn name(&self) -> String {
         self.path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default()
+    }
+
+    /// The run of the given policy section, if the file declares it.
+    pub fn run_of(&self, policy: &str) -> Option<&PolicyRun> {
+        self.runs.iter().find(|r| r.policy == policy)
     }
 }
 
@@ -266,13 +228,55 @@ impl Locator<'_> {
         ScenarioError { path: self.path.display().to_string(), line, column, message: message.trim().to_string() }
     }
 
-    fn find(&self, text: &str) -> Option<Range<usize>> {
-        self.source.find(text).map(|start| start..start + text.len())
+    /// The first place `text` appears, to point at a value whose own span the parser does not
+    /// keep; the start of the file if it is nowhere.
+    fn find(&self, text: &str) -> Range<usize> {
+        self.source.find(text).map_or(0..0, |start| start..start + text.len())
+    }
+
+    /// An error for `name`, which is not one of `choices`.
+    fn unknown<'c>(
+        &self,
+        span: Range<usize>,
+        what: &str,
+        name: &str,
+        choices: impl IntoIterator<Item = &'c str> + Clone,
+    ) -> ScenarioError {
+        let listed: Vec<&str> = choices.clone().into_iter().collect();
+        let choices_text = if listed.is_empty() { "none in this world".to_string() } else { listed.join(", ") };
+        self.error(
+            span,
+            &format!("unknown {what} `{name}`{}, expected one of {choices_text}", did_you_mean(name, choices)),
+        )
     }
 }
 
-fn world_setup(spec: WorldSpec) -> WorldSetup {
-    WorldSetup {
+fn world_setup(at: &Locator, spec: WorldSpec) -> Result<WorldSetup, ScenarioError> {
+    if spec.tick_ms == 0 {
+        return Err(at.error(at.find("tick_ms"), "`tick_ms` must be at least 1 (the simulation's time step)"));
+    }
+    if spec.latency_ms_min > spec.latency_ms_max {
+        return Err(at.error(
+            at.find("latency_ms_min"),
+            &format!(
+                "`latency_ms_min` ({}) is above `latency_ms_max` ({}); expected min <= max",
+                spec.latency_ms_min, spec.latency_ms_max
+            ),
+        ));
+    }
+    let model = spec
+        .model
+        .into_iter()
+        .map(|reply| {
+            if reply.text.is_none() && reply.tool_calls.is_none() {
+                return Err(
+                    at.error(at.find("[[world.model]]"), "a `[[world.model]]` reply needs `text` or `tool_calls`")
+                );
+            }
+            Ok(serde_json::to_value(reply).expect("model replies serialize"))
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(WorldSetup {
         harness: HarnessConfig {
             session_timeout_ms: spec.session_timeout_ms,
             model_timeout_ms: spec.model_timeout_ms,
@@ -285,9 +289,9 @@ fn world_setup(spec: WorldSpec) -> WorldSetup {
             tickets: spec.tickets.clone().unwrap_or_default(),
         },
         network: NetworkConfig {
-            tick_ms: spec.tick_ms.max(1),
+            tick_ms: spec.tick_ms,
             latency_ms_min: spec.latency_ms_min,
-            latency_ms_max: spec.latency_ms_max.max(spec.latency_ms_min),
+            latency_ms_max: spec.latency_ms_max,
             duration_ms_max: spec.duration_ms_max,
             steps_max: spec.steps_max,
         },
@@ -295,11 +299,29 @@ fn world_setup(spec: WorldSpec) -> WorldSetup {
         effects_per_action_max: spec.effects_per_action_max,
         records: spec.records.into_iter().map(|r| (r.scope, r.key, r.value)).collect(),
         messages: spec.messages.into_iter().map(|m| (m.session_id, m.message)).collect(),
-        model: spec.model,
+        model,
         queues: spec.queue.into_iter().collect(),
         tickets: spec.tickets,
         replacement: spec.replacement,
+    })
+}
+
+/// A queue's dead-letter handler must be a function of this world.
+fn check_queues(at: &Locator, vocabulary: &Vocabulary, world: &WorldSetup) -> Result<(), ScenarioError> {
+    for (_, config) in &world.queues {
+        if let Some(function) = &config.dead_letter_function {
+            if !vocabulary.functions.contains(function) {
+                let span = at.find(&format!("\"{function}\""));
+                return Err(at.unknown(
+                    span,
+                    "dead-letter function",
+                    function,
+                    vocabulary.functions.iter().map(String::as_str),
+                ));
+            }
+        }
     }
+    Ok(())
 }
 
 impl From<CountSpec> for Count {
@@ -314,113 +336,130 @@ impl From<CountSpec> for Count {
 
 fn compile_interrupt(
     at: &Locator,
-    hosts: &[&str],
+    topology: &Topology,
     spec: Spanned<file::InterruptSpec>,
-) -> Result<InterruptRule, ScenarioError> {
+) -> Result<ProcessCut, ScenarioError> {
     let span = spec.span();
     let spec = spec.into_inner();
-    let worker = known_host(at, hosts, &spec.worker)?;
-    if !HARNESS_WORKERS.contains(&worker.as_str()) {
-        return Err(
-            at.error(spec.worker.span(), &format!("expected a harness worker ({})", HARNESS_WORKERS.join(", ")))
-        );
-    }
+    let worker = harness_worker(at, topology, &spec.worker)?;
     if !INTERRUPT_POINTS.contains(&spec.point.get_ref().as_str()) {
-        let message =
-            format!("unknown point `{}`, expected one of {}", spec.point.get_ref(), INTERRUPT_POINTS.join(", "));
-        return Err(at.error(spec.point.span(), &message));
+        return Err(at.unknown(spec.point.span(), "point", spec.point.get_ref(), INTERRUPT_POINTS));
     }
     let interrupt = match spec.action {
-        file::InterruptAction::Freeze => crate::harness::Interrupt::Freeze,
-        file::InterruptAction::Pause => crate::harness::Interrupt::Pause {
+        file::InterruptAction::Freeze => Interrupt::Freeze,
+        file::InterruptAction::Pause => Interrupt::Pause {
             ms: spec.pause_ms.ok_or_else(|| at.error(span, "a `pause` interrupt needs `pause_ms`"))?,
         },
     };
-    let count = Count::from(spec.count);
-    Ok(InterruptRule { worker, point: spec.point.into_inner(), interrupt, skip: spec.skip, count })
+    Ok(ProcessCut {
+        worker,
+        point: spec.point.into_inner(),
+        interrupt,
+        trigger: Trigger::new(spec.skip, spec.count.into(), spec.optional),
+    })
 }
 
-fn compile_proxy(at: &Locator, hosts: &[&str], spec: file::ProxySpec) -> Result<ProxySetup, ScenarioError> {
-    let worker = known_host(at, hosts, &spec.worker)?;
-    if ["engine", crate::sim::hosts::PROXY_HOST].contains(&worker.as_str()) {
+fn compile_proxy(
+    at: &Locator,
+    topology: &Topology,
+    spec: Spanned<file::ProxySpec>,
+) -> Result<ProxySetup, ScenarioError> {
+    let spec = spec.into_inner();
+    let worker = known_host(at, topology, &spec.worker)?;
+    if topology.host(&worker).is_some_and(|h| matches!(h.role, Role::Engine | Role::Proxy | Role::Driver)) {
         return Err(at.error(
             spec.worker.span(),
-            "expected a worker host to place behind the proxy, not the engine or the proxy",
+            "expected a worker host to place behind the proxy, not the engine, the proxy or the driver",
         ));
     }
-    let rules = spec
-        .rules
-        .into_iter()
-        .map(|rule| {
-            let span = rule.span();
-            let rule = rule.into_inner();
-            rule.validate().map_err(|e| at.error(span, &e.to_string()))?;
-            Ok(rule)
-        })
-        .collect::<Result<_, ScenarioError>>()?;
-    Ok(ProxySetup { worker, rules })
-}
-
-fn known_function(
-    at: &Locator,
-    functions: &BTreeSet<String>,
-    function: &Spanned<String>,
-) -> Result<String, ScenarioError> {
-    if functions.contains(function.get_ref()) {
-        return Ok(function.get_ref().clone());
+    let mut rules = Vec::new();
+    let mut optional = Vec::new();
+    for table in spec.rules {
+        let span = table.span();
+        let mut table = table.into_inner();
+        let is_optional = match table.remove("optional") {
+            None => false,
+            Some(toml::Value::Boolean(flag)) => flag,
+            Some(_) => return Err(at.error(span, "`optional` expects true or false")),
+        };
+        let rule: proxy::Rule =
+            toml::Value::Table(table).try_into().map_err(|e: toml::de::Error| at.error(span.clone(), e.message()))?;
+        rule.validate().map_err(|e| at.error(span, &e.to_string()))?;
+        rules.push(rule);
+        optional.push(is_optional);
     }
-    let known: Vec<&str> = functions.iter().map(String::as_str).collect();
-    Err(at.error(
-        function.span(),
-        &format!("unknown function `{}`, expected one of {}", function.get_ref(), known.join(", ")),
-    ))
+    Ok(ProxySetup { worker, rules, optional })
 }
 
-fn known_host(at: &Locator, hosts: &[&str], host: &Spanned<String>) -> Result<String, ScenarioError> {
-    if hosts.contains(&host.get_ref().as_str()) {
+fn known_name(
+    at: &Locator,
+    what: &str,
+    choices: &BTreeSet<String>,
+    name: &Spanned<String>,
+) -> Result<String, ScenarioError> {
+    if choices.contains(name.get_ref()) {
+        return Ok(name.get_ref().clone());
+    }
+    Err(at.unknown(name.span(), what, name.get_ref(), choices.iter().map(String::as_str)))
+}
+
+fn known_host(at: &Locator, topology: &Topology, host: &Spanned<String>) -> Result<String, ScenarioError> {
+    if topology.host(host.get_ref()).is_some() {
         return Ok(host.get_ref().clone());
     }
-    Err(at.error(host.span(), &format!("unknown host `{}`, expected one of {}", host.get_ref(), hosts.join(", "))))
+    Err(at.unknown(host.span(), "host", host.get_ref(), topology.names()))
+}
+
+fn harness_worker(at: &Locator, topology: &Topology, host: &Spanned<String>) -> Result<String, ScenarioError> {
+    let name = known_host(at, topology, host)?;
+    if topology.host(&name).is_some_and(|h| h.role == Role::Harness) {
+        return Ok(name);
+    }
+    let workers: Vec<&str> =
+        topology.hosts().iter().filter(|h| h.role == Role::Harness).map(|h| h.name.as_str()).collect();
+    Err(at.error(host.span(), &format!("`{name}` is not a harness worker; expected one of {}", workers.join(", "))))
 }
 
 /// A host that can be crashed and restarted: any but the driver, which is the scenario itself.
-fn restartable_host(at: &Locator, hosts: &[&str], host: &Spanned<String>) -> Result<String, ScenarioError> {
-    let name = known_host(at, hosts, host)?;
-    if name == "driver" {
+fn restartable_host(at: &Locator, topology: &Topology, host: &Spanned<String>) -> Result<String, ScenarioError> {
+    let name = known_host(at, topology, host)?;
+    if name == topology::DRIVER {
         return Err(at.error(host.span(), "the driver is the scenario's own client and cannot crash; expected a host"));
     }
     Ok(name)
 }
 
-fn known_link(at: &Locator, hosts: &[&str], link: Spanned<[String; 2]>) -> Result<(String, String), ScenarioError> {
+/// Two hosts joined by a network link: a partition, hold or release anywhere else would cut
+/// nothing and silently test nothing.
+fn known_link(
+    at: &Locator,
+    topology: &Topology,
+    link: Spanned<[String; 2]>,
+) -> Result<(String, String), ScenarioError> {
     let span = link.span();
     let [a, b] = link.into_inner();
-    let a = known_host(at, hosts, &Spanned::new(span.clone(), a))?;
-    let b = known_host(at, hosts, &Spanned::new(span.clone(), b))?;
+    let a = known_host(at, topology, &Spanned::new(span.clone(), a))?;
+    let b = known_host(at, topology, &Spanned::new(span.clone(), b))?;
     if a == b {
         return Err(at.error(span, &format!("a link joins two different hosts; `{a}` is named twice")));
+    }
+    if !topology.has_link(&a, &b) {
+        let links: Vec<String> = topology.links().iter().map(|(x, y)| format!("[\"{x}\", \"{y}\"]")).collect();
+        return Err(at.error(
+            span,
+            &format!("no network link joins `{a}` and `{b}` (workers only talk to the engine), so this would cut nothing; the links are {}", links.join(", ")),
+        ));
     }
     Ok((a, b))
 }
 
-/// `PATH = VALUE` conditions from a TOML table; values must be scalars.
-fn conditions(at: &Locator, table: BTreeMap<String, Spanned<toml::Value>>) -> Result<Vec<FieldMatch>, ScenarioError> {
+/// Conditions from a TOML table of `PATH = VALUE` or `PATH = { test = operand, ... }`.
+fn conditions(at: &Locator, table: BTreeMap<String, Spanned<toml::Value>>) -> Result<Vec<Condition>, ScenarioError> {
     table
         .into_iter()
         .map(|(path, value)| {
             let span = value.span();
-            let text = match value.into_inner() {
-                toml::Value::String(s) => s,
-                toml::Value::Integer(i) => i.to_string(),
-                toml::Value::Float(f) => f.to_string(),
-                toml::Value::Boolean(b) => b.to_string(),
-                _ => {
-                    return Err(
-                        at.error(span, &format!("`{path}`: expected a string, number or boolean to compare with"))
-                    )
-                }
-            };
-            FieldMatch::new(&path, text).map_err(|e| at.error(span, &e.to_string()))
+            Condition::from_toml(&path, value.get_ref()).map_err(|e| at.error(span, &e.to_string()))
         })
         .collect()
 }
@@ -428,7 +467,7 @@ fn conditions(at: &Locator, table: BTreeMap<String, Spanned<toml::Value>>) -> Re
 fn compile_cut(at: &Locator, functions: &BTreeSet<String>, cut: Spanned<CutSpec>) -> Result<ServiceCut, ScenarioError> {
     let span = cut.span();
     let cut = cut.into_inner();
-    let function = known_function(at, functions, &cut.function)?;
+    let function = known_name(at, "service function", functions, &cut.function)?;
     let fault = match cut.action {
         CutAction::LostAck => ServiceFault::LostAck,
         CutAction::Timeout => ServiceFault::Timeout,
@@ -440,20 +479,20 @@ fn compile_cut(at: &Locator, functions: &BTreeSet<String>, cut: Spanned<CutSpec>
             ms: cut.delay_ms.ok_or_else(|| at.error(span.clone(), "a `delay` cut needs `delay_ms`"))?,
         },
     };
-    let count = Count::from(cut.count);
-    Ok(ServiceCut { function, conditions: conditions(at, cut.conditions)?, fault, skip: cut.skip, count })
+    Ok(ServiceCut {
+        function,
+        conditions: conditions(at, cut.conditions)?,
+        fault,
+        trigger: Trigger::new(cut.skip, cut.count.into(), cut.optional),
+    })
 }
 
-fn compile_step(
-    at: &Locator,
-    functions: &BTreeSet<String>,
-    hosts: &[&str],
-    step: Spanned<StepSpec>,
-) -> Result<Step, ScenarioError> {
+fn compile_step(at: &Locator, vocabulary: &Vocabulary, step: Spanned<StepSpec>) -> Result<Step, ScenarioError> {
     let span = step.span();
+    let topology = &vocabulary.topology;
     Ok(match step.into_inner() {
         StepSpec::Invoke(invoke) => {
-            let function = known_function(at, functions, &invoke.function)?;
+            let function = known_name(at, "function", &vocabulary.functions, &invoke.function)?;
             let name = invoke.name.unwrap_or_else(|| function.clone());
             let action = invoke.queue.map(|queue| crate::bus::Action::Enqueue { queue });
             let payload = if invoke.payload.is_null() { Value::Object(Default::default()) } else { invoke.payload };
@@ -468,45 +507,79 @@ fn compile_step(
             if wait.conditions.is_empty() {
                 return Err(at.error(span, "`wait_until` needs at least one condition in `match`"));
             }
+            if *wait.nth.get_ref() == 0 {
+                let nth_span = if wait.nth.span().is_empty() { span } else { wait.nth.span() };
+                return Err(at.error(nth_span, "`nth` counts from 1 (the first matching event)"));
+            }
             Step::WaitUntil {
                 conditions: conditions(at, wait.conditions)?,
-                nth: wait.nth.max(1),
+                nth: wait.nth.into_inner(),
                 within_ms: wait.within_ms,
             }
         }
         StepSpec::Put(record) => Step::Put { scope: record.scope, key: record.key, value: record.value },
-        StepSpec::Crash(host) => Step::Crash(restartable_host(at, hosts, &host)?),
-        StepSpec::Restart(host) => Step::Restart(restartable_host(at, hosts, &host)?),
-        StepSpec::Partition(link) => known_link(at, hosts, link).map(|(a, b)| Step::Partition(a, b))?,
-        StepSpec::Repair(link) => known_link(at, hosts, link).map(|(a, b)| Step::Repair(a, b))?,
-        StepSpec::Hold(link) => known_link(at, hosts, link).map(|(a, b)| Step::Hold(a, b))?,
-        StepSpec::Release(link) => known_link(at, hosts, link).map(|(a, b)| Step::Release(a, b))?,
+        StepSpec::Crash(host) => Step::Crash(restartable_host(at, topology, &host)?),
+        StepSpec::Restart(host) => Step::Restart(restartable_host(at, topology, &host)?),
+        StepSpec::Partition(link) => known_link(at, topology, link).map(|(a, b)| Step::Partition(a, b))?,
+        StepSpec::Repair(link) => known_link(at, topology, link).map(|(a, b)| Step::Repair(a, b))?,
+        StepSpec::Hold(link) => known_link(at, topology, link).map(|(a, b)| Step::Hold(a, b))?,
+        StepSpec::Release(link) => known_link(at, topology, link).map(|(a, b)| Step::Release(a, b))?,
         StepSpec::Heal(true) => Step::Heal,
-        StepSpec::Pause(pause) => {
-            let host = known_host(at, hosts, &pause.host)?;
-            if !HARNESS_WORKERS.contains(&host.as_str()) {
-                return Err(
-                    at.error(pause.host.span(), &format!("expected a harness worker ({})", HARNESS_WORKERS.join(", ")))
-                );
-            }
-            Step::Pause { host, ms: pause.ms }
-        }
+        StepSpec::Pause(pause) => Step::Pause { host: harness_worker(at, topology, &pause.host)?, ms: pause.ms },
         StepSpec::Heal(false) => {
             return Err(at.error(span, "`heal = false` does nothing; write `heal = true` or drop the step"))
         }
     })
 }
 
+/// What expectations are validated against.
+struct ExpectContext<'a> {
+    at: &'a Locator<'a>,
+    vocabulary: &'a Vocabulary,
+    /// The names of the script's invocations: what `rpc`, `await` and `before_rpc` may name.
+    rpc_names: &'a BTreeSet<String>,
+}
+
+impl ExpectContext<'_> {
+    fn rpc_name(&self, name: &Spanned<String>) -> Result<String, ScenarioError> {
+        known_name(self.at, "invocation name (from an `invoke` step's `name`)", self.rpc_names, name)
+    }
+}
+
+/// An `await` names an invocation the script made before it.
+fn check_awaits(context: &ExpectContext, steps: &[Step]) -> Result<(), ScenarioError> {
+    let mut invoked = BTreeSet::new();
+    for step in steps {
+        match step {
+            Step::Invoke { call, .. } => {
+                invoked.insert(call.name.clone());
+            }
+            Step::Await { name, .. } if !invoked.contains(name) => {
+                let span = context.at.find(&format!("\"{name}\""));
+                return Err(context.at.unknown(
+                    span,
+                    "invocation to await (it must come from an earlier `invoke` step)",
+                    name,
+                    invoked.iter().map(String::as_str),
+                ));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 fn scope_key(at: &Locator, text: &str) -> Result<(String, String), ScenarioError> {
     text.split_once('/')
         .map(|(s, k)| (s.to_string(), k.to_string()))
-        .ok_or_else(|| at.error(at.find(text).unwrap_or(0..0), &format!("`{text}`: expected \"scope/key\"")))
+        .ok_or_else(|| at.error(at.find(text), &format!("`{text}`: expected \"scope/key\"")))
 }
 
-fn compile_expect(at: &Locator, spec: ExpectSpec) -> Result<Vec<Expectation>, ScenarioError> {
+fn compile_expect(context: &ExpectContext, spec: ExpectSpec) -> Result<Vec<Expectation>, ScenarioError> {
+    let at = context.at;
     let mut expectations = Vec::new();
     for (name, table) in spec.rpc {
-        expectations.push(Expectation::Rpc { name, conditions: conditions(at, table)? });
+        expectations.push(Expectation::Rpc { name: context.rpc_name(&name)?, conditions: conditions(at, table)? });
     }
     for (record, table) in spec.state {
         let (scope, key) = scope_key(at, &record)?;
@@ -517,97 +590,83 @@ fn compile_expect(at: &Locator, spec: ExpectSpec) -> Result<Vec<Expectation>, Sc
         expectations.push(Expectation::Absent { scope, key });
     }
     for (function, count) in spec.calls {
+        let function = known_name(at, "service function", &context.vocabulary.service_functions, &function)?;
         let conditions = vec![
-            FieldMatch::new("kind", "call").expect("valid path"),
-            FieldMatch::new("function", function).expect("valid path"),
+            Condition::equals("kind", "call").expect("valid path"),
+            Condition::equals("function", function).expect("valid path"),
         ];
-        expectations.push(Expectation::Events {
+        expectations.push(Expectation::Events(EventsExpectation {
             conditions,
             count: Some(count),
-            count_min: None,
-            same: None,
-            before_rpc: None,
-        });
+            ..Default::default()
+        }));
     }
     for events in spec.events {
         let span = events.span();
         let events = events.into_inner();
-        if events.count.is_none() && events.count_min.is_none() && events.same.is_none() {
-            return Err(at.error(span, "an `[[expect.events]]` entry needs `count`, `count_min` or `same`"));
+        if events.count.is_none() && events.count_min.is_none() && events.count_max.is_none() && events.same.is_none() {
+            return Err(
+                at.error(span, "an `[[expect.events]]` entry needs `count`, `count_min`, `count_max` or `same`")
+            );
         }
-        expectations.push(Expectation::Events {
+        if events.count.is_some() && (events.count_min.is_some() || events.count_max.is_some()) {
+            return Err(at.error(span, "`count` is exact; give it alone, or give `count_min` and/or `count_max`"));
+        }
+        let before_rpc = events.before_rpc.as_ref().map(|name| context.rpc_name(name)).transpose()?;
+        expectations.push(Expectation::Events(EventsExpectation {
             conditions: conditions(at, events.conditions)?,
             count: events.count,
             count_min: events.count_min,
+            count_max: events.count_max,
             same: events.same,
-            before_rpc: events.before_rpc,
-        });
+            before_rpc,
+        }));
     }
     if let Some(effects) = spec.effects {
-        expectations.push(Expectation::Effects(effects));
+        let kinds = &context.vocabulary.effect_kinds;
+        let mut counts = BTreeMap::new();
+        for (kind, count) in effects {
+            if !kinds.contains(kind.get_ref().as_str()) {
+                return Err(at.unknown(kind.span(), "effect kind", kind.get_ref(), kinds.iter().copied()));
+            }
+            counts.insert(kind.into_inner(), count);
+        }
+        expectations.push(Expectation::Effects(counts));
     }
     Ok(expectations)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn parse(source: &str) -> Result<Scenario, ScenarioError> {
-        Scenario::parse(Path::new("bad.toml"), source)
+fn compile_policies(
+    context: &ExpectContext,
+    policies: Spanned<BTreeMap<String, file::PolicySpec>>,
+    shared: &[Expectation],
+) -> Result<Vec<PolicyRun>, ScenarioError> {
+    let at = context.at;
+    let policy_span = policies.span();
+    let policies = policies.into_inner();
+    if policies.is_empty() {
+        return Err(at.error(policy_span, "expected at least one `[policy.NAME]` table"));
     }
-
-    #[test]
-    fn unknown_keys_name_line_and_column() {
-        let error = parse("[world]\nsession_timeout_ms = 300\nbogus = 1\n[policy.reference]\n").unwrap_err();
-        assert_eq!((error.line, error.column), (3, 1), "{error}");
-        assert!(error.message.contains("bogus"), "{error}");
+    let mut runs = Vec::new();
+    for (name, spec) in policies {
+        let span = at.source.find(&format!("policy.{name}")).map_or(policy_span.clone(), |s| s..s + name.len() + 7);
+        if Policy::from_name(&name).is_none() {
+            return Err(at.unknown(span, "policy", &name, Policy::ALL.iter().map(|p| p.name())));
+        }
+        let expected_violations = spec
+            .violations
+            .iter()
+            .map(|v| {
+                Oracle::from_name(v.get_ref())
+                    .ok_or_else(|| at.unknown(v.span(), "oracle", v.get_ref(), Oracle::ALL.iter().map(|o| o.name())))
+            })
+            .collect::<Result<_, _>>()?;
+        let mut expectations = shared.to_vec();
+        expectations.extend(compile_expect(context, spec.expect)?);
+        runs.push(PolicyRun { policy: name, expected_violations, expectations });
     }
-
-    #[test]
-    fn wrong_types_are_errors() {
-        let error = parse("[world]\nsession_timeout_ms = \"soon\"\n[policy.reference]\n").unwrap_err();
-        assert_eq!(error.line, 2, "{error}");
-    }
-
-    #[test]
-    fn unknown_functions_hosts_policies_and_oracles_are_errors() {
-        let cut = "[[cut]]\nfunction = \"state::sett\"\naction = \"timeout\"\n[policy.reference]\n";
-        let error = parse(cut).unwrap_err();
-        assert_eq!((error.line, error.column), (2, 12), "{error}");
-        assert!(error.message.contains("state::set"), "lists the known functions: {error}");
-        let crash = "[[step]]\ncrash = \"stor\"\n[policy.reference]\n";
-        assert_eq!(parse(crash).unwrap_err().line, 2);
-        let policy = "[policy.sloppy]\n";
-        assert!(parse(policy).unwrap_err().message.contains("unknown policy `sloppy`"));
-        let oracle = "[policy.swallow]\nviolations = [\"liveliness\"]\n";
-        assert!(parse(oracle).unwrap_err().message.contains("unknown oracle"));
-    }
-
-    #[test]
-    fn a_scenario_needs_a_policy() {
-        assert!(parse("[world]\n").unwrap_err().message.contains("policy"));
-    }
-
-    #[test]
-    fn a_valid_scenario_compiles_shared_and_policy_expectations() {
-        let source = r#"
-            [[cut]]
-            function = "state::set"
-            match = { scope = "harness_turn", "value.status" = "failed" }
-            action = "lost-ack"
-            count = 2
-            [[step]]
-            invoke = { function = "harness::turn", payload = { session_id = "s1" }, name = "turn" }
-            [expect]
-            calls = { "session::messages" = 1 }
-            [policy.swallow]
-            violations = ["liveness"]
-            expect.rpc.turn = { "result.skipped" = true }
-        "#;
-        let scenario = parse(source).unwrap();
-        assert_eq!(scenario.cuts[0].count, Count::Times(2));
-        assert_eq!(scenario.runs[0].expectations.len(), 2);
-        assert!(scenario.runs[0].expected_violations.contains(&Oracle::Liveness));
-    }
+    Ok(runs)
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,46 +1,50 @@
-//! The software of each simulated host: the engine, a double behind its cuts, a harness
-//! worker, and the scenario's driver.
+//! The software of each simulated host: the engine, the drop-proxy, a double behind its cuts,
+//! and the connection loop every worker runs.
 
 use super::world::{SharedDouble, World};
-use crate::bus::{websocket, Action, Answer, Bus, Connection, Engine, ErrorBody, Invocation, Provider};
+use crate::bus::{websocket, Answer, Bus, Connection, Engine, ErrorBody, Invocation, Provider};
 use crate::cut::ServiceFault;
+use crate::topology::{ENGINE, PROXY};
 use crate::trace::EventKind;
 use doubles::Call;
 use serde_json::Value;
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
-use tokio::sync::mpsc;
 use turmoil::net::{TcpListener, TcpStream};
 
-/// The engine's port on its host.
+/// The port the engine (and the proxy in front of it) listens on.
 pub const ENGINE_PORT: u16 = 9000;
-/// The engine's host name.
-pub const ENGINE_HOST: &str = "engine";
 /// The longest pause between reconnection attempts of a worker.
 const RECONNECT_BACKOFF_MS_MAX: u64 = 1_000;
 
+/// The host at the other end of an accepted connection.
+fn peer_host(address: std::net::SocketAddr) -> String {
+    turmoil::reverse_lookup(address.ip()).unwrap_or_else(|| address.ip().to_string())
+}
+
 /// The engine host: accepts worker connections and routes between them.
 pub async fn engine(world: Rc<World>) -> turmoil::Result {
-    let engine = Engine::new(world);
+    let engine = Engine::new(Rc::clone(&world) as Rc<dyn crate::bus::BusObserver>);
     let listener = TcpListener::bind(("0.0.0.0", ENGINE_PORT)).await?;
     loop {
-        let (stream, _) = listener.accept().await?;
+        let (stream, address) = listener.accept().await?;
+        let severed = world.open_link(ENGINE, &peer_host(address));
         let engine = Rc::clone(&engine);
         tokio::task::spawn_local(async move {
             if let Ok(socket) = websocket::accept(stream).await {
-                engine.serve(socket).await;
+                engine.serve(socket, async move { severed.notified().await }).await;
             }
         });
     }
 }
 
-/// A worker host: connects to the engine (at `engine`, which may be a proxy in front of it),
-/// serves `functions` with `provider`, and reconnects with capped backoff whenever the
-/// connection drops.
+/// A worker host: connects to `target` (the engine, or the proxy in front of it), serves
+/// `functions` with `provider`, and reconnects with capped backoff whenever the connection
+/// drops, registering again as iii workers do. It does not try while the link is cut.
 pub async fn worker(
     world: Rc<World>,
-    engine: &'static str,
+    target: String,
     name: String,
     functions: Vec<String>,
     provider: Rc<dyn Provider>,
@@ -49,13 +53,24 @@ pub async fn worker(
     let ids = world.stream(&name);
     let mut backoff_ms = 10;
     loop {
-        if let Ok(stream) = TcpStream::connect((engine, ENGINE_PORT)).await {
-            let key = websocket::handshake_key(&mut world.stream(&format!("{name}/handshake")).borrow_mut());
-            let handshake = websocket::connect(stream, engine, "/", key).await;
-            if let Ok(socket) = handshake {
-                backoff_ms = 10;
-                Connection::run(socket, &name, functions.clone(), Rc::clone(&provider), bus.clone(), Rc::clone(&ids))
+        if !world.is_cut(&name, &target) {
+            if let Ok(stream) = TcpStream::connect((target.as_str(), ENGINE_PORT)).await {
+                let key = websocket::handshake_key(&mut world.stream(&format!("{name}/handshake")).borrow_mut());
+                if let Ok(socket) = websocket::connect(stream, &target, "/", key).await {
+                    backoff_ms = 10;
+                    let severed = world.open_link(&name, &target);
+                    let cut = async move { severed.notified().await };
+                    Connection::run(
+                        socket,
+                        &name,
+                        functions.clone(),
+                        Rc::clone(&provider),
+                        bus.clone(),
+                        Rc::clone(&ids),
+                        cut,
+                    )
                     .await;
+                }
             }
         }
         world.clock.sleep(backoff_ms).await;
@@ -66,23 +81,23 @@ pub async fn worker(
 /// A double on the bus, behind the run's service cuts.
 pub struct ServiceHost {
     world: Rc<World>,
-    host: &'static str,
+    host: String,
     double: SharedDouble,
 }
 
 impl ServiceHost {
-    pub fn new(world: Rc<World>, host: &'static str, double: SharedDouble) -> Rc<Self> {
-        Rc::new(Self { world, host, double })
+    pub fn new(world: Rc<World>, host: &str, double: SharedDouble) -> Rc<Self> {
+        Rc::new(Self { world, host: host.to_string(), double })
     }
 
-    fn apply(&self, call: &Invocation) -> Result<Value, ErrorBody> {
+    fn apply(&self, call: &Invocation, caller: Option<&str>) -> Result<Value, ErrorBody> {
         let mut observed = Vec::new();
         let now_ms = self.world.clock.now_ms();
         let reply = self
             .double
             .borrow_mut()
             .handle(Call { function: &call.function_id, payload: &call.data, now_ms }, &mut observed);
-        self.world.record_observations(self.host, observed);
+        self.world.record_observations(&self.host, caller, &call.invocation_id, observed);
         reply.map_err(|e| ErrorBody { code: e.code, message: e.message })
     }
 }
@@ -91,31 +106,34 @@ impl Provider for ServiceHost {
     fn invoke(self: Rc<Self>, call: Invocation, _bus: Bus) -> Pin<Box<dyn Future<Output = Answer>>> {
         Box::pin(async move {
             let world = &self.world;
+            let caller = world.caller_of(&call.invocation_id);
             world.record(
-                self.host,
+                &self.host,
                 EventKind::Call {
-                    service: self.host.to_string(),
+                    service: self.host.clone(),
                     function: call.function_id.clone(),
                     payload: call.data.clone(),
+                    caller: caller.clone(),
+                    invocation_id: Some(call.invocation_id.clone()).filter(|id| !id.is_empty()),
                 },
             );
             let fault = world.cuts.borrow_mut().decide(&call.function_id, &call.data);
             let Some((cut, fault)) = fault else {
-                return Some(self.apply(&call));
+                return Some(self.apply(&call, caller.as_deref()));
             };
             world.record(
-                self.host,
+                &self.host,
                 EventKind::Cut { cut, action: fault.name().to_string(), function: call.function_id.clone() },
             );
             match fault {
                 ServiceFault::Timeout => None,
                 ServiceFault::Reject { code, message } => Some(Err(ErrorBody { code, message })),
                 ServiceFault::LostAck => {
-                    let _ = self.apply(&call);
+                    let _ = self.apply(&call, caller.as_deref());
                     None
                 }
                 ServiceFault::Delay { ms } => {
-                    let reply = self.apply(&call);
+                    let reply = self.apply(&call, caller.as_deref());
                     world.clock.sleep(ms).await;
                     Some(reply)
                 }
@@ -124,65 +142,23 @@ impl Provider for ServiceHost {
     }
 }
 
-/// A provider with no functions, for workers that only call.
-pub struct NoFunctions;
-
-impl Provider for NoFunctions {
-    fn invoke(self: Rc<Self>, _call: Invocation, _bus: Bus) -> Pin<Box<dyn Future<Output = Answer>>> {
-        Box::pin(async { None })
-    }
-}
-
-/// An invocation the scenario's driver makes.
-#[derive(Debug, Clone)]
-pub struct DriverCall {
-    pub name: String,
-    pub function: String,
-    pub payload: Value,
-    pub action: Option<Action>,
-    pub timeout_ms: u64,
-}
-
-/// The driver: the scenario's own client on the bus. It makes the invocations the runner hands
-/// it and records each outcome under the scenario's name for it.
-pub async fn driver(world: Rc<World>, bus: Bus, mut calls: mpsc::UnboundedReceiver<DriverCall>) -> turmoil::Result {
-    let connection = {
-        let (world, bus) = (Rc::clone(&world), bus.clone());
-        tokio::task::spawn_local(async move {
-            worker(world, ENGINE_HOST, "driver".into(), Vec::new(), Rc::new(NoFunctions), bus).await
-        })
-    };
-    while let Some(call) = calls.recv().await {
-        let (world, bus) = (Rc::clone(&world), bus.clone());
-        tokio::task::spawn_local(async move {
-            let outcome = match bus.invoke_with(&call.function, call.payload, call.action, call.timeout_ms).await {
-                Ok(result) => serde_json::json!({ "outcome": "ok", "result": result }),
-                Err(error) => error.to_json(),
-            };
-            world.rpc.borrow_mut().insert(call.name.clone(), outcome.clone());
-            world.record("driver", EventKind::Rpc { name: call.name, function: call.function, outcome });
-        });
-    }
-    connection.abort();
-    Ok(())
-}
-
-/// The drop-proxy's host name; a worker placed behind it connects here instead of the engine.
-pub const PROXY_HOST: &str = "proxy";
-
 /// The drop-proxy host: accepts worker connections on the engine's port, opens one upstream
 /// connection to the engine for each, and relays frames under the world's proxy rules. It is
 /// the same relay code the standalone `proxy` binary runs on real sockets.
 pub async fn drop_proxy(world: Rc<World>) -> turmoil::Result {
     let rules = world.proxy_rules.borrow().clone().expect("a proxy host has rules");
-    let upstream = proxy::UpstreamUrl::parse(&format!("ws://{ENGINE_HOST}:{ENGINE_PORT}/")).expect("a valid url");
+    let upstream = proxy::UpstreamUrl::parse(&format!("ws://{ENGINE}:{ENGINE_PORT}/")).expect("a valid url");
     let listener = TcpListener::bind(("0.0.0.0", ENGINE_PORT)).await?;
     let mut connection = 0;
     loop {
-        let (stream, _) = listener.accept().await?;
+        let (stream, address) = listener.accept().await?;
         connection += 1;
+        let client_cut = world.open_link(PROXY, &peer_host(address));
         let (world, rules, upstream) = (Rc::clone(&world), Rc::clone(&rules), upstream.clone());
         tokio::task::spawn_local(async move {
+            if world.is_cut(PROXY, ENGINE) {
+                return;
+            }
             let key = websocket::handshake_key(&mut world.stream("proxy/handshake").borrow_mut());
             let connect = |authority: String| async move {
                 let (host, port) = authority.rsplit_once(':').unwrap_or((authority.as_str(), ""));
@@ -191,19 +167,21 @@ pub async fn drop_proxy(world: Rc<World>) -> turmoil::Result {
             let config = tokio_tungstenite::tungstenite::protocol::WebSocketConfig::default();
             match proxy::handshake(stream, &upstream, key, config, connect).await {
                 Ok((client, upstream, _hello)) => {
+                    let upstream_cut = world.open_link(PROXY, ENGINE);
                     let env = SimProxyEnv { world: Rc::clone(&world) };
-                    let end = proxy::relay(client, upstream, rules, connection, &env).await;
-                    world.note_event(
-                        PROXY_HOST,
-                        "proxy_relay_ended",
-                        serde_json::to_value(&end).unwrap_or(Value::Null),
-                    );
+                    let relay = proxy::relay(client, upstream, rules, connection, &env);
+                    // Either link cut drops the whole relay, and with it both of its sockets.
+                    let end = tokio::select! {
+                        biased;
+                        () = client_cut.notified() => serde_json::json!({ "cut": "client link" }),
+                        () = upstream_cut.notified() => serde_json::json!({ "cut": "upstream link" }),
+                        end = relay => serde_json::to_value(&end).unwrap_or(Value::Null),
+                    };
+                    world.note_event(PROXY, "proxy_relay_ended", end);
                 }
-                Err(error) => world.note_event(
-                    PROXY_HOST,
-                    "proxy_handshake_failed",
-                    serde_json::json!({ "error": error.to_string() }),
-                ),
+                Err(error) => {
+                    world.note_event(PROXY, "proxy_handshake_failed", serde_json::json!({ "error": error.to_string() }))
+                }
             }
         });
     }
@@ -228,7 +206,6 @@ impl proxy::ProxyEnv for SimProxyEnv {
         let frame = proxy::frame_json(record.message)
             .unwrap_or_else(|| serde_json::json!({ "kind": record.kind.as_str(), "size": record.size }));
         let direction = record.direction.as_str().to_string();
-        self.world
-            .record(PROXY_HOST, EventKind::ProxyRule { rule, action: record.action.to_string(), direction, frame });
+        self.world.record(PROXY, EventKind::ProxyRule { rule, action: record.action.to_string(), direction, frame });
     }
 }

@@ -5,13 +5,15 @@
 //! facade clock's timers, and warps the clock across quiescent stretches.
 
 pub mod clock;
+mod driver;
 pub mod hosts;
 pub mod streams;
 pub mod world;
 
+pub use driver::DriverCall;
+
 use crate::bus::Bus;
 use crate::trace::EventKind;
-use hosts::DriverCall;
 use std::collections::BTreeSet;
 use std::rc::Rc;
 use std::time::{Duration, UNIX_EPOCH};
@@ -125,7 +127,7 @@ impl Runner {
     pub fn add_driver(&mut self) {
         let (sender, receiver) = mpsc::unbounded_channel();
         let bus = Bus::new(Rc::clone(&self.world.clock));
-        self.sim.client("driver", hosts::driver(Rc::clone(&self.world), bus.clone(), receiver));
+        self.sim.client(crate::topology::DRIVER, driver::driver(Rc::clone(&self.world), bus.clone(), receiver));
         self.driver = Some((bus, sender));
     }
 
@@ -198,12 +200,14 @@ impl Runner {
 
     /// Steps until `done` holds, `deadline_ms` passes, or the world stalls (quiet, with no timer
     /// pending: nothing can ever happen again). Quiescent stretches are skipped by warping the
-    /// clock to the next timer.
+    /// clock to the next timer. The world is judged quiet afresh: whatever the script did just
+    /// before (an invocation handed to the driver, a restart) gets its steps to show.
     pub fn run_until(
         &mut self,
         deadline_ms: Option<u64>,
         mut done: impl FnMut(&Self) -> bool,
     ) -> Result<WaitEnd, Stop> {
+        self.quiet_steps = 0;
         loop {
             if done(self) {
                 return Ok(WaitEnd::Met);
@@ -225,13 +229,20 @@ impl Runner {
     }
 
     /// Lets simulated time pass up to `at_ms` in a world where nothing can happen meanwhile;
-    /// past the run's duration bound that is the limit, reported, not a silent jump.
+    /// past the run's duration bound that is the limit, reported, not a silent jump. The clock
+    /// moves at once, so whatever the script does next is stamped with the new time.
     pub fn skip_to(&mut self, at_ms: u64) -> Result<(), Stop> {
         if at_ms > self.config.duration_ms_max {
             return Err(self.limit(format!("simulated duration {} ms", self.config.duration_ms_max)));
         }
         self.warp_ms += at_ms.saturating_sub(self.now_ms());
+        self.world.clock.advance_to(self.now_ms());
         Ok(())
+    }
+
+    /// The hosts crashed and not yet restarted.
+    pub fn crashed(&self) -> &BTreeSet<String> {
+        &self.crashed
     }
 
     /// Crashes a host: its software stops and its in-memory state is lost.
@@ -248,16 +259,20 @@ impl Runner {
         self.crashed.remove(host);
     }
 
-    /// Cuts the network between two hosts in both directions.
+    /// Cuts the network between two hosts in both directions: what is in flight is lost, every
+    /// connection across the link drops on both sides, and no new one can be opened until the
+    /// link is repaired.
     pub fn partition(&mut self, a: &str, b: &str) {
         self.world.record("rig", EventKind::Control { action: "partition".into(), target: format!("{a}<->{b}") });
         self.sim.partition(a, b);
+        self.world.sever(a, b);
         self.cut_links.insert((a.to_string(), b.to_string()));
     }
 
     pub fn repair(&mut self, a: &str, b: &str) {
         self.world.record("rig", EventKind::Control { action: "repair".into(), target: format!("{a}<->{b}") });
         self.sim.repair(a, b);
+        self.world.mend(a, b);
         self.cut_links.remove(&(a.to_string(), b.to_string()));
     }
 
@@ -289,6 +304,7 @@ impl Runner {
             rules.borrow_mut().reset();
         }
         self.held.clear();
+        self.world.mend_all();
         for (a, b) in std::mem::take(&mut self.cut_links) {
             self.sim.release(a.as_str(), b.as_str());
             self.sim.repair(a.as_str(), b.as_str());

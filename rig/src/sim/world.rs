@@ -1,24 +1,27 @@
 //! The state a run shares across its hosts and its runner: the clock, the trace, the cuts, the
-//! doubles (durable, so they outlive any host crash) and the seeded streams.
+//! doubles (durable, so they outlive any host crash), the network links and the seeded streams.
 
 use super::clock::Clock;
 use super::streams::component_stream;
 use crate::bus::{BusObserver, Frame, FrameDirection};
-use crate::cut::{Count, CutTable};
-use crate::harness::{Interrupt, ProcessControl};
+use crate::cut::{CutTable, Interrupt, ProcessCutTable};
+use crate::harness::ProcessControl;
 use crate::queue::Queues;
-use crate::scenario::InterruptRule;
 use crate::trace::{Event, EventKind, Trace};
-use doubles::{Double, Observation, ScriptedModel, SessionService, StateStore, TicketService};
+use doubles::{Double, Observation, StateStore};
 use proxy::SharedRules;
 use rand_chacha::ChaCha8Rng;
 use serde_json::Value;
 use std::cell::{Cell, RefCell};
-use std::collections::BTreeMap;
-use std::rc::Rc;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::rc::{Rc, Weak};
+use tokio::sync::Notify;
 
 /// A double as the world holds it: shared, because it outlives every host that serves it.
 pub type SharedDouble = Rc<RefCell<dyn Double>>;
+
+/// How many invocation ids the world remembers the caller of; older ones are forgotten first.
+const CALLERS_MAX: usize = 65_536;
 
 /// Everything one run shares.
 pub struct World {
@@ -27,73 +30,80 @@ pub struct World {
     trace: RefCell<Trace>,
     activity: Cell<u64>,
     pub cuts: RefCell<CutTable>,
+    pub process_cuts: RefCell<ProcessCutTable>,
+    paused: RefCell<BTreeMap<String, u64>>,
     pub store: Rc<RefCell<StateStore>>,
-    pub session: Rc<RefCell<SessionService>>,
-    pub model: Rc<RefCell<ScriptedModel>>,
+    /// Every double by the host that serves it, the store included.
+    services: Vec<(String, SharedDouble)>,
     streams: RefCell<BTreeMap<String, Rc<RefCell<ChaCha8Rng>>>>,
     /// Outcomes of the driver's invocations, by the name the scenario gave them.
     pub rpc: RefCell<BTreeMap<String, Value>>,
     /// The queues' durable state (empty when the world has no queue worker).
-    pub queues: RefCell<Queues>,
+    pub queues: Rc<RefCell<Queues>>,
     /// The drop-proxy's rules, shared by all its connections and kept across its restarts.
     pub proxy_rules: RefCell<Option<SharedRules>>,
-    /// The ticket service, when the world has one.
-    pub tickets: Option<Rc<RefCell<TicketService>>>,
-    interrupts: RefCell<Vec<ArmedInterrupt>>,
-    paused: RefCell<BTreeMap<String, u64>>,
+    links: RefCell<Links>,
+    callers: RefCell<Callers>,
 }
 
-struct ArmedInterrupt {
-    rule: InterruptRule,
-    arrivals: u64,
-    fired: u64,
+/// The live connections between hosts, and which links are cut.
+#[derive(Default)]
+struct Links {
+    cut: BTreeSet<(String, String)>,
+    open: Vec<((String, String), Weak<Notify>)>,
+}
+
+/// Who sent each invocation, as the engine saw it arrive.
+#[derive(Default)]
+struct Callers {
+    by_invocation: BTreeMap<String, String>,
+    order: VecDeque<String>,
+}
+
+/// A link's two ends in a fixed order, so `(a, b)` and `(b, a)` are one link.
+fn pair(a: &str, b: &str) -> (String, String) {
+    if a <= b {
+        (a.to_string(), b.to_string())
+    } else {
+        (b.to_string(), a.to_string())
+    }
 }
 
 impl World {
     pub fn new(
         seed: u64,
+        store: Rc<RefCell<StateStore>>,
+        services: Vec<(String, SharedDouble)>,
         cuts: CutTable,
-        doubles: (StateStore, SessionService, ScriptedModel, Option<TicketService>),
-        interrupts: Vec<InterruptRule>,
+        process_cuts: ProcessCutTable,
     ) -> Rc<Self> {
-        let (store, session, model, tickets) = doubles;
         Rc::new(Self {
             seed,
             clock: Clock::new(),
             trace: RefCell::default(),
             activity: Cell::new(0),
             cuts: RefCell::new(cuts),
-            store: Rc::new(RefCell::new(store)),
-            session: Rc::new(RefCell::new(session)),
-            model: Rc::new(RefCell::new(model)),
+            process_cuts: RefCell::new(process_cuts),
+            paused: RefCell::default(),
+            store,
+            services,
             streams: RefCell::default(),
             rpc: RefCell::default(),
-            queues: RefCell::default(),
+            queues: Rc::default(),
             proxy_rules: RefCell::default(),
-            tickets: tickets.map(|t| Rc::new(RefCell::new(t))),
-            interrupts: RefCell::new(
-                interrupts.into_iter().map(|rule| ArmedInterrupt { rule, arrivals: 0, fired: 0 }).collect(),
-            ),
-            paused: RefCell::default(),
+            links: RefCell::default(),
+            callers: RefCell::default(),
         })
     }
 
     /// The doubles by the host that serves them.
-    pub fn services(&self) -> Vec<(&'static str, SharedDouble)> {
-        let mut services = vec![
-            ("store", self.store.clone() as SharedDouble),
-            ("session", self.session.clone() as SharedDouble),
-            ("model", self.model.clone() as SharedDouble),
-        ];
-        if let Some(tickets) = &self.tickets {
-            services.push(("tickets", tickets.clone() as SharedDouble));
-        }
-        services
+    pub fn services(&self) -> &[(String, SharedDouble)] {
+        &self.services
     }
 
-    /// Disarms every interrupt and ends every pause: part of healing the world.
+    /// Disarms every process cut and ends every pause: part of healing the world.
     pub fn heal_processes(&self) {
-        self.interrupts.borrow_mut().iter_mut().for_each(|armed| armed.rule.count = Count::Times(0));
+        self.process_cuts.borrow_mut().heal();
         self.paused.borrow_mut().clear();
     }
 
@@ -102,7 +112,7 @@ impl World {
         let event = Event { at_ms: self.clock.now_ms(), host: host.to_string(), kind };
         // Live output for whoever runs with RUST_LOG=rig::trace=debug; the trace is the record.
         if tracing::enabled!(target: "rig::trace", tracing::Level::DEBUG) {
-            tracing::debug!(target: "rig::trace", seed = self.seed, "{}", crate::report::render_event(&event));
+            tracing::debug!(target: "rig::trace", "{}", event.render());
         }
         self.trace.borrow_mut().push(event);
         self.activity.set(self.activity.get() + 1);
@@ -112,8 +122,14 @@ impl World {
         self.record(host, EventKind::Note { what: what.to_string(), detail });
     }
 
-    /// Records what a double observed while handling a call.
-    pub fn record_observations(&self, host: &str, observed: Vec<Observation>) {
+    /// Records what a double observed while handling a call from `caller`.
+    pub fn record_observations(
+        &self,
+        host: &str,
+        caller: Option<&str>,
+        invocation_id: &str,
+        observed: Vec<Observation>,
+    ) {
         for observation in observed {
             match observation {
                 Observation::Commit { scope, key, value, version } => {
@@ -122,8 +138,10 @@ impl World {
                 Observation::Lease { scope, key, owner, token, expires_at_ms } => {
                     let domain = format!("{scope}/{key}");
                     // Effect services consult the ownership record: a new grant raises their bar.
-                    if let Some(tickets) = &self.tickets {
-                        tickets.borrow_mut().observe_token(&domain, token);
+                    for (_, double) in &self.services {
+                        if let Ok(mut double) = double.try_borrow_mut() {
+                            double.observe_grant(&domain, token);
+                        }
                     }
                     self.record(host, EventKind::Lease { domain, owner, token, expires_at_ms })
                 }
@@ -140,6 +158,8 @@ impl World {
                         domain: effect.fencing_domain,
                         accepted: effect.accepted,
                         reason: effect.reason,
+                        by: caller.map(str::to_string),
+                        invocation_id: Some(invocation_id.to_string()).filter(|id| !id.is_empty()),
                     },
                 ),
             }
@@ -171,10 +191,68 @@ impl World {
     pub fn take_trace(&self) -> Trace {
         std::mem::take(&mut *self.trace.borrow_mut())
     }
+
+    /// A connection between `a` and `b` opened: the returned signal fires when the link between
+    /// them is cut, at once if it already is. Both ends of every connection watch it, so a cut
+    /// drops the connection on both sides, as a real partition eventually does, instead of
+    /// leaving it half alive.
+    pub fn open_link(&self, a: &str, b: &str) -> Rc<Notify> {
+        let severed = Rc::new(Notify::new());
+        let mut links = self.links.borrow_mut();
+        links.open.retain(|(_, signal)| signal.strong_count() > 0);
+        if links.cut.contains(&pair(a, b)) {
+            severed.notify_one();
+        }
+        links.open.push((pair(a, b), Rc::downgrade(&severed)));
+        severed
+    }
+
+    /// Cuts the link between `a` and `b`: every open connection across it drops.
+    pub fn sever(&self, a: &str, b: &str) {
+        let link = pair(a, b);
+        let mut links = self.links.borrow_mut();
+        for signal in links.open.iter().filter(|(l, _)| *l == link).filter_map(|(_, s)| s.upgrade()) {
+            signal.notify_one();
+        }
+        links.cut.insert(link);
+    }
+
+    /// Repairs the link between `a` and `b`: new connections may cross it again.
+    pub fn mend(&self, a: &str, b: &str) {
+        self.links.borrow_mut().cut.remove(&pair(a, b));
+    }
+
+    pub fn mend_all(&self) {
+        self.links.borrow_mut().cut.clear();
+    }
+
+    pub fn is_cut(&self, a: &str, b: &str) -> bool {
+        self.links.borrow().cut.contains(&pair(a, b))
+    }
+
+    /// The worker an invocation came from, as the engine saw it arrive.
+    pub fn caller_of(&self, invocation_id: &str) -> Option<String> {
+        self.callers.borrow().by_invocation.get(invocation_id).cloned()
+    }
+
+    fn note_caller(&self, invocation_id: &str, caller: &str) {
+        let mut callers = self.callers.borrow_mut();
+        if callers.by_invocation.insert(invocation_id.to_string(), caller.to_string()).is_none() {
+            callers.order.push_back(invocation_id.to_string());
+        }
+        while callers.order.len() > CALLERS_MAX {
+            if let Some(oldest) = callers.order.pop_front() {
+                callers.by_invocation.remove(&oldest);
+            }
+        }
+    }
 }
 
 impl BusObserver for World {
     fn frame(&self, direction: FrameDirection, peer: &str, frame: &Frame) {
+        if let (FrameDirection::In, Frame::InvokeFunction { invocation_id: Some(id), .. }) = (direction, frame) {
+            self.note_caller(id, peer);
+        }
         let direction = match direction {
             FrameDirection::In => "in",
             FrameDirection::Out => "out",
@@ -198,19 +276,18 @@ impl BusObserver for World {
 
 impl ProcessControl for World {
     fn interrupt(&self, worker: &str, point: &str) -> Option<Interrupt> {
-        let mut interrupts = self.interrupts.borrow_mut();
-        for armed in interrupts.iter_mut().filter(|a| a.rule.worker == worker && a.rule.point == point) {
-            armed.arrivals += 1;
-            let allowed = match armed.rule.count {
-                Count::Times(n) => armed.fired < n,
-                Count::Always => true,
-            };
-            if armed.arrivals > armed.rule.skip && allowed {
-                armed.fired += 1;
-                return Some(armed.rule.interrupt);
-            }
-        }
-        None
+        let decided = self.process_cuts.borrow_mut().decide(worker, point);
+        let (index, interrupt) = decided?;
+        self.record(
+            "rig",
+            EventKind::Interrupt {
+                interrupt: index,
+                worker: worker.to_string(),
+                point: point.to_string(),
+                action: interrupt.name().to_string(),
+            },
+        );
+        Some(interrupt)
     }
 
     fn paused_until(&self, worker: &str) -> Option<u64> {

@@ -1,21 +1,24 @@
-//! Tool actions: the model's tool calls as durable, reconcilable actions, and the session
-//! export/import a harness switch goes through.
+//! Tool actions: the model's tool calls as durable, reconcilable actions.
 //!
 //! Before an effect is requested, its intent is recorded durably with an action id, an
-//! idempotency key and a client reference; its outcome is recorded after. Every action is in
-//! one of three classes: never started (no intent), confirmed complete, or outcome unknown
-//! (intent recorded, no outcome). An outcome-unknown action is reconciled with the receiving
-//! service (its idempotency key, then lookup by reference) before anything is sent again; if
-//! that cannot tell, the action is held for a person, with its owner.
+//! idempotency key and a client reference; its outcome is recorded after. An action is never
+//! started, confirmed (done, or definitely not done), or of unknown outcome: a timeout, a lost
+//! connection or a provider stopped mid-call (`invocation_stopped`) leave it unknown. An unknown
+//! action is reconciled with the receiving service (its idempotency key, then lookup by
+//! reference) before anything is sent again; while the service cannot be reached it is asked
+//! again with backoff, and what stays unknown is held for a person, with its owner and the true
+//! reason.
 
-use super::reference::{Policy, ReferenceHarness, StepFailure, Stop};
+use super::{Policy, StepFailure, Stop, Worker};
 use crate::bus::{Bus, ErrorBody, InvokeError};
-use crate::sim::streams::uuid;
 use serde_json::{json, Value};
 use std::rc::Rc;
 
 /// The most model rounds one turn may take; a turn that needs more fails with a reason.
 const ROUNDS_MAX: u32 = 8;
+/// The most times one action is sent; each further send follows a reconciliation that found it
+/// did not happen.
+const SENDS_MAX: u32 = 3;
 
 /// A tool the harness can dispatch: the service function it calls and whether it is safe to
 /// run again after an interruption (`replay: 'safe'` in the durable-harness model).
@@ -36,7 +39,10 @@ fn tool(name: &str) -> Option<Tool> {
 enum Reconciled {
     Complete(Value),
     NotExecuted,
+    /// The service answered, and its answers cannot tell.
     Ambiguous(String),
+    /// The service could not be asked.
+    Unreachable(String),
 }
 
 fn status(entry: &Value) -> &str {
@@ -47,14 +53,23 @@ fn is_settled(entry: &Value) -> bool {
     matches!(status(entry), "complete" | "failed")
 }
 
-/// Actions of a record, in action-id order, by how far along they are.
-pub fn classify(record: &Value, owner: &str) -> Value {
-    let mut report = json!({ "complete": [], "resumable": [], "held": [] });
+/// Whether an action's outcome is unknown: its intent was recorded (and it may have been sent)
+/// and nothing since has established what happened.
+fn is_unsettled(entry: &Value) -> bool {
+    matches!(status(entry), "started" | "unknown") && entry["reconciled"] != json!(true)
+}
+
+/// Actions of a record, in action-id order, by how far along they are: confirmed outcomes
+/// (`complete`), not yet done and safe to continue (`resumable`), held for a person (`held`),
+/// and possibly executed (`unsettled`).
+pub(super) fn classify(record: &Value, owner: &str) -> Value {
+    let mut report = json!({ "complete": [], "resumable": [], "held": [], "unsettled": [] });
     if let Some(calls) = record["calls"].as_object() {
         for (action_id, entry) in calls {
             let class = match status(entry) {
                 "complete" | "failed" => "complete",
                 "held" => "held",
+                _ if is_unsettled(entry) => "unsettled",
                 _ => "resumable",
             };
             let line = json!({ "action_id": action_id, "tool": entry["tool"], "status": entry["status"], "owner": owner,
@@ -65,7 +80,7 @@ pub fn classify(record: &Value, owner: &str) -> Value {
     report
 }
 
-impl ReferenceHarness {
+impl Worker {
     /// Runs the turn from its durable record: a recorded model reply is reused, completed
     /// actions never run again, and the record is written after every round.
     pub(super) async fn drive(self: &Rc<Self>, bus: &Bus, mut record: Value) -> Result<(Value, Value), Stop> {
@@ -96,29 +111,6 @@ impl ReferenceHarness {
         Err(Stop::Failed(StepFailure { during: "turn", error }))
     }
 
-    /// Writes the turn record under this worker's fence; a stale-token rejection means the
-    /// session has a newer owner.
-    pub(super) async fn write(&self, bus: &Bus, record: &Value) -> Result<(), Stop> {
-        match self.put_turn(bus, record).await {
-            Ok(()) => Ok(()),
-            Err(error) => Err(self.stop_for(record["session_id"].as_str().unwrap_or(""), "state::set", error)),
-        }
-    }
-
-    fn stop_for(&self, session_id: &str, during: &'static str, error: InvokeError) -> Stop {
-        match &error {
-            InvokeError::Rejected(body) if body.code == "stale_token" => {
-                self.note(
-                    "fenced_out",
-                    json!({ "session_id": session_id, "during": during, "token": self.lease_token(session_id) }),
-                );
-                self.forget_lease(session_id);
-                Stop::FencedOut
-            }
-            _ => Stop::Failed(StepFailure { during, error }),
-        }
-    }
-
     /// Runs one tool action to a recorded outcome.
     async fn run_action(
         self: &Rc<Self>,
@@ -139,55 +131,63 @@ impl ReferenceHarness {
                 let intent = json!({
                     "tool": call["tool"], "args": call["args"], "idempotency_key": self.new_key(),
                     "client_reference": action_id, "status": "started", "owner": self.env.host,
-                    "token": self.lease_token(&session_id), "intent_at_ms": self.now(), "replay": if tool.replay_safe { "safe" } else { "unsafe" },
+                    "token": self.lease_token(&session_id), "intent_at_ms": self.now(),
+                    "replay": if tool.replay_safe { "safe" } else { "unsafe" },
                 });
                 record["calls"][action_id] = intent;
                 self.write(bus, record).await?;
             }
-            // Outcome unknown (an earlier runner recorded the intent, or we timed out): ask the
-            // service before sending anything again.
+            // Outcome unknown (an earlier runner recorded the intent, or a send had no result):
+            // ask the service before sending anything again.
             _ => {
-                let unreconciled = record["calls"][action_id]["reconciled"] != json!(true);
-                let must_ask = self.reconciles() && !tool.replay_safe && unreconciled;
+                let must_ask = self.reconciles() && !tool.replay_safe && is_unsettled(&record["calls"][action_id]);
                 if must_ask && self.settle_by_reconciling(bus, record, action_id).await? {
                     return Ok(());
                 }
             }
         }
-        self.checkpoint("before_submission", action_id).await;
-        let entry = record["calls"][action_id].clone();
-        let request = json!({
-            "action_id": action_id, "idempotency_key": entry["idempotency_key"], "client_reference": entry["client_reference"],
-            "title": entry["args"]["title"], "fencing": self.effect_fence(&session_id),
-        });
-        match bus.invoke(tool.function, request, self.env.config.tool_timeout_ms).await {
-            Ok(result) => {
-                self.checkpoint("after_acceptance", action_id).await;
-                record["calls"][action_id]["status"] = json!("complete");
-                record["calls"][action_id]["result"] = result;
-                self.write(bus, record).await?;
-                self.checkpoint("after_completion", action_id).await;
-                Ok(())
-            }
-            Err(InvokeError::Rejected(body)) if body.code == "stale_token" => {
-                Err(self.stop_for(&session_id, tool.function, InvokeError::Rejected(body)))
-            }
-            Err(InvokeError::Rejected(body)) => {
-                record["calls"][action_id]["status"] = json!("failed");
-                record["calls"][action_id]["error"] = json!(body);
-                self.write(bus, record).await
-            }
-            Err(unknown) => {
-                self.note("action_outcome_unknown", json!({ "action_id": action_id, "error": unknown.to_string() }));
-                record["calls"][action_id]["status"] = json!("unknown");
-                record["calls"][action_id]["reconciled"] = json!(false);
-                let _ = self.write(bus, record).await;
-                if self.settle_by_reconciling(bus, record, action_id).await? {
+        for send in 1..=SENDS_MAX {
+            self.env.checkpoint("before_submission", action_id).await;
+            let entry = &record["calls"][action_id];
+            let request = json!({
+                "action_id": action_id, "idempotency_key": entry["idempotency_key"], "client_reference": entry["client_reference"],
+                "title": entry["args"]["title"], "fencing": self.effect_fence(&session_id),
+            });
+            let error = match bus.invoke(tool.function, request, self.env.config.tool_timeout_ms).await {
+                Ok(result) => {
+                    self.env.checkpoint("after_acceptance", action_id).await;
+                    record["calls"][action_id]["status"] = json!("complete");
+                    record["calls"][action_id]["result"] = result;
+                    self.write(bus, record).await?;
+                    self.env.checkpoint("after_completion", action_id).await;
                     return Ok(());
                 }
-                Err(Stop::Failed(StepFailure { during: tool.function, error: unknown }))
+                Err(InvokeError::Rejected(body)) if body.code == "stale_token" => {
+                    return Err(self.stop_for(&session_id, tool.function, InvokeError::Rejected(body)));
+                }
+                Err(error) => error,
+            };
+            if !error.outcome_unknown() || self.policy == Policy::AssumeFailed {
+                // A definite refusal (or, under `assume-failed`, any error): it did not happen.
+                record["calls"][action_id]["status"] = json!("failed");
+                record["calls"][action_id]["error"] = json!(error.to_string());
+                return self.write(bus, record).await;
+            }
+            self.note(
+                "action_outcome_unknown",
+                json!({ "action_id": action_id, "error": error.to_string(), "send": send }),
+            );
+            record["calls"][action_id]["status"] = json!("unknown");
+            record["calls"][action_id]["reconciled"] = json!(false);
+            let _ = self.write(bus, record).await;
+            if !tool.replay_safe && self.settle_by_reconciling(bus, record, action_id).await? {
+                return Ok(());
             }
         }
+        // Every send was found not to have happened: a definite failure, with its reason.
+        record["calls"][action_id]["status"] = json!("failed");
+        record["calls"][action_id]["error"] = json!(format!("not executed after {SENDS_MAX} sends"));
+        self.write(bus, record).await
     }
 
     /// Whether this policy reconciles an outcome-unknown action before sending it again.
@@ -196,38 +196,92 @@ impl ReferenceHarness {
     }
 
     fn new_key(&self) -> String {
-        format!("key-{}", uuid(&mut self.env.rng.borrow_mut()))
+        format!("key-{}", self.env.new_id())
     }
 
     /// Reconciles one action and records what was found. True when the action is settled
     /// (complete), false when it is known not to have happened (safe to send); a hold stops the
     /// turn.
     async fn settle_by_reconciling(&self, bus: &Bus, record: &mut Value, action_id: &str) -> Result<bool, Stop> {
-        let found = self.reconcile(bus, &record["calls"][action_id]).await;
-        let entry = &mut record["calls"][action_id];
+        let found = self.reconcile_until_answered(bus, &record["calls"][action_id]).await;
+        let settled = self.record_reconciliation(&mut record["calls"][action_id], action_id, found);
+        self.write(bus, record).await?;
+        match settled {
+            Ok(complete) => Ok(complete),
+            Err(reason) => Err(Stop::Held { reason }),
+        }
+    }
+
+    /// Settles, in memory, every action of `record` whose outcome is unknown, so that the write
+    /// closing the turn records them settled; the reason to hold the turn if one stays unknown.
+    pub(super) async fn settle_open_actions(&self, bus: &Bus, record: &mut Value) -> Result<(), String> {
+        let open: Vec<String> = record["calls"]
+            .as_object()
+            .map(|calls| calls.iter().filter(|(_, e)| is_unsettled(e)).map(|(id, _)| id.clone()).collect())
+            .unwrap_or_default();
+        let mut held = Vec::new();
+        for action_id in open {
+            let found = self.reconcile_until_answered(bus, &record["calls"][&action_id]).await;
+            match self.record_reconciliation(&mut record["calls"][&action_id], &action_id, found) {
+                Ok(true) => {}
+                // Known not to have happened: the turn is closing, so it never will.
+                Ok(false) => {
+                    record["calls"][&action_id]["status"] = json!("failed");
+                    record["calls"][&action_id]["error"] =
+                        json!("not executed; the turn ended before it was sent again");
+                }
+                Err(reason) => held.push(reason),
+            }
+        }
+        if held.is_empty() {
+            Ok(())
+        } else {
+            Err(held.join("; "))
+        }
+    }
+
+    /// Writes what reconciliation found into the action's entry: `Ok(true)` complete, `Ok(false)`
+    /// not executed, `Err(reason)` held.
+    fn record_reconciliation(&self, entry: &mut Value, action_id: &str, found: Reconciled) -> Result<bool, String> {
         entry["reconciled"] = json!(true);
         let settled = match found {
             Reconciled::Complete(result) => {
                 entry["status"] = json!("complete");
                 entry["result"] = result;
-                true
+                Ok(true)
             }
             Reconciled::NotExecuted => {
                 entry["status"] = json!("started");
-                false
+                Ok(false)
             }
-            Reconciled::Ambiguous(reason) => {
+            Reconciled::Ambiguous(reason) | Reconciled::Unreachable(reason) => {
                 entry["status"] = json!("held");
                 entry["held_reason"] = json!(reason);
                 entry["owner"] = json!(self.env.host);
                 self.note("action_held", json!({ "action_id": action_id, "reason": reason }));
-                self.write(bus, record).await?;
-                return Err(Stop::Held { reason: format!("action {action_id}: {reason}") });
+                return Err(format!("action {action_id}: {reason}"));
             }
         };
-        self.note("action_reconciled", json!({ "action_id": action_id, "complete": settled }));
-        self.write(bus, record).await?;
-        Ok(settled)
+        self.note("action_reconciled", json!({ "action_id": action_id, "complete": settled == Ok(true) }));
+        settled
+    }
+
+    /// Reconciles an action, asking again with backoff while the service cannot be reached.
+    async fn reconcile_until_answered(&self, bus: &Bus, entry: &Value) -> Reconciled {
+        let attempts = self.env.config.terminalize_attempts.max(1);
+        let mut last_error = String::new();
+        for attempt in 1..=attempts {
+            match self.reconcile(bus, entry).await {
+                Reconciled::Unreachable(error) => last_error = error,
+                answered => return answered,
+            }
+            if attempt < attempts {
+                self.env.clock.sleep(self.deferred_backoff(attempt)).await;
+            }
+        }
+        Reconciled::Unreachable(format!(
+            "the outcome is unknown and the service could not be asked after {attempts} attempts: {last_error}"
+        ))
     }
 
     /// Asks the receiving service whether an action happened: first by its idempotency key,
@@ -237,35 +291,42 @@ impl ReferenceHarness {
         let guarantees = &self.env.config.tickets;
         let timeout = self.env.config.tool_timeout_ms;
         let mut key_unknown = false;
+        let mut unreachable = None;
         if guarantees.idempotency {
-            if let Ok(found) =
-                bus.invoke("ticket::status", json!({ "idempotency_key": entry["idempotency_key"] }), timeout).await
-            {
-                if found["known"] == json!(true) {
+            match bus.invoke("ticket::status", json!({ "idempotency_key": entry["idempotency_key"] }), timeout).await {
+                Ok(found) if found["known"] == json!(true) => {
                     return Reconciled::Complete(
                         json!({ "ticket_id": found["ticket_id"], "reconciled_by": "idempotency key" }),
-                    );
+                    )
                 }
-                key_unknown = true;
+                Ok(_) => key_unknown = true,
+                Err(error) => unreachable = Some(error.to_string()),
             }
         }
         if guarantees.lookup {
             let lookup = json!({ "client_reference": entry["client_reference"] });
-            if let Ok(found) = bus.invoke("ticket::lookup", lookup, timeout).await {
-                if found["found"] == json!(true) {
+            match bus.invoke("ticket::lookup", lookup, timeout).await {
+                Ok(found) if found["found"] == json!(true) => {
                     return Reconciled::Complete(
                         json!({ "ticket_id": found["ticket_id"], "reconciled_by": "client reference" }),
-                    );
+                    )
                 }
-                return Reconciled::NotExecuted;
+                Ok(_) => return Reconciled::NotExecuted,
+                Err(error) => unreachable = Some(error.to_string()),
             }
         }
         let age_ms = self.now().saturating_sub(entry["intent_at_ms"].as_u64().unwrap_or(0));
         if key_unknown && age_ms < guarantees.idempotency_window_ms {
             return Reconciled::NotExecuted;
         }
+        if let Some(error) = unreachable {
+            return Reconciled::Unreachable(error);
+        }
         Reconciled::Ambiguous(if guarantees.idempotency {
-            format!("the service no longer remembers the key ({age_ms} ms since the intent, window {} ms) and offers no lookup", guarantees.idempotency_window_ms)
+            format!(
+                "the service no longer remembers the key ({age_ms} ms since the intent, window {} ms) and offers no lookup",
+                guarantees.idempotency_window_ms
+            )
         } else {
             "the service offers neither idempotency keys nor lookup by reference".to_string()
         })
@@ -297,45 +358,5 @@ impl ReferenceHarness {
             }
         }
         self.write(bus, record).await
-    }
-
-    /// A named interruption point: the rig may freeze this worker here (until it is crashed)
-    /// or pause it for a while; a pause the rig set from outside is honoured here too.
-    pub(super) async fn checkpoint(&self, point: &str, action_id: &str) {
-        match self.env.process.interrupt(&self.env.host, point) {
-            Some(super::Interrupt::Freeze) => {
-                self.note("interrupted", json!({ "point": point, "action_id": action_id, "freeze": true }));
-                std::future::pending::<()>().await;
-            }
-            Some(super::Interrupt::Pause { ms }) => {
-                self.note("interrupted", json!({ "point": point, "action_id": action_id, "pause_ms": ms }));
-                self.env.process.pause(&self.env.host, self.now().saturating_add(ms));
-            }
-            None => {}
-        }
-        self.wait_while_paused().await;
-    }
-
-    /// The session as a bundle another harness can import: the task record, the actions not
-    /// yet settled with their ids and keys, and the owner.
-    pub(super) async fn export(&self, bus: &Bus, session_id: &str) -> Result<Value, ErrorBody> {
-        let record = self.get_turn(bus, session_id).await.map_err(|e| ErrorBody::new("unavailable", e.to_string()))?;
-        let record = record.ok_or_else(|| ErrorBody::new("not_found", format!("no task for session {session_id}")))?;
-        let lease = bus
-            .invoke(
-                "state::get-lease",
-                json!({ "scope": super::ownership::OWNER_SCOPE, "key": session_id }),
-                self.env.config.session_timeout_ms,
-            )
-            .await
-            .unwrap_or(Value::Null);
-        let owner = lease["owner"].as_str().unwrap_or(&self.env.host).to_string();
-        // Handing over: this worker gives up the lease so the replacement can take it now.
-        self.release_lease(bus, session_id).await;
-        let actions = classify(&record, &owner);
-        self.note("session_exported", json!({ "session_id": session_id, "actions": actions }));
-        Ok(
-            json!({ "session_id": session_id, "task": record, "actions": actions, "owner": lease, "exported_by": self.env.host }),
-        )
     }
 }

@@ -6,7 +6,7 @@
 //! carrying a token older than the latest issued, so a worker that wakes after a pause cannot
 //! commit once its replacement holds a newer token.
 
-use super::reference::{Policy, ReferenceHarness};
+use super::{Policy, Worker};
 use crate::bus::Bus;
 use serde_json::{json, Value};
 use std::rc::Rc;
@@ -26,7 +26,7 @@ impl Drop for HeldLease {
     }
 }
 
-impl ReferenceHarness {
+impl Worker {
     fn ownership_enabled(&self) -> bool {
         self.env.config.lease_ttl_ms > 0
     }
@@ -59,7 +59,7 @@ impl ReferenceHarness {
         let ttl_ms = self.env.config.lease_ttl_ms;
         loop {
             self.env.clock.sleep((ttl_ms / 3).max(1)).await;
-            self.wait_while_paused().await;
+            self.env.wait_while_paused().await;
             let request = json!({ "scope": OWNER_SCOPE, "key": session_id, "owner": self.env.host, "token": token, "ttl_ms": ttl_ms });
             match bus.invoke("state::renew-lease", request, self.env.config.session_timeout_ms).await {
                 Ok(reply) if reply["renewed"] == json!(false) => {
@@ -109,16 +109,5 @@ impl ReferenceHarness {
     pub(super) fn effect_fence(&self, session_id: &str) -> Option<Value> {
         let token = self.lease_token(session_id).filter(|_| self.policy != Policy::NoFencing)?;
         Some(json!({ "domain": format!("{OWNER_SCOPE}/{session_id}"), "token": token }))
-    }
-
-    /// Blocks while the rig has this worker paused (a stop-the-world pause, as a long GC or a
-    /// suspended VM would cause).
-    pub(super) async fn wait_while_paused(&self) {
-        while let Some(until) = self.env.process.paused_until(&self.env.host) {
-            if until <= self.env.clock.now_ms() {
-                break;
-            }
-            self.env.clock.sleep_until(until).await;
-        }
     }
 }

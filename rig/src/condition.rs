@@ -1,0 +1,252 @@
+//! Conditions over JSON documents: what cuts, waits and expectations select and assert.
+//!
+//! A condition names a field by a dotted path (object keys, or array indices) and says what it
+//! must be. Written as `PATH = VALUE` it compares the field's *text* (strings bare, everything
+//! else as compact JSON), so `step = 1`, `skipped = true` and `next_step = "null"` all work. A
+//! table says more: `{ ne = "running" }`, `{ ge = 1_800_000, lt = 1_801_000 }`,
+//! `{ absent = true }`, `{ one_of = ["completed", "held"] }`, `{ contains = "dead letter" }`;
+//! every entry of the table must hold.
+
+use proxy::{lookup, value_text};
+use serde_json::Value;
+use std::fmt;
+
+/// One test a field's value must pass.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Test {
+    /// The field exists and has this text.
+    Eq(String),
+    /// The field is missing, or has another text.
+    Ne(String),
+    /// The field is a number in this relation to the bound.
+    Lt(f64),
+    Le(f64),
+    Gt(f64),
+    Ge(f64),
+    /// The field is missing or JSON `null` (`true`), or present and not null (`false`).
+    Absent(bool),
+    /// The field's text is one of these.
+    OneOf(Vec<String>),
+    /// The field is a string containing this text, or an array with an element of this text.
+    Contains(String),
+}
+
+impl Test {
+    fn passes(&self, found: Option<&Value>) -> bool {
+        let number = || found.and_then(Value::as_f64);
+        match self {
+            Test::Eq(text) => found.is_some_and(|v| value_text(v) == *text),
+            Test::Ne(text) => found.is_none_or(|v| value_text(v) != *text),
+            Test::Lt(bound) => number().is_some_and(|n| n < *bound),
+            Test::Le(bound) => number().is_some_and(|n| n <= *bound),
+            Test::Gt(bound) => number().is_some_and(|n| n > *bound),
+            Test::Ge(bound) => number().is_some_and(|n| n >= *bound),
+            Test::Absent(absent) => found.is_none_or(Value::is_null) == *absent,
+            Test::OneOf(texts) => found.is_some_and(|v| texts.contains(&value_text(v))),
+            Test::Contains(text) => match found {
+                Some(Value::String(s)) => s.contains(text.as_str()),
+                Some(Value::Array(items)) => items.iter().any(|item| value_text(item) == *text),
+                _ => false,
+            },
+        }
+    }
+}
+
+impl fmt::Display for Test {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Test::Eq(text) => write!(f, "= {text}"),
+            Test::Ne(text) => write!(f, "!= {text}"),
+            Test::Lt(bound) => write!(f, "< {bound}"),
+            Test::Le(bound) => write!(f, "<= {bound}"),
+            Test::Gt(bound) => write!(f, "> {bound}"),
+            Test::Ge(bound) => write!(f, ">= {bound}"),
+            Test::Absent(true) => write!(f, "absent"),
+            Test::Absent(false) => write!(f, "present"),
+            Test::OneOf(texts) => write!(f, "one of [{}]", texts.join(", ")),
+            Test::Contains(text) => write!(f, "contains {text}"),
+        }
+    }
+}
+
+/// A field at a dotted path and the tests its value must pass.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Condition {
+    path: Vec<String>,
+    tests: Vec<Test>,
+}
+
+/// Why a condition could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ConditionError(String);
+
+/// The keys a condition table may hold.
+pub const TEST_NAMES: [&str; 10] = ["eq", "ne", "lt", "le", "gt", "ge", "absent", "present", "one_of", "contains"];
+
+impl Condition {
+    /// A condition that the field at `path` has the text `expected`.
+    pub fn equals(path: &str, expected: impl Into<String>) -> Result<Self, ConditionError> {
+        Self::new(path, vec![Test::Eq(expected.into())])
+    }
+
+    pub fn new(path: &str, tests: Vec<Test>) -> Result<Self, ConditionError> {
+        if path.is_empty() || path.split('.').any(str::is_empty) {
+            return Err(ConditionError(format!(
+                "empty segment in path `{path}` (expected names separated by single dots)"
+            )));
+        }
+        if tests.is_empty() {
+            return Err(ConditionError(format!("`{path}`: a condition table needs at least one test")));
+        }
+        Ok(Self { path: path.split('.').map(str::to_string).collect(), tests })
+    }
+
+    /// Reads a condition as a scenario file writes it: a scalar compares the field's text, a
+    /// table holds named tests ([`TEST_NAMES`]).
+    pub fn from_toml(path: &str, value: &toml::Value) -> Result<Self, ConditionError> {
+        let tests = match value {
+            toml::Value::Table(table) => {
+                table.iter().map(|(name, operand)| test(path, name, operand)).collect::<Result<_, _>>()?
+            }
+            scalar => vec![Test::Eq(scalar_text(path, scalar)?)],
+        };
+        Self::new(path, tests)
+    }
+
+    /// The dotted path this condition reads.
+    pub fn path(&self) -> String {
+        self.path.join(".")
+    }
+
+    /// Whether `document`'s field passes every test.
+    pub fn matches(&self, document: &Value) -> bool {
+        let found = lookup(document, &self.path);
+        self.tests.iter().all(|t| t.passes(found))
+    }
+
+    /// Why `document` does not match, in words: the tests that failed and what was found.
+    pub fn explain(&self, document: &Value) -> String {
+        let found = lookup(document, &self.path);
+        let failed: Vec<String> = self.tests.iter().filter(|t| !t.passes(found)).map(ToString::to_string).collect();
+        let seen = found.map_or_else(|| "nothing".to_string(), |v| format!("`{}`", value_text(v)));
+        format!("{} expected {}, found {seen}", self.path(), failed.join(" and "))
+    }
+}
+
+impl fmt::Display for Condition {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let tests: Vec<String> = self.tests.iter().map(ToString::to_string).collect();
+        match self.tests.as_slice() {
+            [Test::Eq(text)] => write!(f, "{}={text}", self.path()),
+            _ => write!(f, "{} {}", self.path(), tests.join(" and ")),
+        }
+    }
+}
+
+/// Whether every condition holds (an empty list always holds).
+pub fn all_hold(conditions: &[Condition], document: &Value) -> bool {
+    conditions.iter().all(|c| c.matches(document))
+}
+
+fn scalar_text(path: &str, value: &toml::Value) -> Result<String, ConditionError> {
+    Ok(match value {
+        toml::Value::String(s) => s.clone(),
+        toml::Value::Integer(i) => i.to_string(),
+        toml::Value::Float(f) => f.to_string(),
+        toml::Value::Boolean(b) => b.to_string(),
+        _ => return Err(ConditionError(format!("`{path}`: expected a string, number or boolean to compare with"))),
+    })
+}
+
+fn number(path: &str, name: &str, value: &toml::Value) -> Result<f64, ConditionError> {
+    match value {
+        toml::Value::Integer(i) => Ok(*i as f64),
+        toml::Value::Float(f) => Ok(*f),
+        _ => Err(ConditionError(format!("`{path}`: `{name}` expects a number"))),
+    }
+}
+
+fn test(path: &str, name: &str, operand: &toml::Value) -> Result<Test, ConditionError> {
+    let flag = |value: &toml::Value| {
+        value.as_bool().ok_or_else(|| ConditionError(format!("`{path}`: `{name}` expects true or false")))
+    };
+    Ok(match name {
+        "eq" => Test::Eq(scalar_text(path, operand)?),
+        "ne" => Test::Ne(scalar_text(path, operand)?),
+        "lt" => Test::Lt(number(path, name, operand)?),
+        "le" => Test::Le(number(path, name, operand)?),
+        "gt" => Test::Gt(number(path, name, operand)?),
+        "ge" => Test::Ge(number(path, name, operand)?),
+        "absent" => Test::Absent(flag(operand)?),
+        "present" => Test::Absent(!flag(operand)?),
+        "contains" => Test::Contains(scalar_text(path, operand)?),
+        "one_of" => match operand {
+            toml::Value::Array(items) if !items.is_empty() => {
+                Test::OneOf(items.iter().map(|item| scalar_text(path, item)).collect::<Result<_, _>>()?)
+            }
+            _ => return Err(ConditionError(format!("`{path}`: `one_of` expects a non-empty list of values"))),
+        },
+        other => {
+            return Err(ConditionError(format!(
+                "`{path}`: unknown test `{other}`{}, expected one of {}",
+                crate::suggest::did_you_mean(other, TEST_NAMES),
+                TEST_NAMES.join(", ")
+            )))
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn condition(path: &str, toml_value: &str) -> Condition {
+        let value: toml::Value = toml::from_str::<toml::Table>(&format!("v = {toml_value}")).unwrap()["v"].clone();
+        Condition::from_toml(path, &value).unwrap()
+    }
+
+    #[test]
+    fn scalars_compare_the_fields_text() {
+        let doc = json!({"status": "failed", "step": 2, "skipped": false, "next": null, "list": [{"a": "x"}]});
+        assert!(condition("status", "\"failed\"").matches(&doc));
+        assert!(condition("step", "2").matches(&doc));
+        assert!(condition("skipped", "false").matches(&doc));
+        assert!(condition("next", "\"null\"").matches(&doc));
+        assert!(condition("list.0.a", "\"x\"").matches(&doc));
+        assert!(!condition("missing", "\"null\"").matches(&doc));
+    }
+
+    #[test]
+    fn tables_hold_every_test_they_name() {
+        let doc = json!({"at_ms": 1_800_050, "status": "held", "reason": "dead letter m1", "tags": ["a", "b"]});
+        assert!(condition("at_ms", "{ ge = 1_800_000, lt = 1_801_000 }").matches(&doc));
+        assert!(!condition("at_ms", "{ ge = 1_800_000, lt = 1_800_050 }").matches(&doc));
+        assert!(condition("status", "{ ne = \"running\" }").matches(&doc));
+        assert!(condition("missing", "{ ne = \"running\" }").matches(&doc), "a missing field is not equal");
+        assert!(condition("missing", "{ absent = true }").matches(&doc));
+        assert!(condition("status", "{ present = true }").matches(&doc));
+        assert!(condition("status", "{ one_of = [\"completed\", \"held\"] }").matches(&doc));
+        assert!(condition("reason", "{ contains = \"dead letter\" }").matches(&doc));
+        assert!(condition("tags", "{ contains = \"b\" }").matches(&doc));
+        assert!(!condition("status", "{ gt = 1 }").matches(&doc), "a string is no number");
+    }
+
+    #[test]
+    fn explanations_name_the_failed_test_and_what_was_found() {
+        let c = condition("at_ms", "{ ge = 10, lt = 20 }");
+        assert_eq!(c.explain(&json!({"at_ms": 25})), "at_ms expected < 20, found `25`");
+        assert_eq!(c.explain(&json!({})), "at_ms expected >= 10 and < 20, found nothing");
+    }
+
+    #[test]
+    fn malformed_tables_are_errors_that_name_the_choices() {
+        let value: toml::Value = toml::from_str::<toml::Table>("v = { contain = \"x\" }").unwrap()["v"].clone();
+        let error = Condition::from_toml("reason", &value).unwrap_err();
+        assert!(error.0.contains("did you mean `contains`"), "{error}");
+        let empty: toml::Value = toml::from_str::<toml::Table>("v = {}").unwrap()["v"].clone();
+        assert!(Condition::from_toml("at_ms", &empty).is_err());
+        assert!(Condition::new("a..b", vec![Test::Eq("1".into())]).is_err());
+    }
+}

@@ -1,0 +1,370 @@
+//! Finalising a turn: recording its terminal state, presenting it on the session, reseeding the
+//! input queued meanwhile, and what happens when any of that fails.
+//!
+//! The terminal write is the commit point. Whatever path confirms it (the write's own answer, one
+//! exact readback after an unknown outcome, or a deferred retry that finds it already recorded),
+//! the rest of finalisation runs the same way: presentation, then reseeding. A turn is never
+//! closed over an action whose outcome is unknown: such actions are reconciled first, and what
+//! stays unknown holds the turn for a person.
+
+use super::{
+    error_body, failed_record, is_current, is_terminal, Policy, StepFailure, Stop, TurnRequest, Worker, QUEUE_SCOPE,
+};
+use crate::bus::{Action, Bus, ErrorBody, InvokeError};
+use serde_json::{json, Value};
+use std::rc::Rc;
+
+const DEFERRED_BACKOFF_MS_MAX: u64 = 5_000;
+
+/// The terminal state a deferred terminalisation must record.
+#[derive(Debug, Clone)]
+pub(super) enum Intent {
+    /// The exact record whose write could not be confirmed; it is written again unchanged.
+    Record(Value),
+    /// The turn failed, but its record could not even be read; build the failed record from
+    /// whatever is read later, with the original cause.
+    Failed { cause: String },
+}
+
+impl Intent {
+    fn status(&self) -> Value {
+        match self {
+            Intent::Record(record) => record["status"].clone(),
+            Intent::Failed { .. } => json!("failed"),
+        }
+    }
+}
+
+/// What finalising a terminal record shows on the session.
+fn presentation(terminal: &Value) -> (Value, &'static str) {
+    if terminal["status"] == json!("completed") {
+        (json!({ "role": "assistant", "text": terminal["result"]["text"] }), "idle")
+    } else {
+        (json!({ "role": "system", "kind": "error", "text": terminal["result_error"] }), "error")
+    }
+}
+
+impl Worker {
+    /// The backoff before the `attempt`-th deferred retry (from 1).
+    pub(super) fn deferred_backoff(&self, attempt: u32) -> u64 {
+        let config = &self.env.config;
+        config.terminalize_backoff_ms.saturating_mul(1 << (attempt - 1).min(16)).min(DEFERRED_BACKOFF_MS_MAX)
+    }
+
+    pub(super) async fn complete(
+        self: &Rc<Self>,
+        bus: &Bus,
+        request: &TurnRequest,
+        mut record: Value,
+        reply: Value,
+    ) -> Result<Value, ErrorBody> {
+        record["status"] = json!("completed");
+        record["turn_count"] = json!(record["turn_count"].as_u64().unwrap_or(0) + 1);
+        record["result"] = reply;
+        record["updated_at"] = json!(self.now());
+        self.close(bus, request, record).await
+    }
+
+    pub(super) async fn fail_turn(
+        self: &Rc<Self>,
+        bus: &Bus,
+        request: &TurnRequest,
+        failure: StepFailure,
+    ) -> Result<Value, ErrorBody> {
+        self.note(
+            "turn_step_failed",
+            json!({ "session_id": request.session_id, "turn_id": request.turn_id, "error": failure.summary() }),
+        );
+        let record = match self.get_turn(bus, &request.session_id).await {
+            Ok(Some(record)) if is_current(&record, request) => record,
+            Ok(_) => return Ok(self.skipped(request, "not current")),
+            Err(error) => match self.policy {
+                // `.ok().flatten()`: the read error becomes "no record", and so a skip.
+                Policy::Swallow => return Ok(self.skipped(request, "unreadable")),
+                _ => return self.unfinalized(bus, request, Intent::Failed { cause: failure.summary() }, &error),
+            },
+        };
+        self.close(bus, request, failed_record(record, &failure.summary(), self.now())).await
+    }
+
+    /// Records a terminal turn and finishes finalising it, after settling every action the
+    /// record still has open (in the same write); what cannot be settled holds the turn instead.
+    async fn close(self: &Rc<Self>, bus: &Bus, request: &TurnRequest, mut terminal: Value) -> Result<Value, ErrorBody> {
+        if self.policy.settles_before_closing() {
+            if let Err(reason) = self.settle_open_actions(bus, &mut terminal).await {
+                return self.hold_record(bus, request, terminal, &reason).await;
+            }
+        }
+        match self.finalize(bus, &terminal).await {
+            Ok(result) => Ok(result),
+            Err(error) => self.unfinalized(bus, request, Intent::Record(terminal), &error),
+        }
+    }
+
+    /// Holds a turn whose actions cannot be settled: durably, with its reason and what is
+    /// unresolved, so a person can decide.
+    pub(super) async fn hold_turn(
+        self: &Rc<Self>,
+        bus: &Bus,
+        request: &TurnRequest,
+        reason: &str,
+    ) -> Result<Value, ErrorBody> {
+        let record = match self.get_turn(bus, &request.session_id).await {
+            Ok(Some(record)) if is_current(&record, request) => record,
+            _ => return Ok(self.skipped(request, "not current")),
+        };
+        self.hold_record(bus, request, record, reason).await
+    }
+
+    /// Writes `record` as held for a person, with its reason.
+    async fn hold_record(
+        self: &Rc<Self>,
+        bus: &Bus,
+        request: &TurnRequest,
+        mut record: Value,
+        reason: &str,
+    ) -> Result<Value, ErrorBody> {
+        record["status"] = json!("held");
+        record["held_reason"] = json!(reason);
+        record["updated_at"] = json!(self.now());
+        if let Err(Stop::FencedOut) = self.write(bus, &record).await {
+            return Ok(self.fenced_out(request));
+        }
+        let actions = super::actions::classify(&record, &self.env.host);
+        self.note(
+            "turn_held",
+            json!({ "session_id": request.session_id, "turn_id": request.turn_id, "reason": reason }),
+        );
+        Ok(json!({
+            "session_id": request.session_id, "turn_id": request.turn_id, "status": "held", "skipped": false,
+            "next_step": null, "reason": reason, "actions": actions,
+        }))
+    }
+
+    /// What the caller hears when the terminal state could not be recorded.
+    pub(super) fn unfinalized(
+        self: &Rc<Self>,
+        bus: &Bus,
+        request: &TurnRequest,
+        intent: Intent,
+        error: &InvokeError,
+    ) -> Result<Value, ErrorBody> {
+        if matches!(error, InvokeError::Rejected(body) if body.code == "stale_token") {
+            self.forget_lease(&request.session_id);
+            return Ok(self.fenced_out(request));
+        }
+        match self.policy {
+            Policy::Swallow => Ok(self.skipped(request, "finalization failed")),
+            Policy::Propagate => Err(error_body("finalize", error)),
+            _ => {
+                self.note(
+                    "finalization_deferred",
+                    json!({ "session_id": request.session_id, "turn_id": request.turn_id, "cause": error.to_string() }),
+                );
+                let status = intent.status();
+                self.pending_terminal.borrow_mut().insert(request.session_id.clone(), request.turn_id.clone());
+                let (worker, retry_bus, retry) = (Rc::clone(self), bus.clone(), request.clone());
+                tokio::task::spawn_local(async move { worker.terminalize_later(&retry_bus, &retry, intent).await });
+                Ok(json!({
+                    "session_id": request.session_id, "turn_id": request.turn_id, "status": status,
+                    "skipped": false, "next_step": null, "finalized": false,
+                    "reason": format!("terminal state not yet recorded: {error}"),
+                }))
+            }
+        }
+    }
+
+    /// Retries finalisation as terminalisation only: reads the record and, if this turn is still
+    /// running, records the intended terminal state; if it finds it already recorded, finishes
+    /// finalising it. Never re-runs the model or a tool.
+    async fn terminalize_later(self: &Rc<Self>, bus: &Bus, request: &TurnRequest, intent: Intent) {
+        let attempts = self.env.config.terminalize_attempts;
+        let mut outcome = None;
+        for attempt in 1..=attempts {
+            self.env.clock.sleep(self.deferred_backoff(attempt)).await;
+            let lock = self.session_lock(&request.session_id);
+            let _guard = lock.lock().await;
+            let record = match self.get_turn(bus, &request.session_id).await {
+                Ok(Some(record)) => record,
+                Ok(None) => {
+                    outcome = Some((attempt, "the turn record is gone"));
+                    break;
+                }
+                Err(_) => continue,
+            };
+            if record["turn_id"] == json!(request.turn_id) && is_terminal(&record) {
+                self.note("terminalization_confirmed", json!({ "turn_id": request.turn_id, "attempt": attempt }));
+                if record["status"] == intent.status() {
+                    // The terminal write landed though its acknowledgement did not: the rest of
+                    // finalisation has not run yet.
+                    self.after_terminal(bus, &record).await;
+                }
+                outcome = Some((attempt, "recorded"));
+                break;
+            }
+            if !is_current(&record, request) {
+                outcome = Some((attempt, "the turn is no longer current"));
+                break;
+            }
+            let mut terminal = match &intent {
+                Intent::Record(terminal) => terminal.clone(),
+                Intent::Failed { cause } => failed_record(record, cause, self.now()),
+            };
+            if self.policy.settles_before_closing() {
+                if let Err(reason) = self.settle_open_actions(bus, &mut terminal).await {
+                    let _ = self.hold_record(bus, request, terminal, &reason).await;
+                    outcome = Some((attempt, "held"));
+                    break;
+                }
+            }
+            if self.finalize(bus, &terminal).await.is_ok() {
+                self.note("terminalized", json!({ "turn_id": request.turn_id, "attempt": attempt }));
+                outcome = Some((attempt, "recorded"));
+                break;
+            }
+        }
+        self.pending_terminal.borrow_mut().remove(&request.session_id);
+        match outcome {
+            Some((_, "recorded" | "held")) => {}
+            Some((attempt, why)) => self.note(
+                "terminalization_abandoned",
+                json!({ "turn_id": request.turn_id, "attempts": attempt, "why": why }),
+            ),
+            None => self.note("terminalization_gave_up", json!({ "turn_id": request.turn_id, "attempts": attempts })),
+        }
+    }
+
+    /// Records a terminal turn, presents it on the session, and reseeds queued input.
+    pub(super) async fn finalize(self: &Rc<Self>, bus: &Bus, terminal: &Value) -> Result<Value, InvokeError> {
+        self.put_terminal(bus, terminal).await?;
+        Ok(self.after_terminal(bus, terminal).await)
+    }
+
+    /// Everything after the terminal state is durable: presentation (best effort; the durable
+    /// record already says what happened) and reseeding queued input.
+    async fn after_terminal(self: &Rc<Self>, bus: &Bus, terminal: &Value) -> Value {
+        let session_id = &terminal["session_id"];
+        let timeout = self.env.config.session_timeout_ms;
+        let (entry, session_status) = presentation(terminal);
+        let _ = bus.invoke("session::append", json!({ "session_id": session_id, "entry": entry }), timeout).await;
+        let _ = bus
+            .invoke("session::set-status", json!({ "session_id": session_id, "status": session_status }), timeout)
+            .await;
+        let reseed = self.reseed_queued_input(bus, terminal).await;
+        let mut result = json!({
+            "session_id": session_id, "turn_id": terminal["turn_id"], "status": terminal["status"],
+            "skipped": false, "next_step": null,
+        });
+        if let (true, Some(reseed)) = (self.policy.recovers(), reseed) {
+            if reseed["admitted"] == json!(false) && reseed["turn_id"].is_null() {
+                // The input is still queued: admit it later.
+                let (worker, retry_bus, predecessor) = (Rc::clone(self), bus.clone(), terminal.clone());
+                tokio::task::spawn_local(async move { worker.reseed_later(&retry_bus, &predecessor).await });
+            }
+            result["reseed"] = reseed;
+        }
+        result
+    }
+
+    async fn put_terminal(&self, bus: &Bus, record: &Value) -> Result<(), InvokeError> {
+        let written = self.put_turn(bus, record).await;
+        match written {
+            Err(error) if error.outcome_unknown() && self.policy.recovers() => {
+                // An unknown outcome does not prove the write is absent: one exact whole-record
+                // readback, and no further write.
+                match self.get_turn(bus, record["session_id"].as_str().unwrap_or_default()).await {
+                    Ok(Some(observed)) if observed == *record => {
+                        self.note("terminal_write_confirmed", json!({ "turn_id": record["turn_id"] }));
+                        Ok(())
+                    }
+                    _ => Err(error),
+                }
+            }
+            other => other,
+        }
+    }
+
+    /// Moves input queued for the session into a new turn and enqueues it. `None` when nothing
+    /// was queued; otherwise what became of it (`turn_id` is absent when the input is still
+    /// queued and no turn was created).
+    async fn reseed_queued_input(&self, bus: &Bus, predecessor: &Value) -> Option<Value> {
+        let timeout = self.env.config.session_timeout_ms;
+        let session_id = predecessor["session_id"].clone();
+        let listed = bus.invoke("state::list", json!({ "scope": QUEUE_SCOPE }), timeout).await;
+        let queued: Vec<Value> = match listed {
+            Ok(Value::Array(entries)) => {
+                entries.into_iter().filter(|e| e["value"]["session_id"] == session_id).collect()
+            }
+            Ok(_) => Vec::new(),
+            Err(error) => {
+                self.note("reseed_drain_failed", json!({ "session_id": session_id, "error": error.to_string() }));
+                return Some(json!({ "admitted": false, "error": error.to_string() }));
+            }
+        };
+        if queued.is_empty() {
+            return None;
+        }
+        let turn_id = format!("t-{}", self.env.new_id());
+        let mut turn = json!({
+            "session_id": session_id, "turn_id": turn_id, "status": "running", "step": 0, "turn_count": 0,
+            "depth": 0, "abort": false, "calls": {},
+            "input": queued.iter().map(|e| e["value"]["message"].clone()).collect::<Vec<_>>(),
+            "created_at": self.now(), "updated_at": self.now(),
+        });
+        if let Err(error) = self.put_turn(bus, &turn).await {
+            self.note("reseed_write_failed", json!({ "session_id": session_id, "error": error.to_string() }));
+            return Some(json!({ "admitted": false, "error": error.to_string() }));
+        }
+        for entry in &queued {
+            let _ = bus.invoke("state::delete", json!({ "scope": QUEUE_SCOPE, "key": entry["key"] }), timeout).await;
+        }
+        let request = json!({ "session_id": session_id, "turn_id": turn_id, "step": 0, "depth": 0 });
+        let queue = Action::Enqueue { queue: self.env.config.turn_queue.clone() };
+        let attempts = self.env.config.enqueue_attempts;
+        let mut last_error = String::new();
+        for attempt in 1..=attempts {
+            match bus.invoke_with(&self.env.function("turn"), request.clone(), Some(queue.clone()), timeout).await {
+                Ok(_receipt) => {
+                    self.note("reseed_enqueued", json!({ "turn_id": turn_id, "attempt": attempt }));
+                    return Some(json!({ "turn_id": turn_id, "admitted": true, "attempts": attempt }));
+                }
+                Err(error) => last_error = error.to_string(),
+            }
+        }
+        self.note("reseed_enqueue_exhausted", json!({ "turn_id": turn_id, "attempts": attempts, "error": last_error }));
+        if !self.policy.recovers() {
+            // The predecessor's result is returned as if nothing happened; the new turn stays
+            // running with nothing to run it.
+            return None;
+        }
+        turn["status"] = json!("held");
+        turn["held_reason"] = json!(format!("enqueue exhausted after {attempts} attempts: {last_error}"));
+        turn["updated_at"] = json!(self.now());
+        let held = self.put_turn(bus, &turn).await.is_ok();
+        Some(json!({ "turn_id": turn_id, "admitted": false, "attempts": attempts, "error": last_error, "held": held }))
+    }
+
+    /// Admits input that finalisation could not drain, once the store answers again; stops as
+    /// soon as another turn of the session is running (its own finalisation reseeds).
+    async fn reseed_later(self: &Rc<Self>, bus: &Bus, predecessor: &Value) {
+        let session_id = predecessor["session_id"].as_str().unwrap_or_default().to_string();
+        for attempt in 1..=self.env.config.terminalize_attempts {
+            self.env.clock.sleep(self.deferred_backoff(attempt)).await;
+            let lock = self.session_lock(&session_id);
+            let _guard = lock.lock().await;
+            match self.get_turn(bus, &session_id).await {
+                Ok(Some(record)) if record["turn_id"] != predecessor["turn_id"] || !is_terminal(&record) => return,
+                Ok(_) => {}
+                Err(_) => continue,
+            }
+            match self.reseed_queued_input(bus, predecessor).await {
+                Some(reseed) if reseed["admitted"] == json!(false) && reseed["turn_id"].is_null() => continue,
+                _ => {
+                    self.note("reseed_recovered", json!({ "session_id": session_id, "attempt": attempt }));
+                    return;
+                }
+            }
+        }
+        self.note("reseed_gave_up", json!({ "session_id": session_id }));
+    }
+}

@@ -1,0 +1,460 @@
+//! The reference harness: a durable turn loop, with its recovery behaviour as named policies.
+//!
+//! A turn reads its record, reads the session's messages, calls the model, runs the model's tool
+//! calls as durable actions, and finalises: it records the terminal state, presents it on the
+//! session (best effort), and reseeds input queued meanwhile as a new turn. It is built on the
+//! rig's public harness API alone ([`crate::HarnessFactory`], [`crate::Provider`],
+//! [`crate::HarnessEnv`]), as a user's harness would be.
+//!
+//! The policies, correct and known-bad:
+//!
+//! - `reference`: errors surface; a terminal write whose outcome is unknown is confirmed by one
+//!   exact whole-record readback; an unconfirmed finalisation is retried later as
+//!   terminalisation only (never re-running model or tool steps), and however the terminal
+//!   state gets confirmed, the reply is presented and queued input reseeded; an action whose
+//!   outcome is unknown (a timeout, a lost connection, a provider stopped mid-call) is
+//!   reconciled with its service before anything is re-sent, and a turn is never closed over an
+//!   unsettled action; a dead-lettered turn is held with the dead letter named.
+//! - `swallow`, the released 1.8.13 binary of incident 001: a read error while finalising
+//!   becomes "no record", a failed finalisation becomes `running, skipped, no next_step`.
+//! - `propagate`, the seed's later main: errors surface to the caller, under a per-session
+//!   lock, and nothing recovers.
+//! - `unguarded`: no stale-turn guard: a redelivered old turn is marked running again.
+//! - `replay-unfinished` / `fresh-key`: on import, unfinished actions are sent again blindly /
+//!   with a new idempotency key.
+//! - `no-fencing`: leases without tokens on writes and effects.
+//! - `assume-failed`: an effect request with no result is recorded as failed, never reconciled.
+//! - `close-unsettled`: a failing turn is closed without settling its actions first.
+
+mod actions;
+mod finalize;
+mod ownership;
+mod switch;
+
+use crate::bus::{Answer, Bus, ErrorBody, Invocation, InvokeError, Provider};
+use crate::harness::{HarnessEnv, HarnessFactory};
+use ownership::HeldLease;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+
+const TURN_SCOPE: &str = "harness_turn";
+const QUEUE_SCOPE: &str = "harness_queue";
+const TERMINAL: [&str; 3] = ["completed", "failed", "cancelled"];
+
+/// How the reference harness behaves where harnesses go wrong.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Policy {
+    Swallow,
+    Propagate,
+    Reference,
+    Unguarded,
+    ReplayUnfinished,
+    FreshKey,
+    NoFencing,
+    AssumeFailed,
+    CloseUnsettled,
+}
+
+impl Policy {
+    pub const ALL: [Policy; 9] = [
+        Policy::Swallow,
+        Policy::Propagate,
+        Policy::Reference,
+        Policy::Unguarded,
+        Policy::ReplayUnfinished,
+        Policy::FreshKey,
+        Policy::NoFencing,
+        Policy::AssumeFailed,
+        Policy::CloseUnsettled,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Policy::Swallow => "swallow",
+            Policy::Propagate => "propagate",
+            Policy::Reference => "reference",
+            Policy::Unguarded => "unguarded",
+            Policy::ReplayUnfinished => "replay-unfinished",
+            Policy::FreshKey => "fresh-key",
+            Policy::NoFencing => "no-fencing",
+            Policy::AssumeFailed => "assume-failed",
+            Policy::CloseUnsettled => "close-unsettled",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|p| p.name() == name)
+    }
+
+    /// Whether failed finalisation is confirmed, retried and surfaced, dead letters held and
+    /// stranded input reseeded later (everything but the two incident-001 baselines).
+    fn recovers(self) -> bool {
+        !matches!(self, Policy::Swallow | Policy::Propagate)
+    }
+
+    fn locks_sessions(self) -> bool {
+        self != Policy::Swallow
+    }
+
+    /// Whether an action of unknown outcome is reconciled before a turn is closed over it.
+    fn settles_before_closing(self) -> bool {
+        self.recovers() && self != Policy::CloseUnsettled
+    }
+}
+
+/// The reference harness: the rig's default [`HarnessFactory`], one worker per harness host.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ReferenceHarness;
+
+impl HarnessFactory for ReferenceHarness {
+    fn name(&self) -> &str {
+        "reference"
+    }
+
+    fn policies(&self) -> Vec<String> {
+        Policy::ALL.iter().map(|p| p.name().to_string()).collect()
+    }
+
+    fn gives_reference_notes(&self) -> bool {
+        true
+    }
+
+    fn start(&self, policy: &str, env: HarnessEnv) -> Rc<dyn Provider> {
+        let policy = Policy::from_name(policy).unwrap_or(Policy::Reference);
+        Worker::new(policy, env)
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+struct TurnRequest {
+    session_id: String,
+    turn_id: String,
+    step: u64,
+}
+
+/// A step of the turn that failed, and how.
+#[derive(Debug, Clone)]
+struct StepFailure {
+    during: &'static str,
+    error: InvokeError,
+}
+
+impl StepFailure {
+    fn summary(&self) -> String {
+        format!("{}: {}", self.during, self.error)
+    }
+}
+
+/// Why driving a turn stopped before it could be completed.
+#[derive(Debug, Clone)]
+enum Stop {
+    /// A step failed: the turn is finalised as failed.
+    Failed(StepFailure),
+    /// An action's outcome cannot be established: the turn is held for a person.
+    Held { reason: String },
+    /// A newer owner holds the session: this worker must not write anything more.
+    FencedOut,
+}
+
+/// One reference harness worker, started afresh on every (re)start of its host.
+struct Worker {
+    policy: Policy,
+    env: HarnessEnv,
+    session_locks: RefCell<BTreeMap<String, Rc<tokio::sync::Mutex<()>>>>,
+    leases: RefCell<BTreeMap<String, HeldLease>>,
+    /// The token last granted per session, kept after the lease is gone.
+    tokens: RefCell<BTreeMap<String, u64>>,
+    /// Sessions whose turn (by id) has a terminalisation pending in the background: a
+    /// redelivery of that turn must not run it again.
+    pending_terminal: RefCell<BTreeMap<String, String>>,
+}
+
+impl Worker {
+    fn new(policy: Policy, env: HarnessEnv) -> Rc<Self> {
+        Rc::new(Self {
+            policy,
+            env,
+            session_locks: RefCell::default(),
+            leases: RefCell::default(),
+            tokens: RefCell::default(),
+            pending_terminal: RefCell::default(),
+        })
+    }
+
+    fn note(&self, what: &str, detail: Value) {
+        self.env.note(what, detail);
+    }
+
+    fn now(&self) -> u64 {
+        self.env.clock.now_ms()
+    }
+
+    fn session_lock(&self, session_id: &str) -> Rc<tokio::sync::Mutex<()>> {
+        Rc::clone(self.session_locks.borrow_mut().entry(session_id.to_string()).or_default())
+    }
+
+    async fn turn(self: &Rc<Self>, bus: &Bus, request: TurnRequest) -> Result<Value, ErrorBody> {
+        let lock = self.session_lock(&request.session_id);
+        let _guard = if self.policy.locks_sessions() { Some(lock.lock().await) } else { None };
+        if let Err(not_owner) = self.ensure_ownership(bus, &request.session_id).await {
+            return Ok(not_owner);
+        }
+        if self.pending_terminal.borrow().get(&request.session_id) == Some(&request.turn_id) {
+            // Only terminalisation may touch this turn now; it is under way in the background.
+            return Ok(self.skipped(&request, "terminalization pending"));
+        }
+        let record = self.get_turn(bus, &request.session_id).await.map_err(|e| error_body("get_turn", &e))?;
+        let record = match (self.policy, record) {
+            (Policy::Unguarded, Some(record)) => Some(self.resume_as_delivered(bus, &request, record).await?),
+            (_, record) => record,
+        };
+        let Some(record) = record.filter(|r| is_current(r, &request)) else {
+            // The stale-turn guard: a delivery for a turn that is no longer current does nothing.
+            self.note(
+                "stale_turn_skipped",
+                json!({ "session_id": request.session_id, "turn_id": request.turn_id, "step": request.step }),
+            );
+            return Ok(self.skipped(&request, "stale"));
+        };
+        if record["step"] != json!(request.step) {
+            self.note(
+                "turn_resumed",
+                json!({ "session_id": request.session_id, "turn_id": request.turn_id, "delivered_step": request.step, "step": record["step"] }),
+            );
+        }
+        self.finish(bus, &request, record).await
+    }
+
+    /// Drives a current turn to its end and finalises it by how it ended.
+    async fn finish(self: &Rc<Self>, bus: &Bus, request: &TurnRequest, record: Value) -> Result<Value, ErrorBody> {
+        let result = match self.drive(bus, record).await {
+            Ok((record, reply)) => self.complete(bus, request, record, reply).await,
+            Err(Stop::Failed(failure)) => self.fail_turn(bus, request, failure).await,
+            Err(Stop::Held { reason }) => self.hold_turn(bus, request, &reason).await,
+            Err(Stop::FencedOut) => Ok(self.fenced_out(request)),
+        };
+        // The turn is over: ownership covers a turn's work, so it is handed back, unless a
+        // terminalisation is still pending (it will need the token).
+        if result.as_ref().is_ok_and(|r| r["finalized"] != json!(false)) {
+            self.release_lease(bus, &request.session_id).await;
+        }
+        result
+    }
+
+    fn fenced_out(&self, request: &TurnRequest) -> Value {
+        json!({
+            "session_id": request.session_id, "turn_id": request.turn_id, "status": "fenced",
+            "skipped": true, "next_step": null, "reason": "a newer owner holds the session",
+        })
+    }
+
+    /// The unguarded policy's bug: whatever the durable record says, the delivery is taken as
+    /// the truth and the record is rewritten to the delivered turn and step, running.
+    async fn resume_as_delivered(
+        &self,
+        bus: &Bus,
+        request: &TurnRequest,
+        mut record: Value,
+    ) -> Result<Value, ErrorBody> {
+        if is_current(&record, request) {
+            return Ok(record);
+        }
+        record["turn_id"] = json!(request.turn_id);
+        record["step"] = json!(request.step);
+        record["status"] = json!("running");
+        self.put_turn(bus, &record).await.map_err(|e| error_body("put_turn", &e))?;
+        Ok(record)
+    }
+
+    /// Reads the session's messages and asks the model for the current step.
+    async fn ask_model(&self, bus: &Bus, record: &Value) -> Result<Value, StepFailure> {
+        let session_id = &record["session_id"];
+        let timeout = self.env.config.session_timeout_ms;
+        let messages = bus
+            .invoke("session::messages", json!({ "session_id": session_id }), timeout)
+            .await
+            .map_err(|error| StepFailure { during: "session::messages", error })?;
+        let prompt = json!({ "session_id": session_id, "turn_id": record["turn_id"], "step": record["step"], "messages": messages["entries"] });
+        bus.invoke("model::generate", prompt, self.env.config.model_timeout_ms)
+            .await
+            .map_err(|error| StepFailure { during: "model::generate", error })
+    }
+
+    async fn get_turn(&self, bus: &Bus, session_id: &str) -> Result<Option<Value>, InvokeError> {
+        let record = bus
+            .invoke("state::get", json!({ "scope": TURN_SCOPE, "key": session_id }), self.env.config.session_timeout_ms)
+            .await?;
+        Ok(Some(record).filter(|r| !r.is_null()))
+    }
+
+    /// Writes a turn record, once more with the identical record if the first write's outcome
+    /// is unknown.
+    async fn put_turn(&self, bus: &Bus, record: &Value) -> Result<(), InvokeError> {
+        let mut write = json!({ "scope": TURN_SCOPE, "key": record["session_id"], "value": record });
+        if let Some(fence) = self.store_fence(record["session_id"].as_str().unwrap_or_default()) {
+            write["fence"] = fence;
+        }
+        let timeout = self.env.config.session_timeout_ms;
+        match bus.invoke("state::set", write.clone(), timeout).await {
+            Err(error) if error.outcome_unknown() => bus.invoke("state::set", write, timeout).await.map(drop),
+            other => other.map(drop),
+        }
+    }
+
+    /// Writes the turn record under this worker's fence; a stale-token rejection means the
+    /// session has a newer owner.
+    async fn write(&self, bus: &Bus, record: &Value) -> Result<(), Stop> {
+        match self.put_turn(bus, record).await {
+            Ok(()) => Ok(()),
+            Err(error) => Err(self.stop_for(record["session_id"].as_str().unwrap_or(""), "state::set", error)),
+        }
+    }
+
+    fn stop_for(&self, session_id: &str, during: &'static str, error: InvokeError) -> Stop {
+        match &error {
+            InvokeError::Rejected(body) if body.code == "stale_token" => {
+                self.note(
+                    "fenced_out",
+                    json!({ "session_id": session_id, "during": during, "token": self.lease_token(session_id) }),
+                );
+                self.forget_lease(session_id);
+                Stop::FencedOut
+            }
+            _ => Stop::Failed(StepFailure { during, error }),
+        }
+    }
+
+    /// The seed's `skipped(session_id)`: running, no next step, whatever the reason. The
+    /// recovering policies say `skipped` and why instead, so a skip is never mistaken for a turn
+    /// that is still running.
+    fn skipped(&self, request: &TurnRequest, reason: &str) -> Value {
+        let mut result = json!({
+            "session_id": request.session_id, "turn_id": request.turn_id, "status": "running",
+            "skipped": true, "next_step": null,
+        });
+        if self.policy.recovers() {
+            result["status"] = json!("skipped");
+            result["reason"] = json!(reason);
+        }
+        result
+    }
+
+    /// The queue's dead-letter handler: the turn a dead letter carried is held for a person,
+    /// with the dead letter named. The incident-001 baselines have no such handler.
+    async fn dead_letter(self: &Rc<Self>, bus: &Bus, letter: &Value) -> Result<Value, ErrorBody> {
+        if !self.policy.recovers() {
+            return Err(ErrorBody::new("not_implemented", "this harness has no dead-letter handling"));
+        }
+        let data = &letter["data"];
+        let (Some(session_id), Some(turn_id)) = (data["session_id"].as_str(), data["turn_id"].as_str()) else {
+            return Err(ErrorBody::new("bad_request", "a dead letter must carry `data.session_id` and `data.turn_id`"));
+        };
+        let lock = self.session_lock(session_id);
+        let _guard = lock.lock().await;
+        if let Err(not_owner) = self.ensure_ownership(bus, session_id).await {
+            return Err(ErrorBody::new(
+                "not_owner",
+                not_owner["reason"].as_str().unwrap_or("not the owner").to_string(),
+            ));
+        }
+        let mut record = match self.get_turn(bus, session_id).await {
+            Ok(Some(record)) => record,
+            Ok(None) => return Ok(json!({ "held": false, "reason": "no turn record" })),
+            Err(error) => return Err(error_body("get_turn", &error)),
+        };
+        if record["turn_id"] != json!(turn_id) || record["status"] != json!("running") {
+            return Ok(json!({ "held": false, "reason": "the turn it carried is no longer running" }));
+        }
+        let reason = format!(
+            "dead-lettered: queue `{}` gave up on message {} after {} deliveries ({})",
+            letter["queue"].as_str().unwrap_or("?"),
+            letter["message_id"].as_str().unwrap_or("?"),
+            letter["deliveries"],
+            letter["reason"].as_str().unwrap_or("no reason given")
+        );
+        record["status"] = json!("held");
+        record["held_reason"] = json!(reason);
+        record["dead_letter"] = json!({ "queue": letter["queue"], "message_id": letter["message_id"],
+                                        "deliveries": letter["deliveries"], "reason": letter["reason"] });
+        record["updated_at"] = json!(self.now());
+        self.write(bus, &record).await.map_err(|_| ErrorBody::new("unavailable", "could not record the hold"))?;
+        self.note("turn_held", json!({ "session_id": session_id, "turn_id": turn_id, "reason": reason }));
+        self.release_lease(bus, session_id).await;
+        Ok(json!({ "held": true, "session_id": session_id, "turn_id": turn_id }))
+    }
+}
+
+impl Provider for Worker {
+    fn invoke(self: Rc<Self>, call: Invocation, bus: Bus) -> Pin<Box<dyn Future<Output = Answer>>> {
+        Box::pin(async move {
+            let name = call.function_id.strip_prefix(&format!("{}::", self.env.host)).unwrap_or_default().to_string();
+            Some(match name.as_str() {
+                "turn" => match serde_json::from_value::<TurnRequest>(call.data) {
+                    Ok(request) => self.turn(&bus, request).await,
+                    Err(error) => Err(ErrorBody::new("bad_request", error.to_string())),
+                },
+                "export" => match call.data["session_id"].as_str() {
+                    Some(session_id) => self.export(&bus, session_id).await,
+                    None => Err(ErrorBody::new("bad_request", "missing `session_id`")),
+                },
+                "import" => self.import(&bus, &call.data).await,
+                "dead-letter" => self.dead_letter(&bus, &call.data).await,
+                _ => Err(ErrorBody::new("function_not_found", call.function_id)),
+            })
+        })
+    }
+}
+
+fn is_terminal(record: &Value) -> bool {
+    record["status"].as_str().is_some_and(|s| TERMINAL.contains(&s))
+}
+
+/// Whether a delivery is for the turn the record says is running. A turn advances its own step
+/// after every tool round, so the record may be past the delivered step: that delivery started
+/// this very turn (a redelivery after a crash resumes it from the record). A delivery for
+/// another turn, for a step the record never reached, or for a turn that is no longer running
+/// is stale.
+fn is_current(record: &Value, request: &TurnRequest) -> bool {
+    record["turn_id"] == json!(request.turn_id)
+        && record["status"] == json!("running")
+        && record["step"].as_u64().is_some_and(|step| step >= request.step)
+}
+
+fn failed_record(mut record: Value, cause: &str, now: u64) -> Value {
+    record["status"] = json!("failed");
+    record["result_error"] = json!(cause);
+    record["updated_at"] = json!(now);
+    record
+}
+
+fn error_body(during: &str, error: &InvokeError) -> ErrorBody {
+    match error {
+        InvokeError::Rejected(body) => ErrorBody::new(&body.code, format!("{during}: {}", body.message)),
+        InvokeError::Timeout { .. } => ErrorBody::new("timeout", format!("{during}: {error}")),
+        InvokeError::Disconnected | InvokeError::Lost => ErrorBody::new("disconnected", format!("{during}: {error}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(turn: &str, step: u64) -> TurnRequest {
+        TurnRequest { session_id: "s1".into(), turn_id: turn.into(), step }
+    }
+
+    #[test]
+    fn a_delivery_is_current_for_its_running_turn_at_or_past_its_step() {
+        let record = json!({"turn_id": "t1", "status": "running", "step": 2});
+        assert!(is_current(&record, &request("t1", 2)));
+        assert!(is_current(&record, &request("t1", 1)), "the turn advanced past the delivered step");
+        assert!(!is_current(&record, &request("t1", 3)), "a step the record never reached");
+        assert!(!is_current(&record, &request("t0", 1)), "another turn");
+        assert!(!is_current(&json!({"turn_id": "t1", "status": "failed", "step": 2}), &request("t1", 2)));
+    }
+}

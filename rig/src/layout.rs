@@ -1,0 +1,138 @@
+//! The record layout: where a harness keeps its durable state, as the oracles and reports read it.
+//!
+//! The oracles judge a run from what the services saw, never from harness code; to read a
+//! harness's turns and actions out of the store they need to know where it puts them. Each
+//! harness declares that here ([`crate::HarnessFactory::layout`]); the reference harness's
+//! layout is the default.
+
+use serde_json::Value;
+
+/// Where a harness keeps turns, actions, queued input and ownership in the state store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordLayout {
+    /// The scope of turn records; the key is the session id.
+    pub turn_scope: String,
+    pub turn_id_field: String,
+    pub status_field: String,
+    pub step_field: String,
+    /// Statuses after which a turn never runs again.
+    pub terminal_statuses: Vec<String>,
+    /// The status of a turn held for a person, and the field that says why.
+    pub held_status: String,
+    pub held_reason_field: String,
+    /// The field of a turn record holding its actions: an object keyed by action id.
+    pub actions_field: String,
+    pub action_status_field: String,
+    /// Action statuses that are confirmed outcomes: it happened, or it definitely did not.
+    pub action_done_statuses: Vec<String>,
+    pub action_failed_statuses: Vec<String>,
+    /// The status of an action held for a person.
+    pub action_held_status: String,
+    /// The field of an action naming why it is held.
+    pub action_held_reason_field: String,
+    /// The scope of input waiting to be admitted as a turn (its values carry `session_id`), if
+    /// the harness queues input durably.
+    pub input_scope: Option<String>,
+    /// The scope of ownership leases; the key is the session id.
+    pub owner_scope: String,
+}
+
+impl Default for RecordLayout {
+    /// The reference harness's layout.
+    fn default() -> Self {
+        let texts = |items: &[&str]| items.iter().map(|s| s.to_string()).collect();
+        Self {
+            turn_scope: "harness_turn".into(),
+            turn_id_field: "turn_id".into(),
+            status_field: "status".into(),
+            step_field: "step".into(),
+            terminal_statuses: texts(&["completed", "failed", "cancelled"]),
+            held_status: "held".into(),
+            held_reason_field: "held_reason".into(),
+            actions_field: "calls".into(),
+            action_status_field: "status".into(),
+            action_done_statuses: texts(&["complete"]),
+            action_failed_statuses: texts(&["failed"]),
+            action_held_status: "held".into(),
+            action_held_reason_field: "held_reason".into(),
+            input_scope: Some("harness_queue".into()),
+            owner_scope: "harness_owner".into(),
+        }
+    }
+}
+
+/// Where an action stands, read from its durable record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ActionClass {
+    /// Confirmed: it happened, or it definitely did not.
+    Complete,
+    /// Held for a person.
+    Held,
+    /// Not confirmed either way: it may have happened.
+    Unsettled,
+}
+
+impl ActionClass {
+    pub fn name(self) -> &'static str {
+        match self {
+            ActionClass::Complete => "complete",
+            ActionClass::Held => "held",
+            ActionClass::Unsettled => "unsettled",
+        }
+    }
+}
+
+impl RecordLayout {
+    fn text<'a>(record: &'a Value, field: &str) -> &'a str {
+        record[field].as_str().unwrap_or("")
+    }
+
+    pub fn status<'a>(&self, record: &'a Value) -> &'a str {
+        Self::text(record, &self.status_field)
+    }
+
+    pub fn turn_id<'a>(&self, record: &'a Value) -> &'a str {
+        Self::text(record, &self.turn_id_field)
+    }
+
+    pub fn is_terminal(&self, record: &Value) -> bool {
+        self.terminal_statuses.iter().any(|s| s == self.status(record))
+    }
+
+    /// Held for a person with a reason a person can read.
+    pub fn is_held_with_reason(&self, record: &Value) -> bool {
+        self.status(record) == self.held_status && !Self::text(record, &self.held_reason_field).is_empty()
+    }
+
+    /// The actions of a turn record, in action-id order.
+    pub fn actions<'a>(&self, record: &'a Value) -> Vec<(&'a str, &'a Value)> {
+        record[&self.actions_field]
+            .as_object()
+            .map(|actions| actions.iter().map(|(id, entry)| (id.as_str(), entry)).collect())
+            .unwrap_or_default()
+    }
+
+    pub fn action_status<'a>(&self, action: &'a Value) -> &'a str {
+        Self::text(action, &self.action_status_field)
+    }
+
+    pub fn classify(&self, action: &Value) -> ActionClass {
+        let status = self.action_status(action);
+        if self.action_done_statuses.iter().chain(&self.action_failed_statuses).any(|s| s == status) {
+            ActionClass::Complete
+        } else if status == self.action_held_status {
+            ActionClass::Held
+        } else {
+            ActionClass::Unsettled
+        }
+    }
+
+    /// Whether the action's record says it definitely did not take effect.
+    pub fn is_failed(&self, action: &Value) -> bool {
+        self.action_failed_statuses.iter().any(|s| s == self.action_status(action))
+    }
+
+    pub fn held_reason<'a>(&self, action: &'a Value) -> Option<&'a str> {
+        action[&self.action_held_reason_field].as_str()
+    }
+}

@@ -1,0 +1,431 @@
+//! Oracles: what every run checks, whatever the scenario expects.
+//!
+//! They judge from what the services and the driver saw (the store's commits and final
+//! contents, the effect ledger, the queue's dead letters, the replies the driver got), read
+//! through the record layout the harness declares, never from the harness's own account of
+//! what it did. A new oracle is one variant, one function and one line in [`check`].
+
+use crate::layout::{ActionClass, RecordLayout};
+use crate::trace::{Event, EventKind};
+use doubles::{StateStore, TicketService};
+use serde::Serialize;
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// An always-on check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Oracle {
+    /// No logical action produced more external effects than allowed.
+    Effects,
+    /// No write or effect carrying a fencing token older than the latest granted for its
+    /// ownership domain was accepted.
+    Fencing,
+    /// No worker sent an action to a service again without first asking that service, itself
+    /// and since it took ownership, whether the action had happened.
+    BlindReplay,
+    /// Once faults are healed, every turn ends terminal, or held with a recorded reason.
+    Liveness,
+    /// A terminal turn never goes back to a non-terminal status.
+    Monotonic,
+    /// No work is stranded: input queued for a session is admitted as a turn, and every dead
+    /// letter reaches its owner.
+    Stranded,
+    /// The durable record of an action never contradicts the ledger: an action the service
+    /// accepted is recorded, and not as failed.
+    Ledger,
+    /// A reply about a turn never contradicts the durable state it reports on.
+    TruthfulReply,
+    /// A finished turn has no action whose outcome is still unsettled.
+    CallsClosed,
+}
+
+impl Oracle {
+    pub const ALL: [Oracle; 9] = [
+        Oracle::Effects,
+        Oracle::Fencing,
+        Oracle::BlindReplay,
+        Oracle::Liveness,
+        Oracle::Monotonic,
+        Oracle::Stranded,
+        Oracle::Ledger,
+        Oracle::TruthfulReply,
+        Oracle::CallsClosed,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Oracle::Effects => "effects",
+            Oracle::Fencing => "fencing",
+            Oracle::BlindReplay => "blind-replay",
+            Oracle::Liveness => "liveness",
+            Oracle::Monotonic => "monotonic",
+            Oracle::Stranded => "stranded",
+            Oracle::Ledger => "ledger",
+            Oracle::TruthfulReply => "truthful-reply",
+            Oracle::CallsClosed => "calls-closed",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|o| o.name() == name)
+    }
+}
+
+/// An oracle that fired, with what it saw.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Violation {
+    pub oracle: Oracle,
+    pub detail: String,
+}
+
+/// What the oracles need to know about a finished run.
+pub struct Evidence<'a> {
+    pub events: &'a [Event],
+    pub store: &'a StateStore,
+    pub layout: &'a RecordLayout,
+    /// Dead letters no handler took, as `(queue, message_id, data)`.
+    pub dead_letters: Vec<(&'a str, &'a str, &'a Value)>,
+    /// When the final heal happened and how long turns had afterwards to settle.
+    pub healed_at_ms: u64,
+    pub ended_at_ms: u64,
+    /// Whether the run ended because nothing could happen any more (rather than at its bound).
+    pub quiescent: bool,
+    pub effects_per_action_max: u64,
+}
+
+/// Runs every oracle.
+pub fn check(evidence: &Evidence<'_>) -> Vec<Violation> {
+    let mut violations = Vec::new();
+    effects(evidence, &mut violations);
+    fencing(evidence, &mut violations);
+    blind_replay(evidence, &mut violations);
+    liveness(evidence, &mut violations);
+    monotonic(evidence, &mut violations);
+    stranded(evidence, &mut violations);
+    ledger(evidence, &mut violations);
+    truthful_reply(evidence, &mut violations);
+    calls_closed(evidence, &mut violations);
+    violations
+}
+
+fn violation(oracle: Oracle, detail: String) -> Violation {
+    Violation { oracle, detail }
+}
+
+fn effects(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
+    let mut per_action: BTreeMap<(&str, &str), u64> = BTreeMap::new();
+    for event in evidence.events {
+        if let EventKind::Effect { effect, action, accepted: true, .. } = &event.kind {
+            *per_action.entry((effect.as_str(), action.as_str())).or_default() += 1;
+        }
+    }
+    for ((kind, action), count) in per_action {
+        if count > evidence.effects_per_action_max {
+            violations.push(violation(
+                Oracle::Effects,
+                format!(
+                    "action `{action}` produced {count} `{kind}` effects (at most {} allowed)",
+                    evidence.effects_per_action_max
+                ),
+            ));
+        }
+    }
+}
+
+fn fencing(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
+    let mut latest: BTreeMap<&str, u64> = BTreeMap::new();
+    let stale = |domain: &str, token: u64, latest: &BTreeMap<&str, u64>| latest.get(domain).is_some_and(|&l| token < l);
+    for event in evidence.events {
+        match &event.kind {
+            EventKind::Lease { domain, token, .. } => {
+                let newest = latest.entry(domain.as_str()).or_insert(*token);
+                *newest = (*newest).max(*token);
+            }
+            EventKind::Fenced { scope, key, domain, token, accepted: true } if stale(domain, *token, &latest) => {
+                violations.push(violation(
+                    Oracle::Fencing,
+                    format!(
+                        "write to {scope}/{key} with token {token} accepted at {} ms after token {} was granted for {domain}",
+                        event.at_ms,
+                        latest[domain.as_str()]
+                    ),
+                ));
+            }
+            EventKind::Effect { effect, action, token: Some(token), domain: Some(domain), accepted: true, .. }
+                if stale(domain, *token, &latest) =>
+            {
+                violations.push(violation(
+                    Oracle::Fencing,
+                    format!(
+                        "`{effect}` for action `{action}` with token {token} accepted at {} ms after token {} was granted for {domain}",
+                        event.at_ms,
+                        latest[domain.as_str()]
+                    ),
+                ));
+            }
+            _ => {}
+        }
+    }
+}
+
+/// What the services have seen of one action: the keys and references it was sent under, the
+/// last request that sent it, and who asked about it since.
+#[derive(Default)]
+struct ActionSeen {
+    keys: BTreeSet<String>,
+    references: BTreeSet<String>,
+    /// The worker and invocation of the last request that sent it.
+    last_send: Option<(String, String)>,
+    /// Workers that asked the service about it since it was last sent, and when.
+    asked_since: BTreeMap<String, u64>,
+}
+
+fn blind_replay(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
+    let mut actions: BTreeMap<String, ActionSeen> = BTreeMap::new();
+    // When each worker last took ownership (a new token: renewals repeat the token).
+    let mut owned_since: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut tokens_seen: BTreeSet<(&str, u64)> = BTreeSet::new();
+    let text = |value: &Value, field: &str| value[field].as_str().map(str::to_string);
+    for event in evidence.events {
+        match &event.kind {
+            EventKind::Lease { domain, owner, token, .. } if tokens_seen.insert((domain.as_str(), *token)) => {
+                owned_since.insert(owner.as_str(), event.at_ms);
+            }
+            EventKind::Call { function, payload, .. } if function == TicketService::EFFECT_FUNCTION => {
+                if let Some(action) = text(payload, "action_id") {
+                    let seen = actions.entry(action).or_default();
+                    seen.keys.extend(text(payload, "idempotency_key"));
+                    seen.references.extend(text(payload, "client_reference"));
+                }
+            }
+            // A reconciliation names the action by a key or a reference it was sent with before;
+            // it counts for the worker that asked, at the moment it asked.
+            EventKind::Call { function, payload, caller: Some(caller), .. }
+                if TicketService::RECONCILE_FUNCTIONS.iter().any(|(f, _)| f == function) =>
+            {
+                let key = text(payload, "idempotency_key");
+                let reference = text(payload, "client_reference");
+                for seen in actions.values_mut().filter(|s| s.last_send.is_some()) {
+                    let names_it = key.as_ref().is_some_and(|k| seen.keys.contains(k))
+                        || reference.as_ref().is_some_and(|r| seen.references.contains(r));
+                    if names_it {
+                        seen.asked_since.insert(caller.clone(), event.at_ms);
+                    }
+                }
+            }
+            // A stale-token refusal is the fencing oracle's business, and changes nothing.
+            EventKind::Effect { reason, .. } if reason == "stale token" => {}
+            EventKind::Effect { effect, action, by, invocation_id, .. } => {
+                let sender = by.clone().unwrap_or_default();
+                let request = invocation_id.clone().unwrap_or_default();
+                let seen = actions.entry(action.clone()).or_default();
+                match &seen.last_send {
+                    // The network repeated the same request: not the worker's doing.
+                    Some((_, last)) if !request.is_empty() && *last == request => continue,
+                    Some(_) => {
+                        let since = owned_since.get(sender.as_str()).copied().unwrap_or(0);
+                        let asked = seen.asked_since.get(&sender).is_some_and(|&at| at >= since);
+                        if !asked {
+                            violations.push(violation(
+                                Oracle::BlindReplay,
+                                format!(
+                                    "action `{action}` was sent to `{effect}` again at {} ms by `{sender}`, which had not asked the service about it since it was last sent{}",
+                                    event.at_ms,
+                                    if seen.asked_since.is_empty() { String::new() } else {
+                                        format!(" (only {} did)", seen.asked_since.keys().cloned().collect::<Vec<_>>().join(", "))
+                                    }
+                                ),
+                            ));
+                        }
+                    }
+                    None => {}
+                }
+                seen.last_send = Some((sender, request));
+                seen.asked_since.clear();
+            }
+            _ => {}
+        }
+    }
+}
+
+fn liveness(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
+    let layout = evidence.layout;
+    let settled_ms = evidence.ended_at_ms.saturating_sub(evidence.healed_at_ms);
+    let why = if evidence.quiescent {
+        format!("and the world went quiet {settled_ms} ms after the faults were healed, with nothing left to run")
+    } else {
+        format!("{settled_ms} ms after the faults were healed")
+    };
+    for (scope, key, record) in evidence.store.records() {
+        if scope != layout.turn_scope || layout.is_terminal(record) || layout.is_held_with_reason(record) {
+            continue;
+        }
+        violations.push(violation(
+            Oracle::Liveness,
+            format!(
+                "turn {key}/{} is still `{}` at step {} {why}",
+                layout.turn_id(record),
+                layout.status(record),
+                record[&layout.step_field]
+            ),
+        ));
+    }
+}
+
+fn monotonic(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
+    let layout = evidence.layout;
+    let mut terminal_turns: BTreeMap<String, (u64, String)> = BTreeMap::new();
+    for event in evidence.events {
+        let EventKind::Commit { scope, value, .. } = &event.kind else { continue };
+        if *scope != layout.turn_scope || value.is_null() {
+            continue;
+        }
+        let turn = layout.turn_id(value).to_string();
+        if layout.is_terminal(value) {
+            terminal_turns.entry(turn).or_insert((event.at_ms, layout.status(value).to_string()));
+        } else if let Some((at_ms, was)) = terminal_turns.get(&turn) {
+            violations.push(violation(
+                Oracle::Monotonic,
+                format!(
+                    "turn {turn} went from `{was}` (at {at_ms} ms) back to `{}` at {} ms",
+                    layout.status(value),
+                    event.at_ms
+                ),
+            ));
+        }
+    }
+}
+
+fn stranded(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
+    if let Some(input_scope) = &evidence.layout.input_scope {
+        for (scope, key, entry) in evidence.store.records() {
+            if scope == input_scope {
+                violations.push(violation(
+                    Oracle::Stranded,
+                    format!(
+                        "input {scope}/{key} queued for session `{}` was never admitted as a turn",
+                        entry["session_id"].as_str().unwrap_or("?")
+                    ),
+                ));
+            }
+        }
+    }
+    for (queue, message_id, data) in &evidence.dead_letters {
+        violations.push(violation(
+            Oracle::Stranded,
+            format!("dead letter {message_id} of queue `{queue}` ({data}) never reached a handler that took it"),
+        ));
+    }
+}
+
+/// The last status each action had in any committed turn record, in commit order.
+fn recorded_actions<'a>(evidence: &Evidence<'a>) -> BTreeMap<&'a str, (u64, &'a Value)> {
+    let layout = evidence.layout;
+    let mut last: BTreeMap<&str, (u64, &Value)> = BTreeMap::new();
+    for event in evidence.events {
+        let EventKind::Commit { scope, value, .. } = &event.kind else { continue };
+        if *scope != layout.turn_scope {
+            continue;
+        }
+        for (action_id, entry) in layout.actions(value) {
+            last.insert(action_id, (event.at_ms, entry));
+        }
+    }
+    last
+}
+
+fn ledger(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
+    let recorded = recorded_actions(evidence);
+    let mut judged = BTreeSet::new();
+    for event in evidence.events {
+        let EventKind::Effect { effect, action, accepted: true, .. } = &event.kind else { continue };
+        if !judged.insert(action.as_str()) {
+            continue;
+        }
+        match recorded.get(action.as_str()) {
+            None => violations.push(violation(
+                Oracle::Ledger,
+                format!("`{effect}` accepted action `{action}` at {} ms, but no durable record of the action was ever committed", event.at_ms),
+            )),
+            Some((at_ms, entry)) if evidence.layout.is_failed(entry) => violations.push(violation(
+                Oracle::Ledger,
+                format!(
+                    "action `{action}` is recorded `{}` (last at {at_ms} ms), but `{effect}` accepted it at {} ms",
+                    evidence.layout.action_status(entry),
+                    event.at_ms
+                ),
+            )),
+            Some(_) => {}
+        }
+    }
+}
+
+/// What a reply to the driver says about a turn, when it says something.
+fn claimed_status(result: &Value) -> Option<(&str, &str, &str)> {
+    let session = result["session_id"].as_str()?;
+    let turn = result["turn_id"].as_str()?;
+    let status = result["status"].as_str()?;
+    Some((session, turn, status))
+}
+
+fn truthful_reply(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
+    let layout = evidence.layout;
+    let mut durable: BTreeMap<&str, &Value> = BTreeMap::new();
+    for event in evidence.events {
+        match &event.kind {
+            EventKind::Commit { scope, key, value, .. } if *scope == layout.turn_scope => {
+                durable.insert(key.as_str(), value);
+            }
+            EventKind::Rpc { name, outcome, .. } if outcome["outcome"] == "ok" => {
+                let Some((session, turn, status)) = claimed_status(&outcome["result"]) else { continue };
+                let Some(record) = durable.get(session).filter(|r| layout.turn_id(r) == turn) else { continue };
+                let stored = layout.status(record);
+                let unconfirmed = outcome["result"]["finalized"] == Value::Bool(false);
+                let claims_terminal = layout.terminal_statuses.iter().any(|s| s == status);
+                let lie = if status == "running" {
+                    layout.is_terminal(record)
+                } else if claims_terminal && !unconfirmed {
+                    stored != status
+                } else {
+                    false
+                };
+                if lie {
+                    violations.push(violation(
+                        Oracle::TruthfulReply,
+                        format!(
+                            "reply `{name}` at {} ms says turn {turn} is `{status}`, while the store held it `{stored}`",
+                            event.at_ms
+                        ),
+                    ));
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+fn calls_closed(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
+    let layout = evidence.layout;
+    for (scope, key, record) in evidence.store.records() {
+        if scope != layout.turn_scope || !layout.is_terminal(record) {
+            continue;
+        }
+        for (action_id, entry) in layout.actions(record) {
+            if layout.classify(entry) != ActionClass::Complete {
+                violations.push(violation(
+                    Oracle::CallsClosed,
+                    format!(
+                        "turn {key}/{} is `{}` while its action `{action_id}` is still `{}`",
+                        layout.turn_id(record),
+                        layout.status(record),
+                        layout.action_status(entry)
+                    ),
+                ));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

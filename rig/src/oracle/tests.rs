@@ -1,0 +1,292 @@
+//! Each oracle on synthetic traces: quiet on what a correct harness leaves behind, firing on the
+//! known-bad shape it exists to catch.
+
+use super::*;
+use serde_json::json;
+
+fn event(at_ms: u64, kind: EventKind) -> Event {
+    Event { at_ms, host: "test".into(), kind }
+}
+
+fn call_from(at_ms: u64, caller: &str, function: &str, payload: Value) -> Event {
+    event(
+        at_ms,
+        EventKind::Call {
+            service: "tickets".into(),
+            function: function.into(),
+            payload,
+            caller: Some(caller.into()),
+            invocation_id: Some(format!("i{at_ms}")),
+        },
+    )
+}
+
+fn effect_from(at_ms: u64, by: &str, invocation: &str, token: Option<u64>, accepted: bool, reason: &str) -> Event {
+    event(
+        at_ms,
+        EventKind::Effect {
+            effect: "ticket.create".into(),
+            action: "a1".into(),
+            idempotency_key: Some("k1".into()),
+            token,
+            domain: token.map(|_| "harness_owner/s1".to_string()),
+            accepted,
+            reason: reason.into(),
+            by: Some(by.into()),
+            invocation_id: Some(invocation.into()),
+        },
+    )
+}
+
+/// A create request by `by` at `at_ms`, and the ledger line it produced.
+fn send(at_ms: u64, by: &str, accepted: bool, reason: &str) -> [Event; 2] {
+    let payload = json!({"action_id": "a1", "idempotency_key": "k1", "client_reference": "a1"});
+    [
+        call_from(at_ms, by, "ticket::create", payload),
+        effect_from(at_ms, by, &format!("i{at_ms}"), None, accepted, reason),
+    ]
+}
+
+fn ask(at_ms: u64, by: &str, function: &str) -> Event {
+    let payload = match function {
+        "ticket::status" => json!({"idempotency_key": "k1"}),
+        _ => json!({"client_reference": "a1"}),
+    };
+    call_from(at_ms, by, function, payload)
+}
+
+fn lease(at_ms: u64, owner: &str, token: u64) -> Event {
+    event(at_ms, EventKind::Lease { domain: "harness_owner/s1".into(), owner: owner.into(), token, expires_at_ms: 0 })
+}
+
+fn commit(at_ms: u64, value: Value) -> Event {
+    event(at_ms, EventKind::Commit { scope: "harness_turn".into(), key: "s1".into(), value, version: at_ms })
+}
+
+fn rpc(at_ms: u64, result: Value) -> Event {
+    event(
+        at_ms,
+        EventKind::Rpc {
+            name: "turn".into(),
+            function: "harness::turn".into(),
+            outcome: json!({"outcome": "ok", "result": result}),
+        },
+    )
+}
+
+fn judge(events: &[Event], store: &StateStore) -> Vec<Oracle> {
+    let layout = RecordLayout::default();
+    let evidence = Evidence {
+        events,
+        store,
+        layout: &layout,
+        dead_letters: Vec::new(),
+        healed_at_ms: 0,
+        ended_at_ms: 10,
+        quiescent: true,
+        effects_per_action_max: 1,
+    };
+    let fired: BTreeSet<Oracle> = check(&evidence).into_iter().map(|v| v.oracle).collect();
+    fired.into_iter().collect()
+}
+
+fn fired(events: &[Event]) -> Vec<Oracle> {
+    // Every action the events send is durably recorded complete, so `ledger` stays out of the way.
+    let recorded = commit(0, json!({"turn_id": "t1", "status": "running", "calls": {"a1": {"status": "complete"}}}));
+    let events: Vec<Event> = std::iter::once(recorded).chain(events.iter().cloned()).collect();
+    judge(&events, &StateStore::new())
+}
+
+fn flat(groups: &[&[Event]]) -> Vec<Event> {
+    groups.iter().flat_map(|g| g.iter().cloned()).collect()
+}
+
+#[test]
+fn effects_counts_accepted_effects_per_action() {
+    assert!(fired(&send(1, "harness", true, "created")).is_empty());
+    let duplicate_refused = flat(&[
+        &send(1, "harness", true, "created"),
+        &[ask(2, "harness", "ticket::status")],
+        &send(3, "harness", false, "duplicate key"),
+    ]);
+    assert!(fired(&duplicate_refused).is_empty());
+    let twice = flat(&[
+        &send(1, "harness", true, "created"),
+        &[ask(2, "harness", "ticket::lookup")],
+        &send(3, "harness", true, "created"),
+    ]);
+    assert_eq!(fired(&twice), vec![Oracle::Effects]);
+}
+
+#[test]
+fn fencing_catches_an_accepted_stale_token_only() {
+    let with_token = |token, accepted, reason| {
+        flat(&[&[lease(0, "a", 1), lease(5, "b", 2)], &[effect_from(6, "a", "i6", Some(token), accepted, reason)]])
+    };
+    assert!(fired(&with_token(1, false, "stale token")).is_empty());
+    assert!(fired(&with_token(2, true, "created")).is_empty());
+    assert_eq!(fired(&with_token(1, true, "created")), vec![Oracle::Fencing]);
+    let stale_write = [
+        lease(0, "a", 1),
+        lease(5, "b", 2),
+        event(
+            6,
+            EventKind::Fenced {
+                scope: "t".into(),
+                key: "s1".into(),
+                domain: "harness_owner/s1".into(),
+                token: 1,
+                accepted: true,
+            },
+        ),
+    ];
+    assert_eq!(fired(&stale_write), vec![Oracle::Fencing]);
+}
+
+#[test]
+fn blind_replay_needs_the_sender_itself_to_ask_between_sends() {
+    let reconciled = flat(&[
+        &send(1, "harness", true, "created"),
+        &[ask(2, "harness", "ticket::status")],
+        &send(3, "harness", false, "duplicate key"),
+    ]);
+    assert!(fired(&reconciled).is_empty());
+    let blind = flat(&[&send(1, "harness", true, "created"), &send(3, "harness", false, "duplicate key")]);
+    assert_eq!(fired(&blind), vec![Oracle::BlindReplay]);
+    // A check for some other key does not reconcile this action.
+    let wrong_key = flat(&[
+        &send(1, "harness", true, "created"),
+        &[call_from(2, "harness", "ticket::status", json!({"idempotency_key": "k2"}))],
+        &send(3, "harness", false, "duplicate key"),
+    ]);
+    assert_eq!(fired(&wrong_key), vec![Oracle::BlindReplay]);
+    // An operator's lookup does not excuse the replacement's re-send.
+    let someone_else_asked = flat(&[
+        &send(1, "harness", true, "created"),
+        &[ask(2, "driver", "ticket::lookup")],
+        &send(3, "replacement", false, "duplicate key"),
+    ]);
+    assert_eq!(fired(&someone_else_asked), vec![Oracle::BlindReplay]);
+    // Asking before taking ownership does not count: ownership may have changed hands since.
+    let asked_then_took_over = flat(&[
+        &send(1, "harness", true, "created"),
+        &[ask(2, "replacement", "ticket::lookup"), lease(3, "replacement", 2)],
+        &send(4, "replacement", false, "duplicate key"),
+    ]);
+    assert_eq!(fired(&asked_then_took_over), vec![Oracle::BlindReplay]);
+    let took_over_then_asked = flat(&[
+        &send(1, "harness", true, "created"),
+        &[lease(2, "replacement", 2), ask(3, "replacement", "ticket::lookup")],
+        &send(4, "replacement", false, "duplicate key"),
+    ]);
+    assert!(fired(&took_over_then_asked).is_empty());
+    // A stale worker's refused request is fencing's business.
+    let fenced = flat(&[
+        &send(1, "harness", true, "created"),
+        &[effect_from(3, "harness", "i3", Some(1), false, "stale token")],
+    ]);
+    assert!(fired(&fenced).is_empty());
+    // The network repeating one request (same invocation id) is not the worker re-sending.
+    let [call, effect] = send(1, "harness", true, "created");
+    let duplicated_on_the_wire =
+        [call.clone(), effect, call, effect_from(1, "harness", "i1", None, false, "duplicate key")];
+    assert!(fired(&duplicated_on_the_wire).is_empty());
+}
+
+#[test]
+fn monotonic_catches_a_terminal_turn_going_back_to_running() {
+    let turn = |at_ms, turn: &str, status: &str| commit(at_ms, json!({"turn_id": turn, "status": status}));
+    assert!(judge(&[turn(1, "t1", "running"), turn(2, "t1", "failed"), turn(3, "t2", "running")], &StateStore::new())
+        .is_empty());
+    assert_eq!(
+        judge(&[turn(1, "t1", "failed"), turn(2, "t1", "running")], &StateStore::new()),
+        vec![Oracle::Monotonic]
+    );
+}
+
+fn store_with(scope: &str, key: &str, record: Value) -> StateStore {
+    let mut store = StateStore::new();
+    store.seed(scope, key, record);
+    store
+}
+
+#[test]
+fn liveness_accepts_terminal_and_reasoned_holds_only() {
+    let judge_turn = |record: Value| judge(&[], &store_with("harness_turn", "s1", record));
+    assert!(judge_turn(json!({"turn_id": "t1", "status": "completed"})).is_empty());
+    assert!(judge_turn(json!({"turn_id": "t1", "status": "held", "held_reason": "enqueue exhausted"})).is_empty());
+    assert_eq!(judge_turn(json!({"turn_id": "t1", "status": "held"})), vec![Oracle::Liveness]);
+    assert_eq!(judge_turn(json!({"turn_id": "t1", "status": "running"})), vec![Oracle::Liveness]);
+}
+
+#[test]
+fn stranded_catches_input_never_admitted_and_dead_letters_nobody_took() {
+    let input = store_with("harness_queue", "s1:q1", json!({"session_id": "s1", "message": {}}));
+    assert_eq!(judge(&[], &input), vec![Oracle::Stranded]);
+    let layout = RecordLayout::default();
+    let data = json!({"session_id": "s1"});
+    let store = StateStore::new();
+    let evidence = Evidence {
+        events: &[],
+        store: &store,
+        layout: &layout,
+        dead_letters: vec![("harness-turn", "m1", &data)],
+        healed_at_ms: 0,
+        ended_at_ms: 0,
+        quiescent: true,
+        effects_per_action_max: 1,
+    };
+    assert_eq!(check(&evidence).iter().map(|v| v.oracle).collect::<Vec<_>>(), vec![Oracle::Stranded]);
+}
+
+#[test]
+fn ledger_catches_an_accepted_action_recorded_failed_or_never_recorded() {
+    let recorded =
+        |status: &str| commit(0, json!({"turn_id": "t1", "status": "running", "calls": {"a1": {"status": status}}}));
+    let [call, effect] = send(1, "harness", true, "created");
+    assert!(judge(&[recorded("started"), call.clone(), effect.clone(), recorded("complete")], &StateStore::new())
+        .is_empty());
+    assert_eq!(
+        judge(&[recorded("started"), call.clone(), effect.clone(), recorded("failed")], &StateStore::new()),
+        vec![Oracle::Ledger]
+    );
+    assert_eq!(judge(&[call, effect], &StateStore::new()), vec![Oracle::Ledger], "no intent was ever recorded");
+}
+
+#[test]
+fn truthful_reply_catches_a_reply_that_contradicts_the_store() {
+    let failed = commit(1, json!({"turn_id": "t1", "status": "failed"}));
+    let reply = |status: &str, extra: Value| {
+        let mut result = json!({"session_id": "s1", "turn_id": "t1", "status": status});
+        result.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        rpc(2, result)
+    };
+    let none = StateStore::new();
+    // The released binary's lie: durable `failed`, reply `running, skipped`.
+    assert_eq!(
+        judge(&[failed.clone(), reply("running", json!({"skipped": true}))], &none),
+        vec![Oracle::TruthfulReply]
+    );
+    assert!(judge(&[failed.clone(), reply("failed", json!({}))], &none).is_empty());
+    let running = commit(1, json!({"turn_id": "t1", "status": "running"}));
+    assert_eq!(judge(&[running.clone(), reply("completed", json!({}))], &none), vec![Oracle::TruthfulReply]);
+    assert!(
+        judge(&[running, reply("completed", json!({"finalized": false}))], &none).is_empty(),
+        "an admitted unknown"
+    );
+}
+
+#[test]
+fn calls_closed_catches_a_finished_turn_with_an_unsettled_action() {
+    let finished = |status: &str| {
+        store_with(
+            "harness_turn",
+            "s1",
+            json!({"turn_id": "t1", "status": "failed", "calls": {"a1": {"status": status}}}),
+        )
+    };
+    assert!(judge(&[], &finished("complete")).is_empty());
+    assert!(judge(&[], &finished("failed")).is_empty());
+    assert_eq!(judge(&[], &finished("started")), vec![Oracle::CallsClosed]);
+    assert_eq!(judge(&[], &finished("unknown")), vec![Oracle::CallsClosed]);
+}

@@ -1,0 +1,153 @@
+use super::*;
+
+fn parse(source: &str) -> Result<Scenario, ScenarioError> {
+    Scenario::parse(Path::new("bad.toml"), source)
+}
+
+/// The error for `source`, which must not load.
+fn error(source: &str) -> ScenarioError {
+    parse(source).expect_err("the scenario must not load")
+}
+
+const TURN: &str =
+    "[[step]]\ninvoke = { function = \"harness::turn\", payload = { session_id = \"s1\" }, name = \"turn\" }\n";
+
+#[test]
+fn unknown_keys_name_line_and_column() {
+    let error = error("[world]\nsession_timeout_ms = 300\nbogus = 1\n[policy.reference]\n");
+    assert_eq!((error.line, error.column), (3, 1), "{error}");
+    assert!(error.message.contains("bogus"), "{error}");
+}
+
+#[test]
+fn wrong_types_are_errors() {
+    let error = error("[world]\nsession_timeout_ms = \"soon\"\n[policy.reference]\n");
+    assert_eq!(error.line, 2, "{error}");
+}
+
+#[test]
+fn unknown_functions_hosts_policies_and_oracles_are_errors_with_a_suggestion() {
+    let cut = "[[cut]]\nfunction = \"state::sett\"\naction = \"timeout\"\n[policy.reference]\n";
+    let e = error(cut);
+    assert_eq!((e.line, e.column), (2, 12), "{e}");
+    assert!(e.message.contains("did you mean `state::set`"), "{e}");
+    let crash = "[[step]]\ncrash = \"stor\"\n[policy.reference]\n";
+    let e = error(crash);
+    assert_eq!(e.line, 2);
+    assert!(e.message.contains("did you mean `store`"), "{e}");
+    assert!(error("[policy.sloppy]\n").message.contains("unknown policy `sloppy`"));
+    let e = error("[policy.swallow]\nviolations = [\"liveliness\"]\n");
+    assert!(e.message.contains("unknown oracle `liveliness`") && e.message.contains("did you mean `liveness`"), "{e}");
+    assert_eq!((e.line, e.column), (2, 15), "{e}");
+}
+
+#[test]
+fn a_scenario_needs_a_policy() {
+    assert!(error("[world]\n").message.contains("policy"));
+}
+
+#[test]
+fn typos_in_expectations_are_errors() {
+    let calls = format!("{TURN}[expect]\ncalls = {{ \"session::mesages\" = 1 }}\n[policy.reference]\n");
+    let e = error(&calls);
+    assert!(e.message.contains("did you mean `session::messages`"), "{e}");
+    assert_eq!(e.line, 4, "{e}");
+    let effects =
+        format!("{TURN}[world.tickets]\n[expect]\neffects = {{ \"ticket.creat\" = 1 }}\n[policy.reference]\n");
+    let e = error(&effects);
+    assert!(e.message.contains("unknown effect kind `ticket.creat`"), "{e}");
+    let no_service = format!("{TURN}[expect]\neffects = {{ \"ticket.create\" = 1 }}\n[policy.reference]\n");
+    assert!(error(&no_service).message.contains("none in this world"), "no ticket service, no ticket effects");
+    let rpc = format!("{TURN}[expect]\nrpc.trun = {{ outcome = \"ok\" }}\n[policy.reference]\n");
+    let e = error(&rpc);
+    assert!(e.message.contains("did you mean `turn`"), "{e}");
+    let before = format!(
+        "{TURN}[expect]\nevents = [{{ match = {{ kind = \"call\" }}, count = 1, before_rpc = \"tur\" }}]\n[policy.reference]\n"
+    );
+    assert!(error(&before).message.contains("did you mean `turn`"));
+    let awaited = "[[step]]\nawait = { name = \"turn\" }\n[policy.reference]\n";
+    assert!(error(awaited).message.contains("earlier `invoke`"));
+}
+
+#[test]
+fn nonsense_world_settings_are_errors() {
+    let model = "[[world.model]]\ntxt = \"hi\"\n[policy.reference]\n";
+    let e = error(model);
+    assert!(e.message.contains("txt"), "{e}");
+    assert_eq!(e.line, 2, "{e}");
+    assert!(error("[world]\nlatency_ms_min = 5\nlatency_ms_max = 2\n[policy.reference]\n")
+        .message
+        .contains("min <= max"));
+    assert_eq!(error("[world]\ntick_ms = 0\n[policy.reference]\n").line, 2);
+    let nth = "[[step]]\nwait_until = { match = { kind = \"call\" }, nth = 0, within_ms = 10 }\n[policy.reference]\n";
+    assert!(error(nth).message.contains("counts from 1"));
+    let dead_letter = "[world.queue.q]\ndead_letter_function = \"harness::dead-leter\"\n[policy.reference]\n";
+    assert!(error(dead_letter).message.contains("did you mean `harness::dead-letter`"));
+}
+
+#[test]
+fn a_partition_must_cut_a_link() {
+    let between_workers = "[[step]]\npartition = [\"store\", \"session\"]\n[policy.reference]\n";
+    let e = error(between_workers);
+    assert_eq!(e.line, 2, "{e}");
+    assert!(e.message.contains("no network link joins `store` and `session`"), "{e}");
+    let behind_proxy =
+        "[proxy]\nworker = \"harness\"\n[[step]]\nhold = [\"harness\", \"engine\"]\n[policy.reference]\n";
+    assert!(error(behind_proxy).message.contains("[\"harness\", \"proxy\"]"), "the proxy's links are listed");
+    assert!(parse("[[step]]\npartition = [\"harness\", \"engine\"]\n[policy.reference]\n").is_ok());
+}
+
+#[test]
+fn conditions_take_comparisons() {
+    let source = format!(
+        "{TURN}[expect]\nevents = [{{ match = {{ kind = \"note\", at_ms = {{ ge = 10, lt = 20 }} }}, count_max = 1 }}]\n[policy.reference]\n"
+    );
+    let scenario = parse(&source).unwrap();
+    let Expectation::Events(events) = &scenario.runs[0].expectations[0] else { panic!("an events expectation") };
+    assert_eq!(events.count_max, Some(1));
+    assert!(events.conditions.iter().any(|c| c.to_string() == "at_ms >= 10 and < 20"));
+    let e = error(&source.replace("ge = 10", "one_off = [10]"));
+    assert!(e.message.contains("did you mean `one_of`"), "{e}");
+}
+
+#[test]
+fn a_valid_scenario_compiles_shared_and_policy_expectations() {
+    let source = r#"
+        [[cut]]
+        function = "state::set"
+        match = { scope = "harness_turn", "value.status" = "failed" }
+        action = "lost-ack"
+        count = 2
+        optional = true
+        [[step]]
+        invoke = { function = "harness::turn", payload = { session_id = "s1" }, name = "turn" }
+        [expect]
+        calls = { "session::messages" = 1 }
+        [policy.swallow]
+        violations = ["liveness"]
+        expect.rpc.turn = { "result.skipped" = true }
+    "#;
+    let scenario = parse(source).unwrap();
+    assert_eq!(scenario.cuts[0].trigger.count, Count::Times(2));
+    assert!(scenario.cuts[0].trigger.optional);
+    assert_eq!(scenario.runs[0].expectations.len(), 2);
+    assert!(scenario.runs[0].expected_violations.contains(&Oracle::Liveness));
+}
+
+#[test]
+fn proxy_rules_may_be_optional() {
+    let source = r#"
+        [proxy]
+        worker = "harness"
+        [[proxy.rule]]
+        action = "drop"
+        optional = true
+        match = { type = "invocationresult" }
+        [policy.reference]
+    "#;
+    let scenario = parse(source).unwrap();
+    let proxy = scenario.proxy.unwrap();
+    assert_eq!(proxy.optional, vec![true]);
+    let bad = source.replace("action = \"drop\"", "action = \"dorp\"");
+    assert!(parse(&bad).is_err());
+}
