@@ -11,6 +11,7 @@
 //! [`run_with`], or to [`scenario_tests!`] from your crate's `tests/`.
 
 mod bus;
+mod clock;
 mod condition;
 mod cut;
 mod expect;
@@ -21,12 +22,15 @@ mod queue;
 pub mod report;
 mod run;
 mod scenario;
+mod services;
 mod sim;
+mod streams;
 mod suggest;
 mod topology;
 mod trace;
 
 pub use bus::{Action, Answer, Bus, ErrorBody, Invocation, InvokeError, Provider};
+pub use clock::{within, Clock, Elapsed};
 pub use condition::{Condition, Test};
 pub use cut::{Interrupt, INTERRUPT_POINTS};
 pub use harness::{HarnessConfig, HarnessEnv, HarnessFactory, Policy, ProcessControl, ReferenceHarness};
@@ -34,6 +38,5 @@ pub use layout::{ActionClass, RecordLayout};
 pub use oracle::{Oracle, Violation};
 pub use run::{reference, run, run_with, ActionStatus, RunOutcome};
 pub use scenario::{PolicyRun, Scenario, ScenarioError};
-pub use sim::clock::{within, Clock, Elapsed};
 pub use topology::HARNESS_FUNCTIONS;
 pub use trace::{Event, EventKind, NoteSink, Trace};

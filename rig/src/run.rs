@@ -9,7 +9,7 @@ use crate::oracle::{self, Evidence, Oracle, Violation};
 use crate::queue::{QueueEnv, QueueWorker};
 use crate::scenario::{PolicyRun, Scenario, Step};
 use crate::sim::hosts::{self, ServiceHost};
-use crate::sim::world::{SharedDouble, World};
+use crate::sim::world::World;
 use crate::sim::{Runner, Stop, WaitEnd};
 use crate::topology::{self, Role, Topology};
 use crate::trace::{EventKind, Trace};
@@ -143,6 +143,7 @@ pub fn run_with(harness: &Arc<dyn HarnessFactory>, scenario: &Scenario, run: &Po
         store: &store,
         layout: &layout,
         dead_letters: queues.unresolved_dead_letters(),
+        effect_functions: scenario.world.services.effect_functions(),
         healed_at_ms,
         ended_at_ms,
         quiescent,
@@ -254,14 +255,7 @@ fn seeded_world(scenario: &Scenario, seed: u64) -> Rc<World> {
         session.seed_message(session_id, message.clone());
     }
     let store = Rc::new(RefCell::new(store));
-    let mut services: Vec<(String, SharedDouble)> = vec![
-        (topology::STORE.into(), Rc::clone(&store) as SharedDouble),
-        (topology::SESSION.into(), Rc::new(RefCell::new(session))),
-        (topology::MODEL.into(), Rc::new(RefCell::new(ScriptedModel::new(setup.model.iter().cloned())))),
-    ];
-    if let Some(tickets) = &setup.tickets {
-        services.push((topology::TICKETS.into(), Rc::new(RefCell::new(doubles::TicketService::new(tickets.clone())))));
-    }
+    let services = setup.services.build(Rc::clone(&store), session, ScriptedModel::new(setup.model.iter().cloned()));
     let world = World::new(
         seed,
         store,

@@ -4,8 +4,8 @@
 use super::engine::WORKERS_REGISTER;
 use super::protocol::{codes, Action, ErrorBody, Frame};
 use super::OUTBOX_CAPACITY;
-use crate::sim::clock::{within, Clock};
-use crate::sim::streams::uuid;
+use crate::clock::{within, Clock};
+use crate::streams::uuid;
 use futures_util::{SinkExt, StreamExt};
 use rand_chacha::ChaCha8Rng;
 use serde_json::{json, Value};

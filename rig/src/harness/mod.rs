@@ -10,9 +10,9 @@
 mod reference;
 
 use crate::bus::Provider;
+use crate::clock::Clock;
 use crate::cut::Interrupt;
 use crate::layout::RecordLayout;
-use crate::sim::clock::Clock;
 use crate::topology::HARNESS_FUNCTIONS;
 use crate::trace::NoteSink;
 use rand_chacha::ChaCha8Rng;
@@ -86,7 +86,7 @@ pub struct HarnessEnv {
 impl HarnessEnv {
     /// A fresh UUID from the worker's seeded stream.
     pub fn new_id(&self) -> String {
-        crate::sim::streams::uuid(&mut self.rng.borrow_mut())
+        crate::streams::uuid(&mut self.rng.borrow_mut())
     }
 
     /// Reports a decision for the trace.

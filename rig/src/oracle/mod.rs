@@ -6,8 +6,9 @@
 //! what it did. A new oracle is one variant, one function and one line in [`check`].
 
 use crate::layout::{ActionClass, RecordLayout};
+use crate::services::EffectFunctions;
 use crate::trace::{Event, EventKind};
-use doubles::{StateStore, TicketService};
+use doubles::StateStore;
 use serde::Serialize;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -86,6 +87,8 @@ pub struct Evidence<'a> {
     pub layout: &'a RecordLayout,
     /// Dead letters no handler took, as `(queue, message_id, data)`.
     pub dead_letters: Vec<(&'a str, &'a str, &'a Value)>,
+    /// How effect requests and reconciliations look on the wire, for this world's services.
+    pub effect_functions: EffectFunctions,
     /// When the final heal happened and how long turns had afterwards to settle.
     pub healed_at_ms: u64,
     pub ended_at_ms: u64,
@@ -187,12 +190,13 @@ fn blind_replay(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
     let mut owned_since: BTreeMap<&str, u64> = BTreeMap::new();
     let mut tokens_seen: BTreeSet<(&str, u64)> = BTreeSet::new();
     let text = |value: &Value, field: &str| value[field].as_str().map(str::to_string);
+    let functions = &evidence.effect_functions;
     for event in evidence.events {
         match &event.kind {
             EventKind::Lease { domain, owner, token, .. } if tokens_seen.insert((domain.as_str(), *token)) => {
                 owned_since.insert(owner.as_str(), event.at_ms);
             }
-            EventKind::Call { function, payload, .. } if function == TicketService::EFFECT_FUNCTION => {
+            EventKind::Call { function, payload, .. } if functions.effects.contains(function.as_str()) => {
                 if let Some(action) = text(payload, "action_id") {
                     let seen = actions.entry(action).or_default();
                     seen.keys.extend(text(payload, "idempotency_key"));
@@ -202,7 +206,7 @@ fn blind_replay(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
             // A reconciliation names the action by a key or a reference it was sent with before;
             // it counts for the worker that asked, at the moment it asked.
             EventKind::Call { function, payload, caller: Some(caller), .. }
-                if TicketService::RECONCILE_FUNCTIONS.iter().any(|(f, _)| f == function) =>
+                if functions.reconciliations.iter().any(|(f, _)| f == function) =>
             {
                 let key = text(payload, "idempotency_key");
                 let reference = text(payload, "client_reference");

@@ -74,6 +74,10 @@ fn rpc(at_ms: u64, result: Value) -> Event {
     )
 }
 
+fn tickets() -> crate::services::EffectFunctions {
+    crate::services::Services { tickets: Some(Default::default()) }.effect_functions()
+}
+
 fn judge(events: &[Event], store: &StateStore) -> Vec<Oracle> {
     let layout = RecordLayout::default();
     let evidence = Evidence {
@@ -81,6 +85,7 @@ fn judge(events: &[Event], store: &StateStore) -> Vec<Oracle> {
         store,
         layout: &layout,
         dead_letters: Vec::new(),
+        effect_functions: tickets(),
         healed_at_ms: 0,
         ended_at_ms: 10,
         quiescent: true,
@@ -231,6 +236,7 @@ fn stranded_catches_input_never_admitted_and_dead_letters_nobody_took() {
         store: &store,
         layout: &layout,
         dead_letters: vec![("harness-turn", "m1", &data)],
+        effect_functions: tickets(),
         healed_at_ms: 0,
         ended_at_ms: 0,
         quiescent: true,

@@ -8,7 +8,7 @@ mod state;
 pub use state::{DeadLetterNotice, Dispatch, QueueConfig, Queues, Retry};
 
 use crate::bus::{Answer, Bus, ErrorBody, Invocation, InvokeError, Provider, QUEUE_ENQUEUE};
-use crate::sim::clock::Clock;
+use crate::clock::Clock;
 use crate::trace::NoteSink;
 use serde_json::{json, Value};
 use std::cell::RefCell;

@@ -10,6 +10,7 @@ use crate::cut::{Count, Interrupt, ProcessCut, ServiceCut, ServiceFault, Trigger
 use crate::expect::{EventsExpectation, Expectation};
 use crate::harness::{HarnessConfig, Policy};
 use crate::oracle::Oracle;
+use crate::services::Services;
 use crate::sim::{DriverCall, NetworkConfig};
 use crate::suggest::did_you_mean;
 use crate::topology::{self, Plan, Role, Topology};
@@ -57,8 +58,8 @@ pub struct WorldSetup {
     pub model: Vec<Value>,
     /// Queues defined at start; when there are any, the world has a queue worker.
     pub queues: Vec<(String, crate::queue::QueueConfig)>,
-    /// The ticket service, when the world has one.
-    pub tickets: Option<doubles::TicketConfig>,
+    /// The optional services, with their settings.
+    pub services: Services,
     /// Whether a second harness worker, `replacement`, runs beside `harness`.
     pub replacement: bool,
 }
@@ -67,29 +68,13 @@ impl WorldSetup {
     /// The hosts of this world with the reference harness's functions; a run builds its own
     /// plan with its harness's functions ([`Self::plan`]).
     pub fn plan(&self, harness_functions: Vec<String>, proxy_worker: Option<String>) -> Plan {
-        let mut services = vec![
-            (topology::STORE.to_string(), names(doubles::StateStore::FUNCTIONS)),
-            (topology::SESSION.to_string(), names(doubles::SessionService::FUNCTIONS)),
-            (topology::MODEL.to_string(), names(doubles::ScriptedModel::FUNCTIONS)),
-        ];
-        if self.tickets.is_some() {
-            services.push((topology::TICKETS.to_string(), names(doubles::TicketService::FUNCTIONS)));
-        }
+        let services = self.services.hosts();
         let mut harness_workers = vec![topology::HARNESS.to_string()];
         if self.replacement {
             harness_workers.push(topology::REPLACEMENT.to_string());
         }
         Plan { services, queue: !self.queues.is_empty(), harness_workers, harness_functions, proxy_worker }
     }
-
-    /// The kinds of external effect this world's services can produce.
-    pub fn effect_kinds(&self) -> BTreeSet<&'static str> {
-        self.tickets.iter().map(|_| doubles::TicketService::EFFECT_KIND).collect()
-    }
-}
-
-fn names(functions: &[&str]) -> Vec<String> {
-    functions.iter().map(|f| f.to_string()).collect()
 }
 
 /// One step of the script.
@@ -151,7 +136,7 @@ impl Vocabulary {
             .filter(|h| h.role == Role::Service)
             .flat_map(|h| h.functions.iter().cloned())
             .collect();
-        Self { topology, functions, service_functions, effect_kinds: world.effect_kinds() }
+        Self { topology, functions, service_functions, effect_kinds: world.services.effect_kinds() }
     }
 }
 
@@ -301,7 +286,7 @@ fn world_setup(at: &Locator, spec: WorldSpec) -> Result<WorldSetup, ScenarioErro
         messages: spec.messages.into_iter().map(|m| (m.session_id, m.message)).collect(),
         model,
         queues: spec.queue.into_iter().collect(),
-        tickets: spec.tickets,
+        services: Services { tickets: spec.tickets },
         replacement: spec.replacement,
     })
 }

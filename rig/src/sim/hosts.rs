@@ -1,9 +1,10 @@
 //! The software of each simulated host: the engine, the drop-proxy, a double behind its cuts,
 //! and the connection loop every worker runs.
 
-use super::world::{SharedDouble, World};
+use super::world::World;
 use crate::bus::{websocket, Answer, Bus, Connection, Engine, ErrorBody, Invocation, Provider};
 use crate::cut::ServiceFault;
+use crate::services::SharedDouble;
 use crate::topology::{ENGINE, PROXY};
 use crate::trace::EventKind;
 use doubles::Call;

@@ -4,10 +4,8 @@
 //! a wall-clock epoch), hosts are added here, and the [`Runner`] steps the simulation, fires the
 //! facade clock's timers, and warps the clock across quiescent stretches.
 
-pub mod clock;
 mod driver;
 pub mod hosts;
-pub mod streams;
 pub mod world;
 
 pub use driver::DriverCall;

@@ -1,14 +1,15 @@
 //! The state a run shares across its hosts and its runner: the clock, the trace, the cuts, the
 //! doubles (durable, so they outlive any host crash), the network links and the seeded streams.
 
-use super::clock::Clock;
-use super::streams::component_stream;
 use crate::bus::{BusObserver, Frame, FrameDirection};
+use crate::clock::Clock;
 use crate::cut::{CutTable, Interrupt, ProcessCutTable};
 use crate::harness::ProcessControl;
 use crate::queue::Queues;
+use crate::services::SharedDouble;
+use crate::streams::component_stream;
 use crate::trace::{Event, EventKind, Trace};
-use doubles::{Double, Observation, StateStore};
+use doubles::{Observation, StateStore};
 use proxy::SharedRules;
 use rand_chacha::ChaCha8Rng;
 use serde_json::Value;
@@ -16,9 +17,6 @@ use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::rc::{Rc, Weak};
 use tokio::sync::Notify;
-
-/// A double as the world holds it: shared, because it outlives every host that serves it.
-pub type SharedDouble = Rc<RefCell<dyn Double>>;
 
 /// How many invocation ids the world remembers the caller of; older ones are forgotten first.
 const CALLERS_MAX: usize = 65_536;
