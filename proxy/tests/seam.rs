@@ -235,3 +235,60 @@ fn frames_sent_before_a_peer_vanishes_are_still_delivered() {
         assert_eq!(got, ["frame 0", "frame 1", "frame 2"]);
     });
 }
+
+/// Sends `frames` from the client through a relay with `rules`; returns what the server read,
+/// with the fake clock at each arrival. The client then closes.
+async fn arrivals(rules: &[&str], frames: Vec<Message>, expected: usize) -> Vec<(Message, u64)> {
+    let rules = RuleSet::with_rules(0, rules.iter().map(|r| Rule::parse(r).unwrap())).unwrap();
+    let env = FakeEnv::default();
+    let (mut client, proxy_client, proxy_upstream, mut server) = wired().await;
+    for frame in frames {
+        client.feed(frame).await.unwrap();
+    }
+    client.flush().await.unwrap();
+    let relay = relay(proxy_client, proxy_upstream, Rc::new(RefCell::new(rules)), 1, &env);
+    let receive = async {
+        let mut got = Vec::new();
+        while got.len() < expected {
+            match server.next().await {
+                Some(Ok(message)) => got.push((message, env.now_us())),
+                _ => break,
+            }
+        }
+        client.close(None).await.unwrap();
+        // Let the client read the close reply (and the pong) while the relay finishes.
+        while client.next().await.is_some() {}
+        got
+    };
+    let (_, got) = futures_util::future::join(relay, receive).await;
+    got
+}
+
+#[test]
+fn each_delayed_frame_is_held_for_its_own_delay_in_order() {
+    let runtime = tokio::runtime::Builder::new_current_thread().build().expect("a runtime without timers");
+    runtime.block_on(async {
+        let frames: Vec<Message> = (0..10).map(|i| Message::text(format!(r#"{{"type":"slow","i":{i}}}"#))).collect();
+        let got = arrivals(&["delay=200 always up type=slow"], frames.clone(), 10).await;
+        let texts: Vec<Message> = got.iter().map(|(m, _)| m.clone()).collect();
+        assert_eq!(texts, frames, "order kept");
+        let times: Vec<u64> = got.iter().map(|(_, t)| *t).collect();
+        assert_eq!(times, vec![200_000; 10], "ten frames read together are all released 200 ms later");
+    });
+}
+
+#[test]
+fn control_frames_pass_a_delayed_frame() {
+    let runtime = tokio::runtime::Builder::new_current_thread().build().expect("a runtime without timers");
+    runtime.block_on(async {
+        let slow = Message::text(r#"{"type":"slow"}"#);
+        let ping = Message::Ping(b"keepalive".to_vec().into());
+        let fast = Message::text("behind the slow one");
+        let got = arrivals(&["delay=5000 once up type=slow"], vec![slow.clone(), ping.clone(), fast.clone()], 3).await;
+        assert_eq!(
+            got,
+            [(ping, 0), (slow, 5_000_000), (fast, 5_000_000)],
+            "the ping goes on at once; the data frame behind the delayed one keeps its place"
+        );
+    });
+}
