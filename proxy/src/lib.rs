@@ -15,6 +15,7 @@
 mod admin;
 mod field;
 mod handshake;
+mod project;
 mod relay;
 mod rule;
 mod serve;
