@@ -15,20 +15,27 @@
 mod admin;
 mod field;
 mod handshake;
+mod log;
 mod project;
 mod relay;
 mod rule;
 mod serve;
+mod wire;
 
 pub use field::{all_match, lookup, value_text, FieldMatch, FieldMatchError};
 pub use handshake::{
-    accept_client, connect_upstream, handshake, read_client_hello, reject_client, upstream_request, ClientHello,
-    HandshakeError, UpstreamUrl, MAX_HEAD_BYTES,
+    accept_client, answer_hello, connect_upstream, handshake, read_client_hello, read_hello_or_reject, reject_client,
+    upstream_request, ClientHello, HandshakeError, UpstreamAnswer, UpstreamUrl, MAX_HEAD_BYTES,
 };
-pub use relay::{frame_json, frame_kind, relay, FrameRecord, ProxyEnv, RelayEnd, SharedRules, Side, CLOSE_GRACE_MS};
+pub use relay::{
+    frame_json, frame_kind, relay, FrameRecord, ProxyEnv, RelayEnd, SharedRules, Side, CLOSE_GRACE_MS, MAX_HELD_BYTES,
+};
+pub use wire::{CloseWitness, Wire};
 pub use rule::{
     load_rules_file, parse_rules_toml, Action, ActionKind, Count, Decision, Direction, Directions, FrameKind,
     KindFilter, MatchValue, Rule, RuleError, RuleHit, RuleSet, RuleStatus, MAX_CLOSE_REASON_BYTES, MAX_DELAY_MS,
     MAX_RULES,
 };
-pub use serve::{rules_from_args, run, serve, Proxy, ProxyArgs, ServeError};
+pub use serve::{
+    rules_from_args, run, serve, websocket_config, Proxy, ProxyArgs, ServeError, READ_BUFFER_BYTES, WRITE_BUFFER_BYTES,
+};

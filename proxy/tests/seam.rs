@@ -5,7 +5,7 @@
 //! frame record of two runs with the same seed must be identical.
 
 use futures_util::{SinkExt, StreamExt};
-use proxy::{handshake, relay, FrameRecord, ProxyEnv, RelayEnd, Rule, RuleSet, Side, UpstreamUrl};
+use proxy::{handshake, relay, FrameRecord, ProxyEnv, RelayEnd, Rule, RuleSet, Side, UpstreamUrl, Wire};
 use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::pin::Pin;
@@ -160,8 +160,8 @@ fn same_seed_same_record() {
 /// `(client, relay's client side, relay's upstream side, server)`.
 async fn wired() -> (
     tokio_tungstenite::WebSocketStream<tokio::io::DuplexStream>,
-    tokio_tungstenite::WebSocketStream<tokio::io::DuplexStream>,
-    tokio_tungstenite::WebSocketStream<tokio::io::DuplexStream>,
+    tokio_tungstenite::WebSocketStream<Wire<tokio::io::DuplexStream>>,
+    tokio_tungstenite::WebSocketStream<Wire<tokio::io::DuplexStream>>,
     tokio_tungstenite::WebSocketStream<tokio::io::DuplexStream>,
 ) {
     use tokio_tungstenite::tungstenite::protocol::Role;
@@ -170,8 +170,8 @@ async fn wired() -> (
     let (proxy_upstream_side, server_end) = duplex(64 * 1024);
     (
         WebSocketStream::from_raw_socket(client_end, Role::Client, None).await,
-        WebSocketStream::from_raw_socket(proxy_client_side, Role::Server, None).await,
-        WebSocketStream::from_raw_socket(proxy_upstream_side, Role::Client, None).await,
+        WebSocketStream::from_raw_socket(Wire::new(proxy_client_side, Vec::new()), Role::Server, None).await,
+        WebSocketStream::from_raw_socket(Wire::new(proxy_upstream_side, Vec::new()), Role::Client, None).await,
         WebSocketStream::from_raw_socket(server_end, Role::Server, None).await,
     )
 }
