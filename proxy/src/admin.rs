@@ -90,7 +90,9 @@ fn refuse_browsers(request: &httparse::Request<'_, '_>, hosts: &[String]) -> Res
     };
     match header("host") {
         Some(host) if hosts.iter().any(|own| own.eq_ignore_ascii_case(host.trim())) => {}
-        Some(host) => return Err(error(403, format!("Host `{host}` is not this admin endpoint ({})", hosts.join(" or ")))),
+        Some(host) => {
+            return Err(error(403, format!("Host `{host}` is not this admin endpoint ({})", hosts.join(" or "))))
+        }
         None => return Err(error(403, "a Host header naming this admin endpoint is required")),
     }
     if header("origin").is_some() {

@@ -195,9 +195,9 @@ fn origin_form(target: &str) -> Result<String, HandshakeError> {
     if target.starts_with('/') {
         return Ok(target.to_string());
     }
-    let absolute = ["ws://", "wss://", "http://", "https://"]
-        .iter()
-        .find_map(|scheme| target.get(..scheme.len()).filter(|s| s.eq_ignore_ascii_case(scheme)).map(|_| &target[scheme.len()..]));
+    let absolute = ["ws://", "wss://", "http://", "https://"].iter().find_map(|scheme| {
+        target.get(..scheme.len()).filter(|s| s.eq_ignore_ascii_case(scheme)).map(|_| &target[scheme.len()..])
+    });
     match absolute {
         Some(rest) => Ok(match rest.find(['/', '?']) {
             Some(i) if rest[i..].starts_with('?') => format!("/{}", &rest[i..]),

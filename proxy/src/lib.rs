@@ -30,7 +30,6 @@ pub use handshake::{
 pub use relay::{
     frame_json, frame_kind, relay, FrameRecord, ProxyEnv, RelayEnd, SharedRules, Side, CLOSE_GRACE_MS, MAX_HELD_BYTES,
 };
-pub use wire::{CloseWitness, Wire};
 pub use rule::{
     load_rules_file, parse_rules_toml, Action, ActionKind, Count, Decision, Direction, Directions, FrameKind,
     KindFilter, MatchValue, Rule, RuleError, RuleHit, RuleSet, RuleStatus, MAX_CLOSE_REASON_BYTES, MAX_DELAY_MS,
@@ -39,3 +38,4 @@ pub use rule::{
 pub use serve::{
     rules_from_args, run, serve, websocket_config, Proxy, ProxyArgs, ServeError, READ_BUFFER_BYTES, WRITE_BUFFER_BYTES,
 };
+pub use wire::{CloseWitness, Wire};

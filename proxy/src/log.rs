@@ -22,10 +22,13 @@ const HANDOFF_BYTES: usize = 64 * 1024;
 /// Buffers handed off but not yet written, at most, before the proxy waits for the disk.
 const BUFFERS_IN_FLIGHT: usize = 16;
 
+/// The way to the writing thread, and the thread (taken at shutdown).
+type Writer = (SyncSender<Vec<u8>>, JoinHandle<()>);
+
 /// The log: see the module documentation.
 pub(crate) struct Log {
     buffer: RefCell<Vec<u8>>,
-    writer: RefCell<Option<(SyncSender<Vec<u8>>, JoinHandle<()>)>>,
+    writer: RefCell<Option<Writer>>,
     payloads: bool,
     start: Instant,
 }

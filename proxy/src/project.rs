@@ -254,9 +254,23 @@ mod tests {
         });
         let text = frame.to_string();
         let conditions = [
-            "type=invocationresult", "esc=a\"b", "n=1.5", "i=-3", "t=true", "z=null", "s=null", "result.session_id=s1",
-            "result.list.0=10", "result.list.1.k=v", "result.list.1={\"k\":\"v\"}", "result.obj={\"a\":[1,2]}",
-            "result.obj.a.1=2", "missing=x", "type.deeper=x", "result.list.7=1", "result=x",
+            "type=invocationresult",
+            "esc=a\"b",
+            "n=1.5",
+            "i=-3",
+            "t=true",
+            "z=null",
+            "s=null",
+            "result.session_id=s1",
+            "result.list.0=10",
+            "result.list.1.k=v",
+            "result.list.1={\"k\":\"v\"}",
+            "result.obj={\"a\":[1,2]}",
+            "result.obj.a.1=2",
+            "missing=x",
+            "type.deeper=x",
+            "result.list.7=1",
+            "result=x",
         ];
         let mut projection = Projection::default();
         let matches: Vec<(FieldMatch, usize)> = conditions

@@ -16,7 +16,7 @@ use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio_tungstenite::tungstenite::error::ProtocolError;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
@@ -228,13 +228,17 @@ async fn drain<S: AsyncRead + AsyncWrite + Unpin>(socket: &Socket<S>) {
 /// lose the close frame.
 async fn refuse<S: AsyncRead + AsyncWrite + Unpin>(socket: &Socket<S>, code: u16, reason: &str) {
     let _ = send(socket, close_message(code, reason)).await;
-    let mut socket = socket.borrow_mut();
-    let raw = socket.get_mut();
-    let _ = raw.shutdown().await;
+    // Each borrow lasts one poll, as everywhere in the relay.
+    let _ = poll_fn(|cx| Pin::new(socket.borrow_mut().get_mut()).poll_shutdown(cx)).await;
     let mut sink = [0u8; 4096];
-    while let Ok(n) = raw.read(&mut sink).await {
-        if n == 0 {
-            break;
+    loop {
+        let read = poll_fn(|cx| {
+            let mut buffer = ReadBuf::new(&mut sink);
+            Pin::new(socket.borrow_mut().get_mut()).poll_read(cx, &mut buffer).map_ok(|()| buffer.filled().len())
+        })
+        .await;
+        if !matches!(read, Ok(n) if n > 0) {
+            return;
         }
     }
 }
@@ -381,7 +385,11 @@ where
             // Frames already buffered are written without a flush in between, and the
             // destination is flushed once the source has nothing ready: batching under load,
             // no added latency when idle.
-            let ready = if room { poll_fn(|cx| Pin::new(&mut *self.source.borrow_mut()).poll_next(cx)).now_or_never() } else { None };
+            let ready = if room {
+                poll_fn(|cx| Pin::new(&mut *self.source.borrow_mut()).poll_next(cx)).now_or_never()
+            } else {
+                None
+            };
             let next = match ready {
                 Some(next) => next,
                 None => {

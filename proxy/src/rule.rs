@@ -407,10 +407,14 @@ impl Rule {
                 "binary" => set(&mut kind, KindFilter::Binary, "frame kind", text)?,
                 _ => {
                     // `times=N`, or a bare `N` as in the TOML form's `count = N`.
-                    let times = word.strip_prefix("times=").or(word.bytes().all(|b| b.is_ascii_digit()).then_some(word));
+                    let times =
+                        word.strip_prefix("times=").or(word.bytes().all(|b| b.is_ascii_digit()).then_some(word));
                     if let Some(n) = times {
                         let n = n.parse::<u64>().ok().filter(|n| *n > 0).ok_or_else(|| {
-                            invalid(text, format!("bad count `{word}`, expected times=N or N with N a positive integer"))
+                            invalid(
+                                text,
+                                format!("bad count `{word}`, expected times=N or N with N a positive integer"),
+                            )
                         })?;
                         set(&mut count, Count::Times(n), "count", text)?;
                     } else if let Some(p) = word.strip_prefix("p=") {
@@ -663,8 +667,9 @@ pub fn parse_rules_toml(text: &str, origin: &str) -> Result<Vec<Rule>, RuleError
         format!("line {line}, column {column}: ")
     };
     let file_error = |message: String| RuleError::File { path: origin.to_string(), message };
-    let file: RulesFile = toml::from_str(text)
-        .map_err(|e| file_error(format!("{}{}", e.span().map(|span| at(span.start)).unwrap_or_default(), e.message())))?;
+    let file: RulesFile = toml::from_str(text).map_err(|e| {
+        file_error(format!("{}{}", e.span().map(|span| at(span.start)).unwrap_or_default(), e.message()))
+    })?;
     let mut names: BTreeMap<&str, usize> = BTreeMap::new();
     for (i, rule) in file.rule.iter().enumerate() {
         let start = rule.span().start;
@@ -1180,7 +1185,8 @@ kind = "binary"
 
     #[test]
     fn a_json_null_matches_only_null() {
-        let rule: Rule = serde_json::from_value(json!({"action": "drop", "count": "always", "match": {"next": null}})).unwrap();
+        let rule: Rule =
+            serde_json::from_value(json!({"action": "drop", "count": "always", "match": {"next": null}})).unwrap();
         let mut set = RuleSet::with_rules(0, [rule]).unwrap();
         assert_eq!(set.decide(Direction::Up, FrameKind::Text, Some(&json!({"next": null}))).action, Action::Drop);
         assert_eq!(set.decide(Direction::Up, FrameKind::Text, Some(&json!({"next": "null"}))), Decision::forward());

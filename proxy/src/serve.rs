@@ -452,14 +452,19 @@ impl Connection {
             }
             Err(_) => {
                 let error = format!("no complete request within {ms} ms");
-                let _ = tokio::time::timeout(Duration::from_secs(1), reject_client(&mut stream, 408, &format!("proxy: {error}"))).await;
+                let _ = tokio::time::timeout(
+                    Duration::from_secs(1),
+                    reject_client(&mut stream, 408, &format!("proxy: {error}")),
+                )
+                .await;
                 self.error("handshake_error", &error);
                 return None;
             }
         };
         if limits.connections.get() >= limits.max_connections {
             let message = format!("proxy: more than {} clients at once", limits.max_connections);
-            self.env.log(json!({"event": "rejected", "conn": self.conn, "peer": self.peer.to_string(), "error": message}));
+            self.env
+                .log(json!({"event": "rejected", "conn": self.conn, "peer": self.peer.to_string(), "error": message}));
             let _ = tokio::time::timeout(Duration::from_secs(1), reject_client(&mut stream, 503, &message)).await;
             return None;
         }

@@ -220,7 +220,8 @@ fn the_admin_api_refuses_requests_a_browser_could_send() {
     let (_, body) = admin(&addr, "GET", "/proxies/default/toxics", "");
     assert_eq!(body.trim(), "[]", "a refused request added a rule");
     // What curl sends to `localhost:PORT` is fine.
-    let (status, response) = http(&addr, &format!("{post}Host: localhost:{admin_port}\r\nUser-Agent: curl/8.5.0\r\n"), rule);
+    let (status, response) =
+        http(&addr, &format!("{post}Host: localhost:{admin_port}\r\nUser-Agent: curl/8.5.0\r\n"), rule);
     assert_eq!(status, 200, "{response}");
 }
 
@@ -257,7 +258,11 @@ fn the_upstream_s_handshake_headers_reach_the_client() {
     assert_eq!(header(&head, "set-cookie"), Some("session=abc; HttpOnly"), "{head}");
 
     for (response, name, value) in [
-        ("HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Bearer realm=\"rig\"", "www-authenticate", "Bearer realm=\"rig\""),
+        (
+            "HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Bearer realm=\"rig\"",
+            "www-authenticate",
+            "Bearer realm=\"rig\"",
+        ),
         ("HTTP/1.1 302 Found\r\nLocation: ws://elsewhere.example/bus", "location", "ws://elsewhere.example/bus"),
     ] {
         let (port, _seen) = fake_upstream(Answer::Refuse(response));
@@ -292,9 +297,8 @@ fn an_invalid_close_code_is_logged_as_it_arrived_and_the_proxy_closes_the_other_
     let (opcode, reply) = read_frame(&mut client).expect("a close frame back");
     assert_eq!((opcode, u16::from_be_bytes([reply[0], reply[1]])), (0x8, 1002));
     let upstream_close = loop {
-        match seen.recv_timeout(STARTUP_TIMEOUT).expect("the upstream got a close frame") {
-            Seen::Frame(0x8, payload) => break payload,
-            _ => {}
+        if let Seen::Frame(0x8, payload) = seen.recv_timeout(STARTUP_TIMEOUT).expect("the upstream got a close frame") {
+            break payload;
         }
     };
     assert_eq!(u16::from_be_bytes([upstream_close[0], upstream_close[1]]), 1002);
@@ -306,7 +310,10 @@ fn an_invalid_close_code_is_logged_as_it_arrived_and_the_proxy_closes_the_other_
     assert_eq!((close["close_code"].clone(), close["close_reason"].clone()), (999.into(), "bad".into()), "{close}");
     let end = lines.iter().find(|l| l["event"] == "end").unwrap();
     assert_eq!(end["end"], "invalid_close", "{end}");
-    assert_eq!((end["by"].clone(), end["received"].clone(), end["code"].clone()), ("client".into(), 999.into(), 1002.into()));
+    assert_eq!(
+        (end["by"].clone(), end["received"].clone(), end["code"].clone()),
+        ("client".into(), 999.into(), 1002.into())
+    );
 }
 
 /// User plus system CPU time of a process so far, in seconds (Linux `/proc`).

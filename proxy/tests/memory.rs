@@ -268,7 +268,8 @@ fn field_rules_do_not_build_a_json_tree_per_frame() {
     let frames = 200;
     let plain = allocations_relaying(&[], frames);
     // Ten rules with field conditions, none matching, so each frame is tried against all ten.
-    let rules: Vec<String> = (0..10).map(|i| format!("drop always up type=invocationresult result.step={}", 100 + i)).collect();
+    let rules: Vec<String> =
+        (0..10).map(|i| format!("drop always up type=invocationresult result.step={}", 100 + i)).collect();
     let with_rules = allocations_relaying(&rules, frames);
     let extra = (with_rules as f64 - plain as f64) / frames as f64;
     assert!(extra < 3.0, "ten field rules cost {extra:.1} allocations per frame ({plain} without, {with_rules} with)");

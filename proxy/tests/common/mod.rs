@@ -70,10 +70,7 @@ pub fn start_proxy_with(shell_prefix: &str, upstream: &str, extra: &[&str]) -> P
         command
     };
     static STARTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let stderr = temp_path(&format!(
-        "proxy-{}.stderr",
-        STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-    ));
+    let stderr = temp_path(&format!("proxy-{}.stderr", STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed)));
     let mut child = command
         .args(["--listen", "127.0.0.1:0", "--upstream", upstream])
         .args(extra)
