@@ -15,6 +15,9 @@ pub struct FieldMatch {
     expected: String,
     /// Set by a typed `null` (JSON's): only a `null` field matches, never the string `"null"`.
     only_null: bool,
+    /// The integer whose JSON text `expected` is, if it is one (`1`, `-3`; not `01` or `+1`),
+    /// so an integer field is compared without writing it out.
+    integer: Option<i128>,
 }
 
 /// Why a `PATH=VALUE` condition could not be read.
@@ -32,7 +35,9 @@ impl FieldMatch {
         if path.is_empty() || path.split('.').any(str::is_empty) {
             return Err(FieldMatchError::EmptySegment(path.to_string()));
         }
-        Ok(Self { path: path.split('.').map(str::to_string).collect(), expected: expected.into(), only_null: false })
+        let expected: String = expected.into();
+        let integer = expected.parse::<i128>().ok().filter(|n| n.to_string() == expected);
+        Ok(Self { path: path.split('.').map(str::to_string).collect(), expected, only_null: false, integer })
     }
 
     /// A condition that the field at `path` is JSON `null` (a string `"null"` does not match).
@@ -78,6 +83,8 @@ impl FieldMatch {
             Found::Null => self.expected == "null",
             _ if self.only_null => false,
             Found::Str(text) => *text == self.expected,
+            Found::Bool(b) => self.expected == if *b { "true" } else { "false" },
+            Found::Integer(n) => self.integer == Some(*n),
             Found::Other(text) => *text == self.expected,
         }
     }

@@ -2,9 +2,12 @@
 //!
 //! Building a `serde_json::Value` for every frame allocates every key and string of it, most
 //! of which no rule reads. Here the frame is walked once along the paths the rules name:
-//! those fields are kept (strings borrowed from the frame when they have no escapes), and
-//! everything else is skipped without being built (but still checked, so a frame that is not
-//! valid JSON has no fields, as before).
+//! those fields are kept (strings borrowed from the frame when they have no escapes), what
+//! lies between them is skipped without being built (but checked), and the walk stops as
+//! soon as every path has been found: the rest of the frame is not read at all. A frame that
+//! is not valid JSON up to that point has no fields; a path missing from the frame means the
+//! whole frame is read (and checked) before the answer is "missing". Where an object has a
+//! key twice, the first one counts.
 
 use crate::field::value_text;
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
@@ -19,7 +22,10 @@ pub(crate) enum Found<'a> {
     /// A JSON string, unescaped.
     Str(Cow<'a, str>),
     Null,
-    /// Any other value, as compact JSON text (`1`, `true`, `{"a":1}`).
+    Bool(bool),
+    /// An integer (kept as a number: no text is made for it).
+    Integer(i128),
+    /// Any other value, as compact JSON text (`1.5`, `{"a":1}`).
     Other(String),
 }
 
@@ -50,21 +56,43 @@ impl Projection {
         })
     }
 
-    /// The value at each path, by index; `None` for every path when `text` is not JSON.
+    /// The value at each path, by index; `None` when `text` is not JSON (as far as it is read).
     pub(crate) fn read<'a>(&self, text: &'a str) -> Option<Vec<Option<Found<'a>>>> {
-        let mut found: Vec<Option<Found<'a>>> = Vec::new();
-        found.resize_with(self.paths, || None);
+        let mut found = Fields { values: Vec::new(), missing: self.paths, stopped: false };
+        found.values.resize_with(self.paths, || None);
         let mut deserializer = serde_json::Deserializer::from_str(text);
-        NodeSeed { node: &self.root, found: &mut found }.deserialize(&mut deserializer).ok()?;
-        deserializer.end().ok()?;
-        Some(found)
+        match (NodeSeed { node: &self.root, found: &mut found }).deserialize(&mut deserializer) {
+            Ok(()) => deserializer.end().ok()?,
+            Err(_) if found.stopped => {}
+            Err(_) => return None,
+        }
+        Some(found.values)
+    }
+}
+
+/// The fields found so far, by path index, and how many paths are still missing.
+struct Fields<'a> {
+    values: Vec<Option<Found<'a>>>,
+    missing: usize,
+    /// Set when the walk was ended early on purpose: its error means "all found".
+    stopped: bool,
+}
+
+impl<'a> Fields<'a> {
+    /// Keeps the first value found for a path; `true` once every path has one.
+    fn set(&mut self, index: usize, value: Found<'a>) -> bool {
+        if self.values[index].is_none() {
+            self.values[index] = Some(value);
+            self.missing -= 1;
+        }
+        self.missing == 0
     }
 }
 
 /// Walks one value along a node of the tree.
 struct NodeSeed<'n, 'f, 'a> {
     node: &'n Node,
-    found: &'f mut Vec<Option<Found<'a>>>,
+    found: &'f mut Fields<'a>,
 }
 
 impl<'de> DeserializeSeed<'de> for NodeSeed<'_, '_, 'de> {
@@ -81,7 +109,11 @@ impl<'de> DeserializeSeed<'de> for NodeSeed<'_, '_, 'de> {
                     }
                 }
             }
-            self.found[index] = Some(found);
+            if self.found.set(index, found) {
+                // Ends the walk: nothing after this field is read.
+                self.found.stopped = true;
+                return Err(serde::de::Error::custom(""));
+            }
             Ok(())
         } else if self.node.children.is_empty() {
             deserializer.deserialize_ignored_any(IgnoredAny).map(|_| ())
@@ -92,7 +124,7 @@ impl<'de> DeserializeSeed<'de> for NodeSeed<'_, '_, 'de> {
 }
 
 /// Fills the paths under `node` from an already built value.
-fn fill_from_value<'a>(node: &Node, value: &Value, found: &mut [Option<Found<'a>>]) {
+fn fill_from_value(node: &Node, value: &Value, found: &mut Fields<'_>) {
     for (segment, child) in &node.children {
         let next = match value {
             Value::Object(map) => map.get(segment),
@@ -101,11 +133,17 @@ fn fill_from_value<'a>(node: &Node, value: &Value, found: &mut [Option<Found<'a>
         };
         let Some(next) = next else { continue };
         if let Some(index) = child.leaf {
-            found[index] = Some(match next {
+            let value = match next {
                 Value::String(text) => Found::Str(Cow::Owned(text.clone())),
                 Value::Null => Found::Null,
+                Value::Bool(b) => Found::Bool(*b),
+                Value::Number(n) => match n.as_i64().map(i128::from).or(n.as_u64().map(i128::from)) {
+                    Some(n) => Found::Integer(n),
+                    None => Found::Other(value_text(next)),
+                },
                 other => Found::Other(value_text(other)),
-            });
+            };
+            found.set(index, value);
         }
         fill_from_value(child, next, found);
     }
@@ -218,13 +256,13 @@ impl<'de> Visitor<'de> for LeafVisitor {
         Ok(Found::Null)
     }
     fn visit_bool<E>(self, v: bool) -> Result<Self::Value, E> {
-        Ok(Found::Other(v.to_string()))
+        Ok(Found::Bool(v))
     }
     fn visit_i64<E>(self, v: i64) -> Result<Self::Value, E> {
-        Ok(Found::Other(v.to_string()))
+        Ok(Found::Integer(v.into()))
     }
     fn visit_u64<E>(self, v: u64) -> Result<Self::Value, E> {
-        Ok(Found::Other(v.to_string()))
+        Ok(Found::Integer(v.into()))
     }
     fn visit_f64<E>(self, v: f64) -> Result<Self::Value, E> {
         Ok(Found::Other(value_text(&Value::from(v))))
@@ -286,7 +324,12 @@ mod tests {
             let projected = found[*index].as_ref().is_some_and(|f| condition.holds_for_found(f));
             assert_eq!(projected, condition.matches(&frame), "{condition}");
         }
-        assert!(projection.read("{\"type\": \"x\"").is_none(), "not JSON: no fields");
+        assert!(projection.read("{\"type\": \"x\", \"missing\"").is_none(), "not JSON: no fields");
         assert!(projection.read("{} trailing").is_none());
+        // Once every path is found, the rest is not read.
+        let mut one = Projection::default();
+        one.add(&["type".to_string()]);
+        let found = one.read("{\"type\": \"x\", \"then\": [not json").expect("read up to `type`");
+        assert_eq!(found[0], Some(Found::Str(Cow::Borrowed("x"))));
     }
 }
