@@ -461,6 +461,9 @@ pub async fn reject_client<S: AsyncWrite + Unpin>(stream: &mut S, status: u16, b
     write_response(stream, status, canonical_reason(status), &headers, format!("{body}\n").as_bytes()).await
 }
 
+/// What a successful handshake gives: the client's WebSocket, the upstream's, and the request.
+pub type Opened<C, U> = (WebSocketStream<Wire<C>>, WebSocketStream<Wire<U>>, ClientHello);
+
 /// Both handshakes for one client: reads its request, opens the upstream through `connect`,
 /// and answers the client with the upstream's outcome. On failure the client has already been
 /// answered (400 for a bad request, the upstream's own answer if it refused, 502 for an
@@ -471,7 +474,7 @@ pub async fn handshake<C, U, F, Fut>(
     key: [u8; 16],
     config: WebSocketConfig,
     connect: F,
-) -> Result<(WebSocketStream<Wire<C>>, WebSocketStream<Wire<U>>, ClientHello), HandshakeError>
+) -> Result<Opened<C, U>, HandshakeError>
 where
     C: AsyncRead + AsyncWrite + Unpin,
     U: AsyncRead + AsyncWrite + Unpin,
@@ -508,7 +511,7 @@ pub async fn answer_hello<C, U, F, Fut, D>(
     config: WebSocketConfig,
     connect: F,
     deadline: (D, u64),
-) -> Result<(WebSocketStream<Wire<C>>, WebSocketStream<Wire<U>>, ClientHello), HandshakeError>
+) -> Result<Opened<C, U>, HandshakeError>
 where
     C: AsyncRead + AsyncWrite + Unpin,
     U: AsyncRead + AsyncWrite + Unpin,

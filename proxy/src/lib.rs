@@ -25,7 +25,7 @@ mod wire;
 pub use field::{all_match, lookup, value_text, FieldMatch, FieldMatchError};
 pub use handshake::{
     accept_client, answer_hello, connect_upstream, handshake, read_client_hello, read_hello_or_reject, reject_client,
-    upstream_request, ClientHello, HandshakeError, UpstreamAnswer, UpstreamUrl, MAX_HEAD_BYTES,
+    upstream_request, ClientHello, HandshakeError, Opened, UpstreamAnswer, UpstreamUrl, MAX_HEAD_BYTES,
 };
 pub use relay::{
     frame_json, frame_kind, relay, FrameRecord, ProxyEnv, RelayEnd, SharedRules, Side, CLOSE_GRACE_MS, MAX_HELD_BYTES,

@@ -5,55 +5,23 @@
 
 use futures_util::{SinkExt, StreamExt};
 use proxy::{relay, FrameRecord, ProxyEnv, Rule, RuleSet, Wire};
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicIsize, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_tungstenite::tungstenite::Message;
 
-struct Counting;
+#[path = "../src/counting_alloc.rs"]
+mod counting_alloc;
 
-thread_local! {
-    static TRACKED: Cell<bool> = const { Cell::new(false) };
-}
-static LIVE_BYTES: AtomicIsize = AtomicIsize::new(0);
-static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
-
-fn tracked() -> bool {
-    TRACKED.try_with(Cell::get).unwrap_or(false)
-}
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if tracked() {
-            LIVE_BYTES.fetch_add(layout.size() as isize, Ordering::Relaxed);
-            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        }
-        System.alloc(layout)
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        if tracked() {
-            LIVE_BYTES.fetch_sub(layout.size() as isize, Ordering::Relaxed);
-        }
-        System.dealloc(ptr, layout)
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if tracked() {
-            LIVE_BYTES.fetch_add(new_size as isize - layout.size() as isize, Ordering::Relaxed);
-            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        }
-        System.realloc(ptr, layout, new_size)
-    }
-}
+use counting_alloc::{allocations, live_bytes, track};
 
 #[global_allocator]
-static ALLOCATOR: Counting = Counting;
+static ALLOCATOR: counting_alloc::Counting = counting_alloc::Counting;
 
 /// One test at a time: the counters are shared by every thread a test marks.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -63,13 +31,13 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 }
 
 /// Starts a thread running `serve` on its own single-threaded runtime and LocalSet.
-fn spawn_runtime<F, Fut>(track: bool, serve: F)
+fn spawn_runtime<F, Fut>(track_it: bool, serve: F)
 where
     F: FnOnce() -> Fut + Send + 'static,
     Fut: Future<Output = ()> + 'static,
 {
     std::thread::spawn(move || {
-        TRACKED.with(|t| t.set(track));
+        track(track_it);
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
         tokio::task::LocalSet::new().block_on(&runtime, serve());
     });
@@ -125,11 +93,11 @@ fn proxy(args: &[&str]) -> SocketAddr {
 /// The tracked threads' live bytes, once they stop changing (the proxy has settled).
 fn settled_live_bytes() -> isize {
     let deadline = Instant::now() + Duration::from_secs(20);
-    let mut last = LIVE_BYTES.load(Ordering::Relaxed);
+    let mut last = live_bytes();
     let mut stable_since = Instant::now();
     while Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(50));
-        let now = LIVE_BYTES.load(Ordering::Relaxed);
+        let now = live_bytes();
         if now != last {
             (last, stable_since) = (now, Instant::now());
         } else if stable_since.elapsed() > Duration::from_millis(500) {
@@ -246,14 +214,14 @@ fn allocations_relaying(rules: &[String], frames: usize) -> usize {
             }
         };
         let drive = async {
-            TRACKED.with(|t| t.set(true));
-            let start = ALLOCATIONS.load(Ordering::Relaxed);
+            track(true);
+            let start = allocations();
             for _ in 0..frames {
                 client.send(Message::text(frame.clone())).await.unwrap();
                 client.next().await.unwrap().unwrap();
             }
-            let counted = ALLOCATIONS.load(Ordering::Relaxed) - start;
-            TRACKED.with(|t| t.set(false));
+            let counted = allocations() - start;
+            track(false);
             client.close(None).await.unwrap();
             counted
         };
@@ -286,12 +254,12 @@ fn proxy_allocations(args: &[&str], frames: usize) -> usize {
         let frame = Message::text(r#"{"type":"invocationresult","result":{"session_id":"s1","step":1}}"#);
         ws.send(frame.clone()).await.unwrap();
         ws.next().await.unwrap().unwrap();
-        let start = ALLOCATIONS.load(Ordering::Relaxed);
+        let start = allocations();
         for _ in 0..frames {
             ws.send(frame.clone()).await.unwrap();
             ws.next().await.unwrap().unwrap();
         }
-        ALLOCATIONS.load(Ordering::Relaxed) - start
+        allocations() - start
     })
 }
 

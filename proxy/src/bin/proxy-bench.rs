@@ -10,49 +10,17 @@
 //! reports the heap its thread holds per connection, counted by this binary's allocator.
 
 use futures_util::{FutureExt, SinkExt, StreamExt};
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::{Duration, Instant};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_tungstenite::tungstenite::Message;
 
-/// Counts the live heap bytes of the threads that ask for it (the plain proxy's).
-struct Counting;
+#[path = "../counting_alloc.rs"]
+mod counting_alloc;
 
-thread_local! {
-    static TRACKED: Cell<bool> = const { Cell::new(false) };
-}
-static LIVE_BYTES: AtomicIsize = AtomicIsize::new(0);
-
-fn tracked() -> bool {
-    TRACKED.try_with(Cell::get).unwrap_or(false)
-}
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if tracked() {
-            LIVE_BYTES.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        }
-        System.alloc(layout)
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        if tracked() {
-            LIVE_BYTES.fetch_sub(layout.size() as isize, Ordering::Relaxed);
-        }
-        System.dealloc(ptr, layout)
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if tracked() {
-            LIVE_BYTES.fetch_add(new_size as isize - layout.size() as isize, Ordering::Relaxed);
-        }
-        System.realloc(ptr, layout, new_size)
-    }
-}
-
+/// Counts the heap of the plain proxy's thread, for the memory figure.
 #[global_allocator]
-static ALLOCATOR: Counting = Counting;
+static ALLOCATOR: counting_alloc::Counting = counting_alloc::Counting;
 
 /// The paths measured, in the order of the table.
 const PATHS: [&str; 4] = ["direct", "proxy", "proxy --log", "proxy 10 rules"];
@@ -111,7 +79,7 @@ where
     let thread = std::thread::Builder::new().name(name.to_string());
     thread
         .spawn(move || {
-            TRACKED.with(|t| t.set(track));
+            counting_alloc::track(track);
             let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
             tokio::task::LocalSet::new().block_on(&runtime, serve());
         })
@@ -251,10 +219,10 @@ fn start_proxy(echo: SocketAddr, extra: &[String], track: bool) -> SocketAddr {
 /// The proxy thread's heap per idle connection: `idle` connections, each after one echo.
 async fn idle_bytes(through: SocketAddr, idle: usize, payload: &str) -> isize {
     let settle = || async {
-        let mut last = LIVE_BYTES.load(Ordering::Relaxed);
+        let mut last = counting_alloc::live_bytes();
         for _ in 0..40 {
             tokio::time::sleep(Duration::from_millis(50)).await;
-            let now = LIVE_BYTES.load(Ordering::Relaxed);
+            let now = counting_alloc::live_bytes();
             if now == last {
                 break;
             }
