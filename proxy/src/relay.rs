@@ -4,7 +4,8 @@
 //! the stream type and takes everything that differs between the two worlds from a [`ProxyEnv`]:
 //! the clock, sleeping and the record of frames. It never spawns, never reads the wall clock,
 //! never touches a tokio timer and never draws unseeded randomness; both directions run in the
-//! one future it returns, polled in a fixed order.
+//! one future it returns, polled in a fixed order, and frames held by `delay` rules wait in a
+//! queue inside it, each with its own release time.
 
 use crate::rule::{Action, Decision, Direction, FrameKind, RuleSet};
 use crate::wire::{CloseWitness, Wire};
@@ -385,12 +386,12 @@ where
             // Frames already buffered are written without a flush in between, and the
             // destination is flushed once the source has nothing ready: batching under load,
             // no added latency when idle.
-            let ready = if room {
+            let buffered = if room {
                 poll_fn(|cx| Pin::new(&mut *self.source.borrow_mut()).poll_next(cx)).now_or_never()
             } else {
                 None
             };
-            let next = match ready {
+            let next = match buffered {
                 Some(next) => next,
                 None => {
                     if let Err(e) = flush(self.dest).await {

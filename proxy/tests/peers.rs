@@ -392,6 +392,27 @@ fn bad_input_exits_2_with_a_clear_error() {
 
     let (code, err) = proxy_exit(&["--listen", "nonsense", "--upstream", "ws://127.0.0.1:9"]);
     assert_eq!(code, 2, "{err}");
+
+    for (flag, value, needle) in [
+        ("--handshake-timeout-ms", "0", "expected 1 to 600000"),
+        ("--max-handshakes", "0", "must be positive"),
+        ("--max-handshakes", "many", "invalid value"),
+    ] {
+        let (code, err) = proxy_exit(&[&up[..], &[flag, value]].concat());
+        assert_eq!(code, 2, "{flag} {value}: {err}");
+        assert!(err.contains(needle) && !err.contains("panicked"), "{flag} {value}: {err}");
+    }
+
+    // A name taken twice in a rules file names the file.
+    let rules = temp_path("twice.toml");
+    std::fs::write(
+        &rules,
+        "[[rule]]\nname = \"cut\"\naction = \"drop\"\n[[rule]]\nname = \"cut\"\naction = \"drop\"\n",
+    )
+    .unwrap();
+    let (code, err) = proxy_exit(&[&up[..], &["--rules", rules.to_str().unwrap()]].concat());
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("twice.toml") && err.contains("`cut`"), "{err}");
 }
 
 #[test]
