@@ -57,9 +57,8 @@ impl Projection {
     }
 
     /// The value at each path, by index; `None` when `text` is not JSON (as far as it is read).
-    pub(crate) fn read<'a>(&self, text: &'a str) -> Option<Vec<Option<Found<'a>>>> {
-        let mut found = Fields { values: Vec::new(), missing: self.paths, stopped: false };
-        found.values.resize_with(self.paths, || None);
+    pub(crate) fn read<'a>(&self, text: &'a str) -> Option<Values<'a>> {
+        let mut found = Fields { values: Values::new(self.paths), missing: self.paths, stopped: false };
         let mut deserializer = serde_json::Deserializer::from_str(text);
         match (NodeSeed { node: &self.root, found: &mut found }).deserialize(&mut deserializer) {
             Ok(()) => deserializer.end().ok()?,
@@ -70,9 +69,51 @@ impl Projection {
     }
 }
 
+/// Rule sets name few paths: up to this many, their values are kept on the stack.
+const INLINE_PATHS: usize = 8;
+
+/// The value found at each path, by index.
+// Large on purpose: it lives on the stack for one frame; boxing it is the allocation it avoids.
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum Values<'a> {
+    Inline([Option<Found<'a>>; INLINE_PATHS]),
+    Heap(Vec<Option<Found<'a>>>),
+}
+
+impl<'a> Values<'a> {
+    fn new(paths: usize) -> Self {
+        if paths <= INLINE_PATHS {
+            Values::Inline(std::array::from_fn(|_| None))
+        } else {
+            let mut values = Vec::new();
+            values.resize_with(paths, || None);
+            Values::Heap(values)
+        }
+    }
+}
+
+impl<'a> std::ops::Index<usize> for Values<'a> {
+    type Output = Option<Found<'a>>;
+    fn index(&self, index: usize) -> &Self::Output {
+        match self {
+            Values::Inline(values) => &values[index],
+            Values::Heap(values) => &values[index],
+        }
+    }
+}
+
+impl std::ops::IndexMut<usize> for Values<'_> {
+    fn index_mut(&mut self, index: usize) -> &mut Self::Output {
+        match self {
+            Values::Inline(values) => &mut values[index],
+            Values::Heap(values) => &mut values[index],
+        }
+    }
+}
+
 /// The fields found so far, by path index, and how many paths are still missing.
 struct Fields<'a> {
-    values: Vec<Option<Found<'a>>>,
+    values: Values<'a>,
     missing: usize,
     /// Set when the walk was ended early on purpose: its error means "all found".
     stopped: bool,
@@ -110,7 +151,8 @@ impl<'de> DeserializeSeed<'de> for NodeSeed<'_, '_, 'de> {
                 }
             }
             if self.found.set(index, found) {
-                // Ends the walk: nothing after this field is read.
+                // Ends the walk: nothing after this field is read. (serde's error is the one
+                // allocation a frame costs, cheaper than reading a long payload to its end.)
                 self.found.stopped = true;
                 return Err(serde::de::Error::custom(""));
             }

@@ -6,7 +6,7 @@
 //! command-line form is parsed into the same struct, so one validation serves all three.
 
 use crate::field::{all_match, FieldMatch};
-use crate::project::{Found, Projection};
+use crate::project::{Projection, Values};
 use rand::Rng;
 use rand_chacha::rand_core::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -883,7 +883,7 @@ impl RuleSet {
     pub fn decide_frame(&mut self, direction: Direction, kind: FrameKind, text: Option<&str>) -> Decision {
         let projection = std::mem::take(&mut self.projection);
         let projected = std::mem::take(&mut self.projected);
-        let mut read: Option<Option<Vec<Option<Found<'_>>>>> = None;
+        let mut read: Option<Option<Values<'_>>> = None;
         let decision = self.decide_by(direction, kind, |entry, index| {
             let found = read.get_or_insert_with(|| text.and_then(|text| projection.read(text)));
             let Some(found) = found else { return false };
