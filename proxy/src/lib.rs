@@ -6,9 +6,10 @@
 //! simulated network, so it is generic over the stream type.
 //!
 //! - Rules: [`Rule`] (the TOML/JSON shape, and [`Rule::parse`] for the command-line form),
-//!   [`RuleSet::decide`] for the verdict on one frame.
-//! - The simulation seam: [`handshake`] opens both sides over any streams, [`relay`] forwards
-//!   between them, taking clock, sleep and frame records from a [`ProxyEnv`].
+//!   [`RuleSet::decide_frame`] for the verdict on one frame.
+//! - The simulation seam: [`handshake`] opens both sides over any streams (each socket in a
+//!   [`Wire`]), [`relay`] forwards between them, taking clock, sleep, frame records and the
+//!   stop signal from a [`ProxyEnv`].
 //! - Real mode: [`ProxyArgs`] and [`serve`] (what the `proxy` binary runs), or [`Proxy`] to
 //!   bind first and learn the addresses.
 
