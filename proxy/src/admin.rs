@@ -6,8 +6,10 @@
 
 use crate::handshake::read_head;
 use crate::rule::{Rule, RuleError, RuleSet};
+use crate::serve::AcceptFailures;
 use serde_json::{json, Value};
 use std::cell::RefCell;
+use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -44,12 +46,22 @@ fn ok(body: Value) -> Reply {
     Reply { status: 200, body: Some(body) }
 }
 
-/// Accepts admin connections until the listener fails; each is served on the current LocalSet.
+/// Accepts admin connections; each is served on the current LocalSet. A failing accept (out
+/// of file descriptors) is reported once and retried after a pause, never in a tight loop.
 pub(crate) async fn serve_admin(listener: TcpListener, state: Rc<AdminState>) {
     let busy = Rc::new(std::cell::Cell::new(0usize));
+    let hosts = Rc::new(listener.local_addr().map(own_hosts).unwrap_or_default());
+    let mut failures = AcceptFailures::new("admin");
     loop {
-        let Ok((stream, _)) = listener.accept().await else {
-            continue;
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => {
+                failures.succeeded();
+                stream
+            }
+            Err(e) => {
+                failures.failed(&e, |event| (state.on_change)(&event)).await;
+                continue;
+            }
         };
         if busy.get() >= MAX_ADMIN_CONNECTIONS {
             let mut stream = stream;
@@ -57,16 +69,43 @@ pub(crate) async fn serve_admin(listener: TcpListener, state: Rc<AdminState>) {
             continue;
         }
         busy.set(busy.get() + 1);
-        let (state, busy) = (state.clone(), busy.clone());
+        let (state, busy, hosts) = (state.clone(), busy.clone(), hosts.clone());
         tokio::task::spawn_local(async move {
-            let _ = tokio::time::timeout(REQUEST_TIMEOUT * 2, handle(stream, &state)).await;
+            let _ = tokio::time::timeout(REQUEST_TIMEOUT * 2, handle(stream, &state, &hosts)).await;
             busy.set(busy.get() - 1);
         });
     }
 }
 
-async fn handle(mut stream: TcpStream, state: &AdminState) -> std::io::Result<()> {
-    let reply = match tokio::time::timeout(REQUEST_TIMEOUT, read_request(&mut stream)).await {
+/// The `Host` values that name the admin endpoint itself: its address, and `localhost` with its port.
+fn own_hosts(addr: SocketAddr) -> Vec<String> {
+    vec![addr.to_string(), format!("localhost:{}", addr.port())]
+}
+
+/// Refuses what a web page could send: a request for another host name (DNS rebinding), or
+/// one carrying an `Origin` or a browser's user agent, as toxiproxy does.
+fn refuse_browsers(request: &httparse::Request<'_, '_>, hosts: &[String]) -> Result<(), Reply> {
+    let header = |name: &str| {
+        request.headers.iter().find(|h| h.name.eq_ignore_ascii_case(name)).map(|h| String::from_utf8_lossy(h.value))
+    };
+    match header("host") {
+        Some(host) if hosts.iter().any(|own| own.eq_ignore_ascii_case(host.trim())) => {}
+        Some(host) => {
+            return Err(error(403, format!("Host `{host}` is not this admin endpoint ({})", hosts.join(" or "))))
+        }
+        None => return Err(error(403, "a Host header naming this admin endpoint is required")),
+    }
+    if header("origin").is_some() {
+        return Err(error(403, "requests with an Origin (from a web page) are refused"));
+    }
+    if header("user-agent").is_some_and(|agent| agent.starts_with("Mozilla/")) {
+        return Err(error(403, "requests from a browser are refused"));
+    }
+    Ok(())
+}
+
+async fn handle(mut stream: TcpStream, state: &AdminState, hosts: &[String]) -> std::io::Result<()> {
+    let reply = match tokio::time::timeout(REQUEST_TIMEOUT, read_request(&mut stream, hosts)).await {
         Err(_) => error(408, "request timed out"),
         Ok(Err(reply)) => reply,
         Ok(Ok((method, path, body))) => route(&method, &path, &body, state),
@@ -74,7 +113,7 @@ async fn handle(mut stream: TcpStream, state: &AdminState) -> std::io::Result<()
     write_reply(&mut stream, reply).await
 }
 
-async fn read_request(stream: &mut TcpStream) -> Result<(String, String, Vec<u8>), Reply> {
+async fn read_request(stream: &mut TcpStream, hosts: &[String]) -> Result<(String, String, Vec<u8>), Reply> {
     let (head, mut body) = read_head(stream).await.map_err(|e| error(400, e.to_string()))?;
     let mut headers = [httparse::EMPTY_HEADER; 64];
     let mut request = httparse::Request::new(&mut headers);
@@ -83,6 +122,7 @@ async fn read_request(stream: &mut TcpStream) -> Result<(String, String, Vec<u8>
         Ok(httparse::Status::Partial) => return Err(error(400, "incomplete request head")),
         Err(e) => return Err(error(400, e.to_string())),
     }
+    refuse_browsers(&request, hosts)?;
     let method = request.method.unwrap_or("").to_string();
     let path = request.path.unwrap_or("/").to_string();
     if request.headers.iter().any(|h| h.name.eq_ignore_ascii_case("transfer-encoding")) {

@@ -13,6 +13,11 @@ use std::fmt;
 pub struct FieldMatch {
     path: Vec<String>,
     expected: String,
+    /// Set by a typed `null` (JSON's): only a `null` field matches, never the string `"null"`.
+    only_null: bool,
+    /// The integer whose JSON text `expected` is, if it is one (`1`, `-3`; not `01` or `+1`),
+    /// so an integer field is compared without writing it out.
+    integer: Option<i128>,
 }
 
 /// Why a `PATH=VALUE` condition could not be read.
@@ -30,7 +35,14 @@ impl FieldMatch {
         if path.is_empty() || path.split('.').any(str::is_empty) {
             return Err(FieldMatchError::EmptySegment(path.to_string()));
         }
-        Ok(Self { path: path.split('.').map(str::to_string).collect(), expected: expected.into() })
+        let expected: String = expected.into();
+        let integer = expected.parse::<i128>().ok().filter(|n| n.to_string() == expected);
+        Ok(Self { path: path.split('.').map(str::to_string).collect(), expected, only_null: false, integer })
+    }
+
+    /// A condition that the field at `path` is JSON `null` (a string `"null"` does not match).
+    pub fn null(path: &str) -> Result<Self, FieldMatchError> {
+        Ok(Self { only_null: true, ..Self::new(path, "null")? })
     }
 
     /// Reads `PATH=VALUE`; everything after the first `=` is the value.
@@ -51,7 +63,35 @@ impl FieldMatch {
 
     /// Whether `document` has this field with this text. A missing field never matches.
     pub fn matches(&self, document: &Value) -> bool {
-        lookup(document, &self.path).is_some_and(|found| value_text(found) == self.expected)
+        lookup(document, &self.path).is_some_and(|found| self.holds_for(found))
+    }
+
+    /// Whether a field with this value satisfies the condition.
+    pub(crate) fn holds_for(&self, found: &Value) -> bool {
+        match found {
+            Value::Null => self.expected == "null",
+            _ if self.only_null => false,
+            Value::String(text) => *text == self.expected,
+            other => value_text(other) == self.expected,
+        }
+    }
+
+    /// Whether a field read by a [`Projection`](crate::project::Projection) satisfies it.
+    pub(crate) fn holds_for_found(&self, found: &crate::project::Found<'_>) -> bool {
+        use crate::project::Found;
+        match found {
+            Found::Null => self.expected == "null",
+            _ if self.only_null => false,
+            Found::Str(text) => *text == self.expected,
+            Found::Bool(b) => self.expected == if *b { "true" } else { "false" },
+            Found::Integer(n) => self.integer == Some(*n),
+            Found::Other(text) => *text == self.expected,
+        }
+    }
+
+    /// The path's segments.
+    pub(crate) fn segments(&self) -> &[String] {
+        &self.path
     }
 }
 

@@ -4,19 +4,21 @@
 //! the stream type and takes everything that differs between the two worlds from a [`ProxyEnv`]:
 //! the clock, sleeping and the record of frames. It never spawns, never reads the wall clock,
 //! never touches a tokio timer and never draws unseeded randomness; both directions run in the
-//! one future it returns, polled in a fixed order.
+//! one future it returns, polled in a fixed order, and frames held by `delay` rules wait in a
+//! queue inside it, each with its own release time.
 
 use crate::rule::{Action, Decision, Direction, FrameKind, RuleSet};
-use futures_util::future::{select, Either, FutureExt};
-use futures_util::stream::{SplitSink, SplitStream};
-use futures_util::{SinkExt, StreamExt};
+use crate::wire::{CloseWitness, Wire};
+use futures_util::future::{poll_fn, select, Either, FutureExt};
+use futures_util::{Sink, Stream};
 use serde::Serialize;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
-use tokio::io::{AsyncRead, AsyncWrite};
-use tokio_tungstenite::tungstenite::error::{CapacityError, ProtocolError};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio_tungstenite::tungstenite::error::ProtocolError;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::{Error as WsError, Message};
@@ -24,6 +26,12 @@ use tokio_tungstenite::WebSocketStream;
 
 /// How long, after one side has closed, the relay waits for the close handshake to finish.
 pub const CLOSE_GRACE_MS: u64 = 1_000;
+/// The most payload bytes one direction holds for `delay` rules (a frame larger than this is
+/// still held when it is the only one). While the limit is reached the direction reads
+/// nothing more, as when its destination stops reading.
+pub const MAX_HELD_BYTES: usize = 4 * 1024 * 1024;
+/// What a held frame costs beyond its payload, for the limit above.
+const HELD_FRAME_OVERHEAD: usize = 64;
 
 /// What the relay needs from the world around it.
 pub trait ProxyEnv {
@@ -38,6 +46,11 @@ pub trait ProxyEnv {
     /// frame is a measurable share of the relay's time).
     fn records(&self) -> bool {
         true
+    }
+    /// A future that completes when the proxy is stopping: the relay then closes both peers
+    /// with `1001` and ends with [`RelayEnd::Shutdown`]. By default it never completes.
+    fn stopping(&self) -> Pin<Box<dyn Future<Output = ()> + '_>> {
+        Box::pin(std::future::pending())
     }
 }
 
@@ -54,7 +67,8 @@ pub struct FrameRecord<'a> {
     /// Index of the rule that fired, in the rule set at that moment.
     pub rule: Option<usize>,
     pub rule_name: Option<&'a str>,
-    /// `forward`, `drop`, `delay`, `duplicate` or `close`.
+    /// `forward`, `drop`, `delay`, `duplicate` or `close`, or `refuse` for a close frame
+    /// whose code may not be sent (`message` is the frame as it arrived).
     pub action: &'static str,
     /// The frame itself, for a log that wants payloads.
     #[serde(skip)]
@@ -76,6 +90,20 @@ impl Side {
             Direction::Down => Side::Upstream,
         }
     }
+
+    fn other(self) -> Side {
+        match self {
+            Side::Client => Side::Upstream,
+            Side::Upstream => Side::Client,
+        }
+    }
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Side::Client => "client",
+            Side::Upstream => "upstream",
+        }
+    }
 }
 
 /// Why a relay ended.
@@ -90,6 +118,12 @@ pub enum RelayEnd {
     /// peer's connection was dropped without one too, so it sees an abnormal closure (1006)
     /// just as it would without the proxy; the faulty peer was sent `code` if one applies.
     Dropped { side: Side, error: String, code: Option<u16> },
+    /// A peer sent a close frame with a code no peer may send (`received`; RFC 6455 section
+    /// 7.4). It cannot be passed on: the proxy answered that peer `1002`, and closed the
+    /// other peer with `code` (`1002`) itself.
+    InvalidClose { by: Side, received: u16, code: u16 },
+    /// The proxy is stopping: both peers were sent `code` (`1001`, going away).
+    Shutdown { code: u16 },
 }
 
 /// The rules a relay consults: shared with the admin endpoint and the other connections.
@@ -118,7 +152,8 @@ pub fn frame_kind(message: &Message) -> (FrameKind, usize) {
 
 /// How one direction's pump ended.
 enum PumpEnd {
-    /// The source sent a close frame; it was passed on and the source drained.
+    /// The source sent a close frame; it was passed on (or, with an invalid code, answered by
+    /// the proxy) and the source drained.
     Closed,
     /// A `close` rule fired.
     RuleClose { rule: String, code: u16, reason: String },
@@ -128,17 +163,118 @@ enum PumpEnd {
     DestGone { error: String },
 }
 
-/// The first close frame either peer sent, and who sent it.
-type FirstClose = RefCell<Option<(Side, Option<CloseFrame>)>>;
+/// The first close frame either peer sent: who sent it, the frame, and for a frame whose code
+/// may not be sent, that code (the frame is then the one the proxy sent instead).
+struct CloseSeen {
+    by: Side,
+    frame: Option<CloseFrame>,
+    invalid_code: Option<u16>,
+}
+
+type FirstClose = RefCell<Option<CloseSeen>>;
 
 /// The close code owed to a peer whose read failed, when it broke the protocol.
 fn close_code_for(error: &WsError) -> Option<u16> {
     match error {
-        WsError::Capacity(CapacityError::MessageTooLong { .. }) => Some(1009),
         WsError::Capacity(_) => Some(1009),
         WsError::Utf8(_) => Some(1007),
         WsError::Protocol(ProtocolError::ResetWithoutClosingHandshake) => None,
         WsError::Protocol(_) => Some(1002),
+        _ => None,
+    }
+}
+
+/// One WebSocket of a relay, read by one direction and written by the other. Both directions
+/// run in one task, so each borrow lasts one poll and never meets the other's.
+type Socket<S> = RefCell<WebSocketStream<Wire<S>>>;
+
+async fn next_message<S: AsyncRead + AsyncWrite + Unpin>(socket: &Socket<S>) -> Option<Result<Message, WsError>> {
+    poll_fn(|cx| Pin::new(&mut *socket.borrow_mut()).poll_next(cx)).await
+}
+
+/// Waits, if the socket had stopped taking bytes, until what was queued has been written out.
+async fn ready<S: AsyncRead + AsyncWrite + Unpin>(socket: &Socket<S>) -> Result<(), WsError> {
+    poll_fn(|cx| Pin::new(&mut *socket.borrow_mut()).poll_ready(cx)).await
+}
+
+/// Queues a message for `socket` (after [`ready`]).
+async fn feed<S: AsyncRead + AsyncWrite + Unpin>(socket: &Socket<S>, message: Message) -> Result<(), WsError> {
+    ready(socket).await?;
+    Pin::new(&mut *socket.borrow_mut()).start_send(message)
+}
+
+async fn flush<S: AsyncRead + AsyncWrite + Unpin>(socket: &Socket<S>) -> Result<(), WsError> {
+    poll_fn(|cx| Pin::new(&mut *socket.borrow_mut()).poll_flush(cx)).await
+}
+
+async fn send<S: AsyncRead + AsyncWrite + Unpin>(socket: &Socket<S>, message: Message) -> Result<(), WsError> {
+    feed(socket, message).await?;
+    flush(socket).await
+}
+
+/// Reads a peer until its connection ends, so a pending close reply gets flushed.
+async fn drain<S: AsyncRead + AsyncWrite + Unpin>(socket: &Socket<S>) {
+    // Bounded: after a close frame tungstenite yields nothing but the end of the stream.
+    for _ in 0..64 {
+        match next_message(socket).await {
+            Some(Ok(_)) => {}
+            Some(Err(_)) | None => return,
+        }
+    }
+}
+
+/// Closes a peer that broke the protocol: sends it `code`, ends the proxy's side of the TCP
+/// stream, and reads (and discards) whatever it is still sending until it closes its side.
+/// Closing with unread bytes would make the kernel answer with a reset, and the peer would
+/// lose the close frame.
+async fn refuse<S: AsyncRead + AsyncWrite + Unpin>(socket: &Socket<S>, code: u16, reason: &str) {
+    let _ = send(socket, close_message(code, reason)).await;
+    // Each borrow lasts one poll, as everywhere in the relay.
+    let _ = poll_fn(|cx| Pin::new(socket.borrow_mut().get_mut()).poll_shutdown(cx)).await;
+    let mut sink = [0u8; 4096];
+    loop {
+        let read = poll_fn(|cx| {
+            let mut buffer = ReadBuf::new(&mut sink);
+            Pin::new(socket.borrow_mut().get_mut()).poll_read(cx, &mut buffer).map_ok(|()| buffer.filled().len())
+        })
+        .await;
+        if !matches!(read, Ok(n) if n > 0) {
+            return;
+        }
+    }
+}
+
+/// A frame held back by a `delay` rule (or queued behind one), and when it may leave.
+struct Held {
+    message: Message,
+    /// [`ProxyEnv::now_us`] time after which it may leave; 0 for "as soon as it is first".
+    release_us: u64,
+}
+
+impl Held {
+    fn cost(&self) -> usize {
+        frame_kind(&self.message).1 + HELD_FRAME_OVERHEAD
+    }
+}
+
+/// A copy of a message that owns its payload alone: a payload read from the socket shares
+/// its allocation with the frames read with it, which a held frame must not keep alive.
+fn detached(message: Message) -> Message {
+    match message {
+        Message::Text(text) => Message::text(text.as_str().to_owned()),
+        Message::Binary(bytes) => Message::binary(bytes.to_vec()),
+        other => other,
+    }
+}
+
+/// The close frame as it arrived, when tungstenite replaced one whose code may not be sent.
+fn invalid_close(frame: &Option<CloseFrame>, witness: &CloseWitness) -> Option<(u16, String)> {
+    let frame = frame.as_ref()?;
+    if frame.code != CloseCode::Protocol || frame.reason.as_str() != "Protocol violation" {
+        return None;
+    }
+    match witness.last_close()? {
+        (Some(code), reason) if !CloseCode::from(code).is_allowed() => Some((code, reason)),
         _ => None,
     }
 }
@@ -149,8 +285,11 @@ struct Pump<'a, C, U, E> {
     conn: u64,
     rules: &'a SharedRules,
     env: &'a E,
-    source: &'a mut SplitStream<WebSocketStream<C>>,
-    dest: &'a mut SplitSink<WebSocketStream<U>, Message>,
+    source: &'a Socket<C>,
+    witness: CloseWitness,
+    dest: &'a Socket<U>,
+    /// When the last frame this direction holds may leave (0 when it holds none).
+    held_until_us: &'a Cell<u64>,
 }
 
 impl<C, U, E> Pump<'_, C, U, E>
@@ -159,28 +298,137 @@ where
     U: AsyncRead + AsyncWrite + Unpin,
     E: ProxyEnv,
 {
+    fn record(&self, kind: FrameKind, size: usize, decision: &Decision, action: &'static str, message: &Message) {
+        if self.env.records() {
+            self.env.record(&FrameRecord {
+                t_us: self.env.now_us(),
+                conn: self.conn,
+                direction: self.direction,
+                kind,
+                size,
+                rule: decision.rule.as_ref().map(|r| r.index),
+                rule_name: decision.rule.as_ref().map(|r| r.name.as_str()),
+                action,
+                message,
+            });
+        }
+    }
+
+    /// Notes the source's close frame; returns the frame to send on, and whether it replaces
+    /// one whose code may not be sent.
+    fn note_close(&self, frame: Option<CloseFrame>) -> Option<Message> {
+        let by = Side::source_of(self.direction);
+        let invalid = invalid_close(&frame, &self.witness);
+        let (frame, invalid_code) = match invalid {
+            Some((code, reason)) => {
+                let arrived = Message::Close(Some(CloseFrame { code: CloseCode::from(code), reason: reason.into() }));
+                let (kind, size) = frame_kind(&arrived);
+                self.record(kind, size, &Decision::forward(), "refuse", &arrived);
+                let reason = format!("proxy: the {} sent close code {code}, which may not be sent", by.as_str());
+                (Some(CloseFrame { code: CloseCode::Protocol, reason: reason.into() }), Some(code))
+            }
+            None => {
+                let message = Message::Close(frame);
+                let (kind, size) = frame_kind(&message);
+                self.record(kind, size, &Decision::forward(), "forward", &message);
+                let Message::Close(frame) = message else { unreachable!("built as a close frame above") };
+                (frame, None)
+            }
+        };
+        let mut first = self.first_close.borrow_mut();
+        // Only the first close frame is passed on: the other is the reply to it, which the
+        // proxy already sent on that hop.
+        if first.is_some() {
+            return None;
+        }
+        *first = Some(CloseSeen { by, frame: frame.clone(), invalid_code });
+        Some(Message::Close(frame))
+    }
+
+    /// Sends the close frame on (if it is the first) and reads the source until it ends.
+    async fn pass_close(&self, close: Option<Message>) -> PumpEnd {
+        if let Some(close) = close {
+            let _ = send(self.dest, close).await;
+        }
+        let _ = select(Box::pin(drain(self.source)), self.env.sleep(CLOSE_GRACE_MS)).await;
+        PumpEnd::Closed
+    }
+
     async fn run(self) -> PumpEnd {
-        let Pump { direction, first_close, conn, rules, env, source, dest } = self;
+        let mut held: VecDeque<Held> = VecDeque::new();
+        let mut held_bytes = 0usize;
+        // The close frame read from the source while frames were held; it leaves after them.
+        let mut held_close: Option<Option<Message>> = None;
         loop {
+            // Held frames whose time has come leave, in order.
+            while let Some(front) = held.front() {
+                if front.release_us > self.env.now_us() {
+                    break;
+                }
+                let Some(frame) = held.pop_front() else { break };
+                held_bytes -= frame.cost();
+                if let Err(e) = feed(self.dest, frame.message).await {
+                    return PumpEnd::DestGone { error: e.to_string() };
+                }
+            }
+            if held.is_empty() {
+                self.held_until_us.set(0);
+                if let Some(close) = held_close.take() {
+                    return self.pass_close(close).await;
+                }
+            }
+            // Nothing more is read while the destination has not taken what it was given: a
+            // peer that does not read makes the proxy hold one message for it, not two.
+            if let Err(e) = ready(self.dest).await {
+                return PumpEnd::DestGone { error: e.to_string() };
+            }
+            let room = held_close.is_none() && (held.is_empty() || held_bytes < MAX_HELD_BYTES);
             // Frames already buffered are written without a flush in between, and the
             // destination is flushed once the source has nothing ready: batching under load,
             // no added latency when idle.
-            let next = match source.next().now_or_never() {
+            let buffered = if room {
+                poll_fn(|cx| Pin::new(&mut *self.source.borrow_mut()).poll_next(cx)).now_or_never()
+            } else {
+                None
+            };
+            let next = match buffered {
                 Some(next) => next,
                 None => {
-                    if let Err(e) = dest.flush().await {
+                    if let Err(e) = flush(self.dest).await {
                         return PumpEnd::DestGone { error: e.to_string() };
                     }
-                    source.next().await
+                    match held.front() {
+                        None => next_message(self.source).await,
+                        Some(front) => {
+                            let wait_ms = front.release_us.saturating_sub(self.env.now_us()).div_ceil(1000);
+                            tokio::select! {
+                                biased;
+                                next = next_message(self.source), if room => next,
+                                () = self.env.sleep(wait_ms) => continue,
+                            }
+                        }
+                    }
                 }
             };
             let message = match next {
                 Some(Ok(message)) => message,
                 ended => {
                     // Frames the source sent before it went away are still owed to the other
-                    // peer: pass on what is buffered (within the grace period) before the
-                    // relay drops both connections.
-                    let _ = select(dest.flush(), env.sleep(CLOSE_GRACE_MS)).await;
+                    // peer: pass on what is held and buffered (within the grace period) before
+                    // the relay drops both connections.
+                    let owed = async {
+                        for frame in held.drain(..) {
+                            let wait_ms = frame.release_us.saturating_sub(self.env.now_us()).div_ceil(1000);
+                            if wait_ms > 0 {
+                                self.env.sleep(wait_ms).await;
+                            }
+                            if feed(self.dest, frame.message).await.is_err() {
+                                return;
+                            }
+                        }
+                        let _ = flush(self.dest).await;
+                    };
+                    let _ = select(Box::pin(owed), self.env.sleep(CLOSE_GRACE_MS)).await;
                     return match ended {
                         Some(Err(error)) => {
                             PumpEnd::SourceGone { code: close_code_for(&error), error: error.to_string() }
@@ -190,80 +438,65 @@ where
                 }
             };
             let (kind, size) = frame_kind(&message);
-            let decision = if matches!(kind, FrameKind::Text | FrameKind::Binary) {
-                rules.borrow_mut().decide_with(direction, kind, || frame_json(&message))
-            } else {
-                Decision::forward()
-            };
-            if env.records() {
-                env.record(&FrameRecord {
-                    t_us: env.now_us(),
-                    conn,
-                    direction,
-                    kind,
-                    size,
-                    rule: decision.rule.as_ref().map(|r| r.index),
-                    rule_name: decision.rule.as_ref().map(|r| r.name.as_str()),
-                    action: decision.action.as_str(),
-                    message: &message,
-                });
-            }
             if let Message::Close(frame) = message {
-                // The RefCell borrow ends in this statement, before any await.
-                let forward = {
-                    let mut first = first_close.borrow_mut();
-                    let forward = first.is_none();
-                    if forward {
-                        *first = Some((Side::source_of(direction), frame.clone()));
-                    }
-                    forward
-                };
-                // Only the first close frame is passed on: the other is the reply to it,
-                // which the proxy already sent on that hop.
-                if forward {
-                    // Send then flush: the close frame must leave now, not with a later batch.
-                    let _ = dest.send(Message::Close(frame)).await;
+                let close = self.note_close(frame);
+                if held.is_empty() {
+                    return self.pass_close(close).await;
                 }
-                // Reading on flushes this hop's close reply and sees the connection end.
-                let _ = select(Box::pin(drain(source)), env.sleep(CLOSE_GRACE_MS)).await;
-                return PumpEnd::Closed;
+                held_close = Some(close);
+                continue;
             }
-            let sent = match decision.action {
-                Action::Forward => dest.feed(message).await,
-                Action::Drop => Ok(()),
-                Action::Delay(ms) => {
-                    // Frames ahead of this one leave now, not after the delay.
-                    match dest.flush().await {
-                        Ok(()) => {
-                            // Holding the frame here holds the frames behind it too: order is kept.
-                            env.sleep(ms).await;
-                            dest.send(message).await
-                        }
-                        Err(e) => Err(e),
-                    }
+            if !matches!(kind, FrameKind::Text | FrameKind::Binary) {
+                // Control frames are never cut or held: a keepalive ping passes a delayed frame.
+                self.record(kind, size, &Decision::forward(), "forward", &message);
+                if let Err(e) = feed(self.dest, message).await {
+                    return PumpEnd::DestGone { error: e.to_string() };
                 }
-                Action::Duplicate => match dest.feed(message.clone()).await {
-                    Ok(()) => dest.feed(message).await,
-                    Err(e) => Err(e),
-                },
+                continue;
+            }
+            let decision = {
+                let text = match &message {
+                    Message::Text(text) => Some(text.as_str()),
+                    _ => None,
+                };
+                self.rules.borrow_mut().decide_frame(self.direction, kind, text)
+            };
+            self.record(kind, size, &decision, decision.action.as_str(), &message);
+            let copies = match decision.action {
+                Action::Forward => 1,
+                Action::Drop => 0,
+                Action::Duplicate => 2,
+                Action::Delay(ms) => {
+                    // Each delayed frame is held for its own delay from its arrival; frames
+                    // behind it wait for it, so order is kept.
+                    let release_us = self.env.now_us().saturating_add(ms.saturating_mul(1000)).max(1);
+                    let frame = Held { message: detached(message), release_us };
+                    held_bytes += frame.cost();
+                    self.held_until_us.set(self.held_until_us.get().max(release_us));
+                    held.push_back(frame);
+                    continue;
+                }
                 Action::Close { code, reason } => {
                     return PumpEnd::RuleClose { rule: decision.rule.map(|r| r.name).unwrap_or_default(), code, reason }
                 }
             };
-            if let Err(e) = sent {
-                return PumpEnd::DestGone { error: e.to_string() };
+            let mut remaining = copies;
+            let mut message = Some(message);
+            while remaining > 0 {
+                remaining -= 1;
+                let this = if remaining > 0 { message.clone() } else { message.take() };
+                let Some(this) = this else { break };
+                if held.is_empty() {
+                    if let Err(e) = feed(self.dest, this).await {
+                        return PumpEnd::DestGone { error: e.to_string() };
+                    }
+                } else {
+                    // Behind a held frame: it keeps its place.
+                    let frame = Held { message: detached(this), release_us: 0 };
+                    held_bytes += frame.cost();
+                    held.push_back(frame);
+                }
             }
-        }
-    }
-}
-
-/// Reads a peer until its connection ends, so a pending close reply gets flushed.
-async fn drain<S: AsyncRead + AsyncWrite + Unpin>(source: &mut SplitStream<WebSocketStream<S>>) {
-    // Bounded: after a close frame tungstenite yields nothing but the end of the stream.
-    for _ in 0..64 {
-        match source.next().await {
-            Some(Ok(_)) => {}
-            Some(Err(_)) | None => return,
         }
     }
 }
@@ -272,16 +505,24 @@ fn close_message(code: u16, reason: &str) -> Message {
     Message::Close(Some(CloseFrame { code: CloseCode::from(code), reason: reason.to_string().into() }))
 }
 
+/// Waits for a pump still running after the other ended, at most the grace period after the
+/// last frame it holds may leave.
+async fn finish<E: ProxyEnv>(env: &E, other: Pin<Box<dyn Future<Output = PumpEnd> + '_>>, held_until_us: u64) {
+    let wait_ms = CLOSE_GRACE_MS + held_until_us.saturating_sub(env.now_us()).div_ceil(1000);
+    let _ = select(other, env.sleep(wait_ms)).await;
+}
+
 /// Forwards frames between `client` and `upstream` until either side closes, applying `rules`.
 ///
 /// Both directions run concurrently inside this one future, polled client-to-upstream first;
-/// each forwards with backpressure (`feed`/`send`, no queue of its own). A peer's close frame
-/// is forwarded unchanged to the other peer and the relay then waits up to
-/// [`CLOSE_GRACE_MS`] for the close handshakes to finish. A peer that vanishes without a close
-/// frame makes the relay drop the other connection without one too.
+/// each forwards with backpressure (no queue of its own beyond the frames `delay` rules
+/// hold). A peer's close frame is forwarded unchanged to the other peer and the relay then
+/// waits up to [`CLOSE_GRACE_MS`] for the close handshakes to finish. A peer that vanishes
+/// without a close frame makes the relay drop the other connection without one too. The
+/// sockets are the ones [`handshake`](crate::handshake) returns (or any stream in a [`Wire`]).
 pub async fn relay<C, U, E>(
-    client: WebSocketStream<C>,
-    upstream: WebSocketStream<U>,
+    client: WebSocketStream<Wire<C>>,
+    upstream: WebSocketStream<Wire<U>>,
     rules: SharedRules,
     conn: u64,
     env: &E,
@@ -291,9 +532,10 @@ where
     U: AsyncRead + AsyncWrite + Unpin,
     E: ProxyEnv,
 {
-    let (mut client_tx, mut client_rx) = client.split();
-    let (mut upstream_tx, mut upstream_rx) = upstream.split();
+    let (client_witness, upstream_witness) = (client.get_ref().witness(), upstream.get_ref().witness());
+    let (client, upstream) = (RefCell::new(client), RefCell::new(upstream));
     let first_close = FirstClose::default();
+    let (up_held, down_held) = (Cell::new(0u64), Cell::new(0u64));
     // Boxed as one trait-object type so `select` can hand back whichever is still running.
     type PumpFuture<'a> = Pin<Box<dyn Future<Output = PumpEnd> + 'a>>;
     let up: PumpFuture<'_> = Box::pin(
@@ -303,8 +545,10 @@ where
             conn,
             rules: &rules,
             env,
-            source: &mut client_rx,
-            dest: &mut upstream_tx,
+            source: &client,
+            witness: client_witness,
+            dest: &upstream,
+            held_until_us: &up_held,
         }
         .run(),
     );
@@ -315,26 +559,41 @@ where
             conn,
             rules: &rules,
             env,
-            source: &mut upstream_rx,
-            dest: &mut client_tx,
+            source: &upstream,
+            witness: upstream_witness,
+            dest: &client,
+            held_until_us: &down_held,
         }
         .run(),
     );
     // `select` polls its first future first on every wake: a fixed order, no random draw.
-    let (first_source, end, other) = match select(up, down).await {
-        Either::Left((end, other)) => (Side::Client, end, other),
-        Either::Right((end, other)) => (Side::Upstream, end, other),
+    let pumps = select(up, down);
+    let stopping = env.stopping();
+    let (first_source, end, other) = match select(pumps, stopping).await {
+        Either::Left((Either::Left((end, other)), _)) => (Side::Client, end, other),
+        Either::Left((Either::Right((end, other)), _)) => (Side::Upstream, end, other),
+        Either::Right(((), _pumps)) => {
+            drop(_pumps);
+            let message = close_message(1001, "proxy shutting down");
+            let close_both = async {
+                let _ = futures_util::future::join(send(&client, message.clone()), send(&upstream, message)).await;
+                futures_util::future::join(drain(&client), drain(&upstream)).await;
+            };
+            let _ = select(Box::pin(close_both), env.sleep(CLOSE_GRACE_MS)).await;
+            return RelayEnd::Shutdown { code: 1001 };
+        }
     };
-    let closed = first_close.borrow().clone();
-    if let Some((by, frame)) = closed {
-        // A peer closed cleanly. Whichever pump ended first (the one that saw the close, or
-        // the other failing to write to the closing peer), the one still running carries
-        // the other peer's reply until its connection ends, within the grace period.
-        let _ = select(other, env.sleep(CLOSE_GRACE_MS)).await;
-        return RelayEnd::Closed {
-            by,
-            code: frame.as_ref().map(|f| u16::from(f.code)),
-            reason: frame.map(|f| f.reason.to_string()).unwrap_or_default(),
+    let closed = first_close.borrow_mut().take();
+    if let Some(CloseSeen { by, frame, invalid_code }) = closed {
+        // A peer closed. Whichever pump ended first (the one that saw the close, or the other
+        // failing to write to the closing peer), the one still running carries the rest: the
+        // frames it holds, then the other peer's reply, until its connection ends.
+        let other_held = if first_source == Side::Client { down_held.get() } else { up_held.get() };
+        finish(env, other, other_held).await;
+        let code = frame.as_ref().map(|f| u16::from(f.code));
+        return match invalid_code {
+            Some(received) => RelayEnd::InvalidClose { by, received, code: code.unwrap_or(1002) },
+            None => RelayEnd::Closed { by, code, reason: frame.map(|f| f.reason.to_string()).unwrap_or_default() },
         };
     }
     // Cut the other direction, mid-frame if need be: the connection is ending.
@@ -345,9 +604,9 @@ where
         PumpEnd::RuleClose { rule, code, reason } => {
             let message = close_message(code, &reason);
             let close_both = async {
-                let _ = client_tx.send(message.clone()).await;
-                let _ = upstream_tx.send(message).await;
-                futures_util::future::join(drain(&mut client_rx), drain(&mut upstream_rx)).await;
+                let _ = send(&client, message.clone()).await;
+                let _ = send(&upstream, message).await;
+                futures_util::future::join(drain(&client), drain(&upstream)).await;
             };
             let _ = select(Box::pin(close_both), env.sleep(CLOSE_GRACE_MS)).await;
             RelayEnd::RuleClose { rule, code, reason }
@@ -359,24 +618,15 @@ where
                     1007 => "invalid utf-8",
                     _ => "protocol error",
                 };
-                let send = async {
-                    let _ = match first_source {
-                        Side::Client => client_tx.send(close_message(code, reason)).await,
-                        Side::Upstream => upstream_tx.send(close_message(code, reason)).await,
-                    };
+                let refused: Pin<Box<dyn Future<Output = ()> + '_>> = match first_source {
+                    Side::Client => Box::pin(refuse(&client, code, reason)),
+                    Side::Upstream => Box::pin(refuse(&upstream, code, reason)),
                 };
-                let _ = select(Box::pin(send), env.sleep(CLOSE_GRACE_MS)).await;
+                let _ = select(refused, env.sleep(CLOSE_GRACE_MS)).await;
             }
             RelayEnd::Dropped { side: first_source, error, code }
         }
-        PumpEnd::DestGone { error } => RelayEnd::Dropped {
-            side: match first_source {
-                Side::Client => Side::Upstream,
-                Side::Upstream => Side::Client,
-            },
-            error,
-            code: None,
-        },
+        PumpEnd::DestGone { error } => RelayEnd::Dropped { side: first_source.other(), error, code: None },
     }
     // Returning drops both connections; a peer still connected sees its TCP stream end.
 }

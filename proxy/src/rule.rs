@@ -6,6 +6,7 @@
 //! command-line form is parsed into the same struct, so one validation serves all three.
 
 use crate::field::{all_match, FieldMatch};
+use crate::project::{Projection, Values};
 use rand::Rng;
 use rand_chacha::rand_core::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -174,13 +175,40 @@ impl<'de> Deserialize<'de> for Count {
     }
 }
 
-/// A scalar a `match` table compares a field with, kept as the text [`FieldMatch`] compares.
+/// A scalar a `match` table compares a field with.
+///
+/// Strings, numbers and booleans are kept as the text [`FieldMatch`] compares; a JSON `null`
+/// stays apart, because it means a field that is `null` and never the string `"null"`.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct MatchValue(pub String);
+pub enum MatchValue {
+    Text(String),
+    Null,
+}
+
+impl MatchValue {
+    /// The condition this value sets on the field at `path`.
+    fn condition(&self, path: &str) -> Result<FieldMatch, crate::field::FieldMatchError> {
+        match self {
+            MatchValue::Text(text) => FieldMatch::new(path, text.clone()),
+            MatchValue::Null => FieldMatch::null(path),
+        }
+    }
+
+    /// The value as the command-line form writes it (where `null` is text like any other).
+    fn text(&self) -> &str {
+        match self {
+            MatchValue::Text(text) => text,
+            MatchValue::Null => "null",
+        }
+    }
+}
 
 impl Serialize for MatchValue {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(&self.0)
+        match self {
+            MatchValue::Text(text) => serializer.serialize_str(text),
+            MatchValue::Null => serializer.serialize_unit(),
+        }
     }
 }
 
@@ -195,28 +223,28 @@ impl<'de> Deserialize<'de> for MatchValue {
                 f.write_str("a string, number, boolean or null")
             }
             fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<MatchValue, E> {
-                Ok(MatchValue(v.to_string()))
+                Ok(MatchValue::Text(v.to_string()))
             }
             fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<MatchValue, E> {
-                Ok(MatchValue(v.to_string()))
+                Ok(MatchValue::Text(v.to_string()))
             }
             fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<MatchValue, E> {
-                Ok(MatchValue(v.to_string()))
+                Ok(MatchValue::Text(v.to_string()))
             }
             fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<MatchValue, E> {
-                Ok(MatchValue(v.to_string()))
+                Ok(MatchValue::Text(v.to_string()))
             }
             fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<MatchValue, E> {
                 match serde_json::Number::from_f64(v) {
-                    Some(n) => Ok(MatchValue(n.to_string())),
+                    Some(n) => Ok(MatchValue::Text(n.to_string())),
                     None => Err(E::custom(format!("{v} cannot appear in JSON"))),
                 }
             }
             fn visit_unit<E: serde::de::Error>(self) -> Result<MatchValue, E> {
-                Ok(MatchValue("null".to_string()))
+                Ok(MatchValue::Null)
             }
             fn visit_none<E: serde::de::Error>(self) -> Result<MatchValue, E> {
-                Ok(MatchValue("null".to_string()))
+                Ok(MatchValue::Null)
             }
         }
         deserializer.deserialize_any(ScalarVisitor)
@@ -378,9 +406,15 @@ impl Rule {
                 "text" => set(&mut kind, KindFilter::Text, "frame kind", text)?,
                 "binary" => set(&mut kind, KindFilter::Binary, "frame kind", text)?,
                 _ => {
-                    if let Some(n) = word.strip_prefix("times=") {
+                    // `times=N`, or a bare `N` as in the TOML form's `count = N`.
+                    let times =
+                        word.strip_prefix("times=").or(word.bytes().all(|b| b.is_ascii_digit()).then_some(word));
+                    if let Some(n) = times {
                         let n = n.parse::<u64>().ok().filter(|n| *n > 0).ok_or_else(|| {
-                            invalid(text, format!("bad count `{word}`, expected times=N with N a positive integer"))
+                            invalid(
+                                text,
+                                format!("bad count `{word}`, expected times=N or N with N a positive integer"),
+                            )
                         })?;
                         set(&mut count, Count::Times(n), "count", text)?;
                     } else if let Some(p) = word.strip_prefix("p=") {
@@ -393,7 +427,7 @@ impl Rule {
                     } else {
                         return Err(invalid(
                             text,
-                            format!("unexpected word `{word}`; expected once, always, times=N, up, down, both, text, binary, p=P or PATH=VALUE"),
+                            format!("unexpected word `{word}`; expected once, always, times=N, N, up, down, both, text, binary, p=P or PATH=VALUE"),
                         ));
                     }
                 }
@@ -402,7 +436,7 @@ impl Rule {
         }
         for word in words {
             let condition = FieldMatch::parse(&word).map_err(|e| invalid(text, e.to_string()))?;
-            if rule.matches.insert(condition.path(), MatchValue(condition.expected().to_string())).is_some() {
+            if rule.matches.insert(condition.path(), MatchValue::Text(condition.expected().to_string())).is_some() {
                 return Err(invalid(text, format!("field `{}` given twice", condition.path())));
             }
         }
@@ -471,7 +505,7 @@ impl Rule {
         let conditions = self
             .matches
             .iter()
-            .map(|(path, value)| FieldMatch::new(path, value.0.clone()))
+            .map(|(path, value)| value.condition(path))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| invalid(label, e.to_string()))?;
         Ok(Compiled { action, conditions })
@@ -489,9 +523,16 @@ impl fmt::Display for Rule {
         match self.action {
             ActionKind::Drop => f.write_str("drop")?,
             ActionKind::Duplicate => f.write_str("duplicate")?,
-            ActionKind::Delay => write!(f, "delay={}", self.delay_ms.unwrap_or(0))?,
+            // A value that is missing is shown missing, not as a made-up 0.
+            ActionKind::Delay => match self.delay_ms {
+                Some(ms) => write!(f, "delay={ms}")?,
+                None => f.write_str("delay")?,
+            },
             ActionKind::Close => {
-                write!(f, "close={}", self.close_code.unwrap_or(0))?;
+                match self.close_code {
+                    Some(code) => write!(f, "close={code}")?,
+                    None => f.write_str("close")?,
+                }
                 if let Some(reason) = &self.close_reason {
                     write!(f, ":{}", quote_word(reason))?;
                 }
@@ -516,7 +557,7 @@ impl fmt::Display for Rule {
             f.write_str(" --")?;
         }
         for (path, value) in &self.matches {
-            write!(f, " {}", quote_word(&format!("{path}={}", value.0)))?;
+            write!(f, " {}", quote_word(&format!("{path}={}", value.text())))?;
         }
         Ok(())
     }
@@ -616,28 +657,35 @@ fn parse_action(text: &str, word: &str) -> Result<Rule, RuleError> {
 #[serde(deny_unknown_fields)]
 struct RulesFile {
     #[serde(default)]
-    rule: Vec<Rule>,
+    rule: Vec<toml::Spanned<Rule>>,
 }
 
 /// Reads the rules of a TOML text; `origin` names it in errors (a path, usually).
 pub fn parse_rules_toml(text: &str, origin: &str) -> Result<Vec<Rule>, RuleError> {
+    let at = |offset: usize| {
+        let (line, column) = line_column(text, offset);
+        format!("line {line}, column {column}: ")
+    };
+    let file_error = |message: String| RuleError::File { path: origin.to_string(), message };
     let file: RulesFile = toml::from_str(text).map_err(|e| {
-        let position = e
-            .span()
-            .map(|span| {
-                let (line, column) = line_column(text, span.start);
-                format!("line {line}, column {column}: ")
-            })
-            .unwrap_or_default();
-        RuleError::File { path: origin.to_string(), message: format!("{position}{}", e.message()) }
+        file_error(format!("{}{}", e.span().map(|span| at(span.start)).unwrap_or_default(), e.message()))
     })?;
+    let mut names: BTreeMap<&str, usize> = BTreeMap::new();
     for (i, rule) in file.rule.iter().enumerate() {
-        rule.validate().map_err(|e| RuleError::File {
-            path: origin.to_string(),
-            message: format!("rule {} of the file: {e}", i + 1),
-        })?;
+        let start = rule.span().start;
+        rule.get_ref().validate().map_err(|e| file_error(format!("{}rule {} of the file: {e}", at(start), i + 1)))?;
+        if let Some(name) = &rule.get_ref().name {
+            if let Some(first) = names.insert(name, start) {
+                let (first_line, _) = line_column(text, first);
+                return Err(file_error(format!(
+                    "{}rule {} of the file: the name `{name}` is already used by the rule at line {first_line}",
+                    at(start),
+                    i + 1
+                )));
+            }
+        }
     }
-    Ok(file.rule)
+    Ok(file.rule.into_iter().map(toml::Spanned::into_inner).collect())
 }
 
 /// Reads a rules file from disk.
@@ -675,6 +723,9 @@ struct Compiled {
     conditions: Vec<FieldMatch>,
 }
 
+/// A rule's conditions as indices into the rule set's [`Projection`].
+type ProjectedConditions = Vec<usize>;
+
 #[derive(Clone, Debug)]
 struct Entry {
     name: String,
@@ -698,6 +749,10 @@ pub struct RuleStatus {
 #[derive(Clone, Debug)]
 pub struct RuleSet {
     entries: Vec<Entry>,
+    /// Every path the rules read, walked once per frame; rebuilt when the rules change.
+    projection: Projection,
+    /// For each entry, its conditions' paths in `projection`.
+    projected: Vec<ProjectedConditions>,
     seed: u64,
     rng: ChaCha8Rng,
     /// Source of `rule-N` names; never reused, so a deleted name stays deleted.
@@ -707,7 +762,14 @@ pub struct RuleSet {
 impl RuleSet {
     /// An empty set whose probabilities are drawn from ChaCha8 seeded with `seed`.
     pub fn new(seed: u64) -> Self {
-        RuleSet { entries: Vec::new(), seed, rng: ChaCha8Rng::seed_from_u64(seed), next_id: 1 }
+        RuleSet {
+            entries: Vec::new(),
+            projection: Projection::default(),
+            projected: Vec::new(),
+            seed,
+            rng: ChaCha8Rng::seed_from_u64(seed),
+            next_id: 1,
+        }
     }
 
     /// A set holding these rules in order.
@@ -739,19 +801,33 @@ impl RuleSet {
             return Err(RuleError::DuplicateName(name));
         }
         self.entries.push(Entry { name: name.clone(), remaining: rule.count.budget(), rule, compiled });
+        self.project();
         Ok(name)
+    }
+
+    /// Rebuilds the projection of the paths the rules read.
+    fn project(&mut self) {
+        let mut projection = Projection::default();
+        self.projected = self
+            .entries
+            .iter()
+            .map(|e| e.compiled.conditions.iter().map(|c| projection.add(c.segments())).collect())
+            .collect();
+        self.projection = projection;
     }
 
     /// Removes the rule with this name; false if there is none.
     pub fn remove(&mut self, name: &str) -> bool {
         let before = self.entries.len();
         self.entries.retain(|e| e.name != name);
+        self.project();
         self.entries.len() != before
     }
 
     /// Removes every rule and reseeds the generator, so a reset run draws as a fresh one does.
     pub fn reset(&mut self) {
         self.entries.clear();
+        self.project();
         self.rng = ChaCha8Rng::seed_from_u64(self.seed);
         self.next_id = 1;
     }
@@ -791,13 +867,51 @@ impl RuleSet {
         kind: FrameKind,
         json: impl FnOnce() -> Option<serde_json::Value>,
     ) -> Decision {
+        let mut json = Some(json);
+        let mut parsed: Option<serde_json::Value> = None;
+        self.decide_by(direction, kind, |entry, _| {
+            if let Some(parse) = json.take() {
+                parsed = parse();
+            }
+            parsed.as_ref().is_some_and(|doc| all_match(&entry.compiled.conditions, doc))
+        })
+    }
+
+    /// The verdict on one data frame given as its text (`None` for binary): what the relay
+    /// asks. The text is read only if a rule has conditions, and then only along the paths
+    /// the rules name (see [`Projection`]), never built into a whole JSON tree.
+    pub fn decide_frame(&mut self, direction: Direction, kind: FrameKind, text: Option<&str>) -> Decision {
+        let projection = std::mem::take(&mut self.projection);
+        let projected = std::mem::take(&mut self.projected);
+        let mut read: Option<Option<Values<'_>>> = None;
+        let decision = self.decide_by(direction, kind, |entry, index| {
+            let found = read.get_or_insert_with(|| text.and_then(|text| projection.read(text)));
+            let Some(found) = found else { return false };
+            entry
+                .compiled
+                .conditions
+                .iter()
+                .zip(&projected[index])
+                .all(|(condition, path)| found[*path].as_ref().is_some_and(|f| condition.holds_for_found(f)))
+        });
+        self.projection = projection;
+        self.projected = projected;
+        decision
+    }
+
+    /// The first-match loop of [`decide`](Self::decide); `conditions_hold` is asked only for
+    /// a rule with conditions that otherwise admits the frame.
+    fn decide_by(
+        &mut self,
+        direction: Direction,
+        kind: FrameKind,
+        mut conditions_hold: impl FnMut(&Entry, usize) -> bool,
+    ) -> Decision {
         let kind_filter = match kind {
             FrameKind::Text => KindFilter::Text,
             FrameKind::Binary => KindFilter::Binary,
             FrameKind::Ping | FrameKind::Pong | FrameKind::Close => return Decision::forward(),
         };
-        let mut json = Some(json);
-        let mut parsed: Option<serde_json::Value> = None;
         for (index, entry) in self.entries.iter_mut().enumerate() {
             if entry.remaining == Some(0)
                 || !entry.rule.direction.admits(direction)
@@ -805,14 +919,8 @@ impl RuleSet {
             {
                 continue;
             }
-            if !entry.compiled.conditions.is_empty() {
-                if let Some(parse) = json.take() {
-                    parsed = parse();
-                }
-                match &parsed {
-                    Some(doc) if all_match(&entry.compiled.conditions, doc) => {}
-                    _ => continue,
-                }
+            if !entry.compiled.conditions.is_empty() && !conditions_hold(entry, index) {
+                continue;
             }
             if let Some(p) = entry.rule.probability {
                 if p < 1.0 && self.rng.random::<f64>() >= p {
@@ -848,7 +956,7 @@ mod tests {
         assert_eq!(rule.count, Count::Once);
         assert_eq!(rule.direction, Directions::Up);
         assert_eq!(rule.matches.len(), 3);
-        assert_eq!(rule.matches["result.session_id"], MatchValue("s1".into()));
+        assert_eq!(rule.matches["result.session_id"], MatchValue::Text("s1".into()));
     }
 
     #[test]
@@ -867,10 +975,10 @@ mod tests {
             assert_eq!(rule, again, "{text} -> {rule}");
         }
         let rule = Rule::parse(r#"drop text="hello world""#).unwrap();
-        assert_eq!(rule.matches["text"], MatchValue("hello world".into()));
+        assert_eq!(rule.matches["text"], MatchValue::Text("hello world".into()));
         let rule = Rule::parse("drop -- p=1 times=2").unwrap();
         assert_eq!(rule.probability, None);
-        assert_eq!(rule.matches["p"], MatchValue("1".into()));
+        assert_eq!(rule.matches["p"], MatchValue::Text("1".into()));
         let rule = Rule::parse("close=4000:bye").unwrap();
         assert_eq!(rule.close_reason.as_deref(), Some("bye"));
     }
@@ -931,7 +1039,7 @@ kind = "binary"
         )
         .unwrap();
         assert_eq!(rules.len(), 3);
-        assert_eq!(rules[0].matches["result.step"], MatchValue("1".into()));
+        assert_eq!(rules[0].matches["result.step"], MatchValue::Text("1".into()));
         assert_eq!(rules[1].count, Count::Times(3));
         assert_eq!(rules[2].close_reason.as_deref(), Some("rig says bye"));
         let mut set = RuleSet::with_rules(0, rules).unwrap();
@@ -1066,12 +1174,46 @@ kind = "binary"
         }))
         .unwrap();
         rule.validate().unwrap();
-        assert_eq!(rule.matches["n"], MatchValue("3".into()));
-        assert_eq!(rule.matches["none"], MatchValue("null".into()));
+        assert_eq!(rule.matches["n"], MatchValue::Text("3".into()));
+        assert_eq!(rule.matches["none"], MatchValue::Null);
         let listed = serde_json::to_value(RuleSet::with_rules(0, [rule]).unwrap().rules()).unwrap();
         assert_eq!(listed[0]["name"], "rule-1");
         assert_eq!(listed[0]["count"], 2);
         assert_eq!(listed[0]["remaining"], 2);
         assert!(serde_json::from_value::<Rule>(json!({"action": "drop", "bogus": 1})).is_err());
+    }
+
+    #[test]
+    fn a_json_null_matches_only_null() {
+        let rule: Rule =
+            serde_json::from_value(json!({"action": "drop", "count": "always", "match": {"next": null}})).unwrap();
+        let mut set = RuleSet::with_rules(0, [rule]).unwrap();
+        assert_eq!(set.decide(Direction::Up, FrameKind::Text, Some(&json!({"next": null}))).action, Action::Drop);
+        assert_eq!(set.decide(Direction::Up, FrameKind::Text, Some(&json!({"next": "null"}))), Decision::forward());
+        let listed = serde_json::to_value(set.rules()).unwrap();
+        assert_eq!(listed[0]["match"]["next"], serde_json::Value::Null, "listed as it was given");
+    }
+
+    #[test]
+    fn a_bare_count_works_on_the_command_line_too() {
+        let rule = Rule::parse("drop 3 up type=x").unwrap();
+        assert_eq!(rule.count, Count::Times(3));
+        let err = Rule::parse("drop 0").unwrap_err().to_string();
+        assert!(err.contains("positive"), "{err}");
+    }
+
+    #[test]
+    fn a_missing_value_is_not_shown_as_zero() {
+        let err = parse_rules_toml("[[rule]]\naction = \"delay\"\n", "r.toml").unwrap_err().to_string();
+        assert!(err.contains("needs delay_ms") && !err.contains("delay=0"), "{err}");
+        let err = parse_rules_toml("[[rule]]\naction = \"close\"\n", "r.toml").unwrap_err().to_string();
+        assert!(err.contains("needs close_code") && !err.contains("close=0"), "{err}");
+    }
+
+    #[test]
+    fn a_duplicate_name_in_a_rules_file_names_the_file_and_the_line() {
+        let text = "[[rule]]\nname = \"cut\"\naction = \"drop\"\n\n[[rule]]\nname = \"cut\"\naction = \"duplicate\"\n";
+        let err = parse_rules_toml(text, "cuts.toml").unwrap_err().to_string();
+        assert!(err.contains("cuts.toml") && err.contains("`cut`") && err.contains("line 5"), "{err}");
     }
 }

@@ -5,34 +5,54 @@
 //! that mostly waits on its peers.
 
 use crate::admin::{serve_admin, AdminState};
-use crate::handshake::{handshake, HandshakeError, UpstreamUrl};
+use crate::handshake::{answer_hello, read_hello_or_reject, reject_client, UpstreamUrl};
+use crate::log::Log;
 use crate::relay::{relay, FrameRecord, ProxyEnv, RelayEnd, SharedRules};
 use crate::rule::{load_rules_file, Rule, RuleSet};
 use rand::RngCore;
 use rand_chacha::rand_core::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use serde_json::{json, Value};
-use std::cell::{Cell, RefCell};
-use std::fs::File;
+use std::cell::Cell;
 use std::future::Future;
-use std::io::{BufWriter, Write};
+use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
-use tokio::io::BufReader;
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{watch, Notify};
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
-use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::WebSocketStream;
 
-/// How long a client has to finish both opening handshakes.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// Read buffer in front of each socket. tungstenite asks the stream for little more than the
-/// frame it is parsing, so without it the proxy makes about one `recv` per frame per side.
-const SOCKET_READ_BUFFER: usize = 64 * 1024;
+use crate::wire::Wire;
+
 /// How often the log is flushed while frames flow (and at each connection's end).
 const LOG_FLUSH_INTERVAL: Duration = Duration::from_millis(200);
+/// tungstenite's read buffer, allocated with each WebSocket: kept small so an idle
+/// connection holds little; the socket itself is read in larger chunks (see `Wire`).
+pub const READ_BUFFER_BYTES: usize = 4 * 1024;
+/// How much tungstenite queues before writing to the socket (the relay also writes whenever
+/// its source has nothing more ready). The buffer keeps its size once grown.
+pub const WRITE_BUFFER_BYTES: usize = 32 * 1024;
+/// How long, after the last connection ends at shutdown, the proxy waits at most.
+const SHUTDOWN_WAIT: Duration = Duration::from_millis(crate::relay::CLOSE_GRACE_MS + 2_000);
+
+/// The WebSocket settings of both sides of every connection for a largest message size.
+///
+/// The write buffer may hold one whole message beyond the write threshold: the relay waits
+/// for it to drain before it reads the next message (see `relay`), so that is all a peer
+/// that stops reading makes the proxy hold.
+pub fn websocket_config(max_frame_bytes: usize) -> WebSocketConfig {
+    WebSocketConfig::default()
+        .read_buffer_size(READ_BUFFER_BYTES)
+        .write_buffer_size(WRITE_BUFFER_BYTES)
+        // A frame's header is at most 14 bytes; control frames the library adds are tiny.
+        .max_write_buffer_size(WRITE_BUFFER_BYTES.saturating_add(max_frame_bytes).saturating_add(1024))
+        .max_message_size(Some(max_frame_bytes))
+        .max_frame_size(Some(max_frame_bytes))
+}
 
 /// The proxy's command line; `rig proxy` mounts the same arguments.
 #[derive(Clone, Debug, clap::Args)]
@@ -67,9 +87,15 @@ pub struct ProxyArgs {
     /// Largest message (and frame) accepted from either peer, in bytes.
     #[arg(long, default_value_t = 16 * 1024 * 1024)]
     pub max_frame_bytes: usize,
-    /// Most clients served at once; more are answered 503.
+    /// Most WebSocket connections at once; a client whose request arrives beyond it is answered 503.
     #[arg(long, default_value_t = 256)]
     pub max_connections: usize,
+    /// Most opening handshakes in progress at once; more clients wait to be accepted.
+    #[arg(long, default_value_t = 64)]
+    pub max_handshakes: usize,
+    /// How long a client has to send its request, and then the upstream to answer it, in ms.
+    #[arg(long, default_value_t = 5_000)]
+    pub handshake_timeout_ms: u64,
 }
 
 /// Why the proxy could not start or stopped.
@@ -93,39 +119,11 @@ impl ServeError {
     }
 }
 
-/// The JSONL log, buffered; flushed on a timer, at each connection's end and at shutdown.
-struct Log {
-    out: RefCell<BufWriter<File>>,
-    payloads: bool,
-    start: Instant,
-}
-
-impl Log {
-    fn line(&self, value: &Value) {
-        let mut out = self.out.borrow_mut();
-        // A full disk must not stop the traffic: log errors are reported once per flush.
-        let _ = serde_json::to_writer(&mut *out, value);
-        let _ = out.write_all(b"\n");
-    }
-
-    fn flush(&self) {
-        if let Err(e) = self.out.borrow_mut().flush() {
-            eprintln!("proxy: writing the log failed: {e}");
-        }
-    }
-
-    fn event(&self, mut value: Value) {
-        if let Value::Object(map) = &mut value {
-            map.insert("t_us".into(), json!(self.start.elapsed().as_micros() as u64));
-        }
-        self.line(&value);
-    }
-}
-
-/// Real mode's environment: tokio time, and the JSONL log if there is one.
+/// Real mode's environment: tokio time, the JSONL log if there is one, and the stop signal.
 struct RealEnv {
     start: Instant,
     log: Option<Rc<Log>>,
+    stop: watch::Receiver<bool>,
 }
 
 impl ProxyEnv for RealEnv {
@@ -142,28 +140,53 @@ impl ProxyEnv for RealEnv {
     }
 
     fn record(&self, record: &FrameRecord<'_>) {
-        let Some(log) = &self.log else { return };
-        let mut line = match serde_json::to_value(record) {
-            Ok(Value::Object(map)) => map,
-            _ => return,
-        };
-        line.insert("event".into(), json!("frame"));
-        if let Message::Close(frame) = record.message {
-            line.insert("close_code".into(), json!(frame.as_ref().map(|f| u16::from(f.code))));
-            line.insert("close_reason".into(), json!(frame.as_ref().map(|f| f.reason.as_str())));
+        if let Some(log) = &self.log {
+            log.frame(record);
         }
-        if log.payloads {
-            match record.message {
-                Message::Text(text) => {
-                    line.insert("payload".into(), json!(text.as_str()));
-                }
-                Message::Binary(bytes) | Message::Ping(bytes) | Message::Pong(bytes) => {
-                    line.insert("payload_base64".into(), json!(data_encoding::BASE64.encode(bytes)));
-                }
-                _ => {}
-            }
+    }
+
+    fn stopping(&self) -> Pin<Box<dyn Future<Output = ()> + '_>> {
+        let mut stop = self.stop.clone();
+        Box::pin(async move {
+            let _ = stop.wait_for(|stopping| *stopping).await;
+        })
+    }
+}
+
+impl RealEnv {
+    fn log(&self, value: Value) {
+        if let Some(log) = &self.log {
+            log.event(value);
         }
-        log.line(&Value::Object(line));
+    }
+}
+
+/// The first failure of a listener's `accept` is reported, the next ones of the same run are
+/// not; each is followed by a pause, so running out of file descriptors does not spin.
+pub(crate) struct AcceptFailures {
+    listener: &'static str,
+    failing: bool,
+}
+
+impl AcceptFailures {
+    pub(crate) fn new(listener: &'static str) -> Self {
+        AcceptFailures { listener, failing: false }
+    }
+
+    /// Reports `error` if it starts a run of failures (to stderr and through `log`), then waits.
+    pub(crate) async fn failed(&mut self, error: &std::io::Error, log: impl FnOnce(Value)) {
+        if !self.failing {
+            self.failing = true;
+            eprintln!("proxy: {}: accept failed: {error}; retrying every 100 ms, quietly", self.listener);
+            log(json!({"event": "accept_error", "listener": self.listener, "error": error.to_string()}));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    pub(crate) fn succeeded(&mut self) {
+        if std::mem::take(&mut self.failing) {
+            eprintln!("proxy: {}: new connections come through again", self.listener);
+        }
     }
 }
 
@@ -195,8 +218,11 @@ impl Proxy {
     /// Checks the arguments, reads the rules, binds the sockets and opens the log.
     pub async fn bind(args: ProxyArgs) -> Result<Proxy, ServeError> {
         let upstream = UpstreamUrl::parse(&args.upstream).map_err(|e| ServeError::Input(format!("--upstream: {e}")))?;
-        let rules =
-            RuleSet::with_rules(args.seed, rules_from_args(&args)?).map_err(|e| ServeError::Input(e.to_string()))?;
+        // Only a rules file names rules, so a name taken twice is the file's doing.
+        let rules = RuleSet::with_rules(args.seed, rules_from_args(&args)?).map_err(|e| match &args.rules_file {
+            Some(path) => ServeError::Input(format!("--rules {}: {e}", path.display())),
+            None => ServeError::Input(e.to_string()),
+        })?;
         if let Some(admin) = args.admin {
             if !admin.ip().is_loopback() {
                 return Err(ServeError::Input(format!(
@@ -204,8 +230,16 @@ impl Proxy {
                 )));
             }
         }
-        if args.max_frame_bytes == 0 || args.max_connections == 0 {
-            return Err(ServeError::Input("--max-frame-bytes and --max-connections must be positive".into()));
+        if args.max_frame_bytes == 0 || args.max_connections == 0 || args.max_handshakes == 0 {
+            return Err(ServeError::Input(
+                "--max-frame-bytes, --max-connections and --max-handshakes must be positive".into(),
+            ));
+        }
+        if args.handshake_timeout_ms == 0 || args.handshake_timeout_ms > 600_000 {
+            return Err(ServeError::Input(format!(
+                "--handshake-timeout-ms {}: expected 1 to 600000",
+                args.handshake_timeout_ms
+            )));
         }
         if args.name.is_empty() || args.name.contains(['/', '?', '#', ' ']) {
             return Err(ServeError::Input(format!(
@@ -223,17 +257,13 @@ impl Proxy {
             None => None,
         };
         let log = match &args.log {
-            Some(path) => {
-                let file = File::create(path).map_err(|e| ServeError::Io(format!("--log {}: {e}", path.display())))?;
-                Some(Rc::new(Log {
-                    out: RefCell::new(BufWriter::with_capacity(64 * 1024, file)),
-                    payloads: args.log_payloads,
-                    start: Instant::now(),
-                }))
-            }
+            Some(path) => Some(Rc::new(
+                Log::create(path, args.log_payloads)
+                    .map_err(|e| ServeError::Io(format!("--log {}: {e}", path.display())))?,
+            )),
             None => None,
         };
-        Ok(Proxy { args, upstream, listener, admin, rules: Rc::new(RefCell::new(rules)), log })
+        Ok(Proxy { args, upstream, listener, admin, rules: Rc::new(std::cell::RefCell::new(rules)), log })
     }
 
     /// Where clients connect.
@@ -251,10 +281,12 @@ impl Proxy {
         self.rules.clone()
     }
 
-    /// Serves clients until ctrl-c or SIGTERM. Must run inside a `LocalSet`.
+    /// Serves clients until ctrl-c or SIGTERM, then closes every connection with `1001`.
+    /// Must run inside a `LocalSet`.
     pub async fn run(self) -> Result<(), ServeError> {
-        let start = self.log.as_ref().map_or_else(Instant::now, |l| l.start);
-        let env = Rc::new(RealEnv { start, log: self.log.clone() });
+        let start = self.log.as_ref().map_or_else(Instant::now, |l| l.start());
+        let (stop, stop_signal) = watch::channel(false);
+        let env = Rc::new(RealEnv { start, log: self.log.clone(), stop: stop_signal });
         if let Some(log) = &self.log {
             log.event(json!({
                 "event": "start", "listen": self.listen_addr().to_string(), "upstream": self.upstream.to_string(),
@@ -284,124 +316,180 @@ impl Proxy {
             });
             tokio::task::spawn_local(serve_admin(admin, state));
         }
-        let config = WebSocketConfig::default()
-            .max_message_size(Some(self.args.max_frame_bytes))
-            .max_frame_size(Some(self.args.max_frame_bytes))
-            // Bounded write buffer: a peer that stops reading stalls its sender, never grows memory.
-            .max_write_buffer_size(self.args.max_frame_bytes.saturating_mul(2).max(1 << 20));
+        let limits = Rc::new(Limits {
+            config: websocket_config(self.args.max_frame_bytes),
+            handshake_timeout: Duration::from_millis(self.args.handshake_timeout_ms),
+            max_connections: self.args.max_connections,
+            connections: Cell::new(0),
+            handshakes: Cell::new(0),
+            changed: Notify::new(),
+        });
         // Upstream handshake keys come from their own stream of the seeded generator, so they
         // do not shift the probability draws of the rules.
         let mut keys = ChaCha8Rng::seed_from_u64(self.args.seed);
         keys.set_stream(1);
-        let active = Rc::new(Cell::new(0usize));
         let mut next_conn = 0u64;
+        let mut failures = AcceptFailures::new("clients");
         let shutdown = shutdown_signal();
         tokio::pin!(shutdown);
-        loop {
+        'serve: loop {
+            // A client beyond the handshake budget waits in the kernel's accept queue, in
+            // order, until a handshake ends: silent sockets cannot crowd out real clients
+            // for longer than the handshake deadline.
+            while limits.handshakes.get() >= self.args.max_handshakes {
+                tokio::select! {
+                    biased;
+                    _ = &mut shutdown => break 'serve,
+                    () = limits.changed.notified() => {}
+                }
+            }
             let accepted = tokio::select! {
                 biased;
                 _ = &mut shutdown => break,
                 accepted = self.listener.accept() => accepted,
             };
-            let (mut stream, peer) = match accepted {
-                Ok(accepted) => accepted,
+            let (stream, peer) = match accepted {
+                Ok(accepted) => {
+                    failures.succeeded();
+                    accepted
+                }
                 Err(e) => {
-                    // Out of file descriptors and the like: back off instead of spinning.
-                    eprintln!("proxy: accept failed: {e}");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    failures.failed(&e, |event| env.log(event)).await;
                     continue;
                 }
             };
             next_conn += 1;
-            let conn = next_conn;
             let _ = stream.set_nodelay(true);
-            if active.get() >= self.args.max_connections {
-                let message = format!("proxy: more than {} clients at once", self.args.max_connections);
-                if let Some(log) = &self.log {
-                    log.event(json!({"event": "rejected", "conn": conn, "peer": peer.to_string(), "error": message}));
-                }
-                tokio::task::spawn_local(async move {
-                    let _ = tokio::time::timeout(
-                        HANDSHAKE_TIMEOUT,
-                        crate::handshake::reject_client(&mut stream, 503, &message),
-                    )
-                    .await;
-                });
-                continue;
-            }
             let mut key = [0u8; 16];
             keys.fill_bytes(&mut key);
-            active.set(active.get() + 1);
-            let (env, rules, active, upstream) =
-                (env.clone(), self.rules.clone(), active.clone(), self.upstream.clone());
-            tokio::task::spawn_local(async move {
-                serve_connection(stream, peer, conn, key, &upstream, config, rules, &env).await;
-                active.set(active.get() - 1);
-            });
+            limits.handshakes.set(limits.handshakes.get() + 1);
+            let connection = Connection { conn: next_conn, peer, key, limits: limits.clone(), env: env.clone() };
+            let (rules, upstream) = (self.rules.clone(), self.upstream.clone());
+            tokio::task::spawn_local(async move { connection.serve(stream, &upstream, rules).await });
         }
+        // Every relay sees the signal, closes both peers with 1001 and logs its end.
+        let _ = stop.send(true);
+        let _ = tokio::time::timeout(SHUTDOWN_WAIT, async {
+            while limits.connections.get() > 0 {
+                limits.changed.notified().await;
+            }
+        })
+        .await;
         if let Some(log) = &self.log {
             log.event(json!({"event": "stop"}));
-            log.flush();
+            log.close();
         }
         Ok(())
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn serve_connection(
-    stream: TcpStream,
-    peer: SocketAddr,
-    conn: u64,
-    key: [u8; 16],
-    upstream: &UpstreamUrl,
+/// What every connection of one proxy shares: its settings and its counts.
+struct Limits {
     config: WebSocketConfig,
-    rules: SharedRules,
-    env: &RealEnv,
-) {
-    let log = |value: Value| {
-        if let Some(log) = &env.log {
-            log.event(value);
-        }
-    };
-    let connect = |authority: String| async move {
-        let stream = TcpStream::connect(authority).await?;
-        let _ = stream.set_nodelay(true);
-        Ok(BufReader::with_capacity(SOCKET_READ_BUFFER, stream))
-    };
-    let stream = BufReader::with_capacity(SOCKET_READ_BUFFER, stream);
-    let opened = tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake(stream, upstream, key, config, connect)).await;
-    let (client, upstream_ws, hello) = match opened {
-        Ok(Ok(opened)) => opened,
-        Ok(Err(error)) => {
-            let event = match error {
-                HandshakeError::Unreachable { .. }
-                | HandshakeError::Refused { .. }
-                | HandshakeError::BadResponse { .. } => "upstream_error",
-                _ => "handshake_error",
-            };
-            eprintln!("proxy: conn {conn} from {peer}: {error}");
-            log(json!({"event": event, "conn": conn, "peer": peer.to_string(), "error": error.to_string()}));
-            return;
-        }
-        Err(_) => {
-            let error = format!("handshake not finished within {}s", HANDSHAKE_TIMEOUT.as_secs());
-            eprintln!("proxy: conn {conn} from {peer}: {error}");
-            log(json!({"event": "handshake_error", "conn": conn, "peer": peer.to_string(), "error": error}));
-            return;
-        }
-    };
-    log(
-        json!({"event": "open", "conn": conn, "peer": peer.to_string(), "path": hello.path, "protocols": hello.protocols}),
-    );
-    let end: RelayEnd = relay(client, upstream_ws, rules, conn, env).await;
-    let mut line = serde_json::to_value(&end).unwrap_or(Value::Null);
-    if let Value::Object(map) = &mut line {
-        map.insert("event".into(), json!("end"));
-        map.insert("conn".into(), json!(conn));
+    handshake_timeout: Duration,
+    max_connections: usize,
+    /// Clients whose request was read and that hold a WebSocket slot.
+    connections: Cell<usize>,
+    /// Accepted sockets whose handshakes are not finished.
+    handshakes: Cell<usize>,
+    /// Told whenever one of the counts goes down.
+    changed: Notify,
+}
+
+impl Limits {
+    fn release(&self, count: &Cell<usize>) {
+        count.set(count.get() - 1);
+        self.changed.notify_waiters();
+        self.changed.notify_one();
     }
-    log(line);
-    if let Some(log) = &env.log {
-        log.flush();
+}
+
+/// One accepted client, from its handshake to the end of its relay.
+struct Connection {
+    conn: u64,
+    peer: SocketAddr,
+    key: [u8; 16],
+    limits: Rc<Limits>,
+    env: Rc<RealEnv>,
+}
+
+impl Connection {
+    async fn serve(self, stream: TcpStream, upstream: &UpstreamUrl, rules: SharedRules) {
+        let opened = self.handshake(stream, upstream).await;
+        self.limits.release(&self.limits.handshakes);
+        let Some((client, upstream_ws)) = opened else { return };
+        let end: RelayEnd = relay(client, upstream_ws, rules, self.conn, &*self.env).await;
+        let mut line = serde_json::to_value(&end).unwrap_or(Value::Null);
+        if let Value::Object(map) = &mut line {
+            map.insert("event".into(), json!("end"));
+            map.insert("conn".into(), json!(self.conn));
+        }
+        self.env.log(line);
+        if let Some(log) = &self.env.log {
+            log.flush();
+        }
+        self.limits.release(&self.limits.connections);
+    }
+
+    fn error(&self, event: &str, error: &str) {
+        eprintln!("proxy: conn {} from {}: {error}", self.conn, self.peer);
+        self.env.log(json!({"event": event, "conn": self.conn, "peer": self.peer.to_string(), "error": error}));
+    }
+
+    /// Both handshakes, each within the deadline; on success the connection holds a slot.
+    async fn handshake(
+        &self,
+        mut stream: TcpStream,
+        upstream: &UpstreamUrl,
+    ) -> Option<(WebSocketStream<Wire<TcpStream>>, WebSocketStream<Wire<TcpStream>>)> {
+        let limits = &*self.limits;
+        let ms = limits.handshake_timeout.as_millis() as u64;
+        let hello = match tokio::time::timeout(limits.handshake_timeout, read_hello_or_reject(&mut stream)).await {
+            Ok(Ok(hello)) => hello,
+            Ok(Err(error)) => {
+                self.error("handshake_error", &error.to_string());
+                return None;
+            }
+            Err(_) => {
+                let error = format!("no complete request within {ms} ms");
+                let _ = tokio::time::timeout(
+                    Duration::from_secs(1),
+                    reject_client(&mut stream, 408, &format!("proxy: {error}")),
+                )
+                .await;
+                self.error("handshake_error", &error);
+                return None;
+            }
+        };
+        if limits.connections.get() >= limits.max_connections {
+            let message = format!("proxy: more than {} clients at once", limits.max_connections);
+            self.env
+                .log(json!({"event": "rejected", "conn": self.conn, "peer": self.peer.to_string(), "error": message}));
+            let _ = tokio::time::timeout(Duration::from_secs(1), reject_client(&mut stream, 503, &message)).await;
+            return None;
+        }
+        limits.connections.set(limits.connections.get() + 1);
+        let connect = |authority: String| async move {
+            let stream = TcpStream::connect(authority).await?;
+            let _ = stream.set_nodelay(true);
+            Ok(stream)
+        };
+        let deadline = (tokio::time::sleep(limits.handshake_timeout), ms);
+        match answer_hello(stream, hello, upstream, self.key, limits.config, connect, deadline).await {
+            Ok((client, upstream_ws, hello)) => {
+                self.env.log(json!({
+                    "event": "open", "conn": self.conn, "peer": self.peer.to_string(), "path": hello.path,
+                    "protocols": hello.protocols,
+                }));
+                Some((client, upstream_ws))
+            }
+            Err(error) => {
+                let event = if error.is_upstream() { "upstream_error" } else { "handshake_error" };
+                self.error(event, &error.to_string());
+                limits.release(&limits.connections);
+                None
+            }
+        }
     }
 }
 

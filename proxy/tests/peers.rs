@@ -1,19 +1,25 @@
-//! The proxy between real third-party peers: a Python `websockets` client and server.
+//! The proxy between real third-party peers: Python `websockets` and node's `ws`, each as
+//! client and server.
 //!
 //! Each test starts its own server, proxy and client processes on 127.0.0.1 port 0 and bounds
-//! every wait, killing what it started when it ends. The Python scripts are in `tests/peers/`;
-//! the client runs one named scenario and exits 0 when all of its checks hold.
+//! every wait, killing what it started when it ends. The scripts are in `tests/peers/`
+//! (`client.py`/`server.py`, `client.js`/`server.js`); a client runs one named scenario and
+//! exits 0 when all of its checks hold. The tests install each peer when it is missing.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+mod common;
+
+use common::{
+    admin, next_line, proxy_exit, read_log, signal, start_proxy, stdout_lines, temp_path, wait_exit, Running,
+};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The peer these tests were validated against; installed by the tests when it is missing.
 const WEBSOCKETS: &str = "websockets==17.4";
-const STARTUP_TIMEOUT: Duration = Duration::from_secs(15);
+/// The second, independent peer: node's `ws`, installed into the target directory when missing.
+const WS_VERSION: &str = "8.18.3";
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(60);
 
 fn peers_dir() -> PathBuf {
@@ -54,138 +60,131 @@ fn require_websockets() {
     }
 }
 
-/// A child process killed when the test ends, however it ends.
-struct Running {
-    child: Child,
+/// Where node's `ws` is installed for these tests (by the tests, when it is missing).
+fn node_prefix() -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join("node-peer")
 }
 
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+fn ws_version() -> Option<String> {
+    let manifest = node_prefix().join("node_modules").join("ws").join("package.json");
+    let text = std::fs::read_to_string(manifest).ok()?;
+    let manifest: serde_json::Value = serde_json::from_str(&text).ok()?;
+    manifest["version"].as_str().map(str::to_string)
+}
+
+/// Makes sure node's `ws` is there: installs it from the npm registry into the target
+/// directory when it is missing, and fails, never skips, when that is not possible.
+fn require_ws() {
+    static INSTALLED: std::sync::OnceLock<Result<String, String>> = std::sync::OnceLock::new();
+    let outcome = INSTALLED.get_or_init(|| {
+        if ws_version().as_deref() == Some(WS_VERSION) {
+            return Ok(WS_VERSION.to_string());
+        }
+        let prefix = node_prefix();
+        std::fs::create_dir_all(&prefix).map_err(|e| format!("create {}: {e}", prefix.display()))?;
+        let install = Command::new("npm")
+            .args(["install", "--no-audit", "--no-fund", "--no-save", "--silent", "--prefix"])
+            .arg(&prefix)
+            .arg(format!("ws@{WS_VERSION}"))
+            .output()
+            .map_err(|e| format!("cannot run npm ({e}); these tests need node and npm"))?;
+        if !install.status.success() {
+            return Err(format!("`npm install ws@{WS_VERSION}` failed:\n{}", String::from_utf8_lossy(&install.stderr)));
+        }
+        ws_version().ok_or_else(|| "npm install finished but ws is not there".to_string())
+    });
+    if let Err(why) = outcome {
+        panic!("the node module `ws` is missing and could not be installed (ws@{WS_VERSION}): {why}");
     }
 }
 
-/// Reads a child's stdout lines on a thread, so waiting for one can time out.
-fn stdout_lines(child: &mut Child) -> mpsc::Receiver<String> {
-    let (tx, rx) = mpsc::channel();
-    let stdout = child.stdout.take().expect("stdout is piped");
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
+/// A third-party WebSocket implementation the tests run on both sides of the proxy.
+#[derive(Clone, Copy, Debug)]
+enum Peer {
+    /// Python `websockets` (`client.py`, `server.py`).
+    Python,
+    /// Node's `ws` (`client.js`, `server.js`).
+    Node,
+}
+
+impl Peer {
+    /// The command running one of this peer's scripts (`client` or `server`), installed first.
+    fn script(self, name: &str) -> Command {
+        match self {
+            Peer::Python => {
+                require_websockets();
+                let mut command = Command::new("python3");
+                command.arg(peers_dir().join(format!("{name}.py")));
+                command
+            }
+            Peer::Node => {
+                require_ws();
+                let mut command = Command::new("node");
+                command.arg(peers_dir().join(format!("{name}.js")));
+                command.env("NODE_PATH", node_prefix().join("node_modules"));
+                command
             }
         }
-    });
-    rx
+    }
 }
 
-fn next_line(lines: &mpsc::Receiver<String>, what: &str) -> String {
-    lines.recv_timeout(STARTUP_TIMEOUT).unwrap_or_else(|_| panic!("{what} printed nothing within {STARTUP_TIMEOUT:?}"))
-}
-
-/// Starts the Python server; returns it and its port.
-fn start_server() -> (Running, u16) {
-    require_websockets();
-    let mut child = Command::new("python3")
-        .arg(peers_dir().join("server.py"))
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("start python3 server.py");
+/// Starts a peer's server; returns it and its port.
+fn start_server_of(peer: Peer) -> (Running, u16) {
+    let mut child = peer.script("server").stdout(Stdio::piped()).spawn().expect("start the peer's server");
     let lines = stdout_lines(&mut child);
     let running = Running { child };
-    let port = next_line(&lines, "server.py").trim().parse().expect("server.py prints its port");
+    let port = next_line(&lines, "the peer's server").trim().parse().expect("the server prints its port");
     (running, port)
 }
 
-/// A started proxy: its address, admin address and log path.
-struct ProxyProcess {
-    _running: Running,
-    addr: String,
-    admin: Option<String>,
+fn start_server() -> (Running, u16) {
+    start_server_of(Peer::Python)
 }
 
-fn start_proxy(upstream: &str, extra: &[&str]) -> ProxyProcess {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_proxy"))
-        .args(["--listen", "127.0.0.1:0", "--upstream", upstream])
-        .args(extra)
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("start the proxy binary");
-    let lines = stdout_lines(&mut child);
-    let running = Running { child };
-    let first = next_line(&lines, "proxy");
-    let addr = first
-        .strip_prefix("proxy listening on ")
-        .unwrap_or_else(|| panic!("unexpected first line {first:?}"))
-        .to_string();
-    let admin = extra.contains(&"--admin").then(|| {
-        let line = next_line(&lines, "proxy");
-        line.strip_prefix("admin listening on ").unwrap_or_else(|| panic!("unexpected admin line {line:?}")).to_string()
-    });
-    ProxyProcess { _running: running, addr, admin }
-}
-
-/// Runs one client scenario against `url`; panics with its output unless it passes in time.
-fn run_client(url: &str, scenario: &str) -> String {
-    let mut child = Command::new("python3")
-        .arg(peers_dir().join("client.py"))
+/// Starts one client scenario against `url` with extra arguments, output piped.
+fn spawn_client(peer: Peer, url: &str, scenario: &str, extra: &[&str]) -> Child {
+    peer.script("client")
         .args([url, scenario])
+        .args(extra)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("start python3 client.py");
-    let deadline = Instant::now() + CLIENT_TIMEOUT;
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait for client.py") {
-            break Some(status);
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+        .expect("start the peer's client")
+}
+
+/// Waits for a client started by [`spawn_client`]; panics with its output unless it passes in time.
+fn finish_client(mut child: Child, scenario: &str) -> String {
+    let status = wait_exit(&mut child, CLIENT_TIMEOUT);
+    if status.is_none() {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
     let mut out = String::new();
     let mut err = String::new();
     child.stdout.take().map(|mut s| s.read_to_string(&mut out));
     child.stderr.take().map(|mut s| s.read_to_string(&mut err));
     match status {
-        Some(status) if status.success() => out,
-        Some(status) => panic!("scenario {scenario} failed ({status}):\n{out}\n{err}"),
-        None => {
-            panic!("scenario {scenario} did not finish within {CLIENT_TIMEOUT:?}:\n{out}\n{err}")
-        }
+        Some(0) => out,
+        Some(code) => panic!("scenario {scenario} failed (exit {code}):\n{out}\n{err}"),
+        None => panic!("scenario {scenario} did not finish within {CLIENT_TIMEOUT:?}:\n{out}\n{err}"),
     }
 }
 
-/// Server, proxy with these arguments, and one client scenario through the proxy.
-fn through_proxy(scenario: &str, proxy_args: &[&str]) -> String {
-    let (_server, port) = start_server();
+/// Runs one Python client scenario against `url`; panics with its output unless it passes in time.
+fn run_client(url: &str, scenario: &str) -> String {
+    finish_client(spawn_client(Peer::Python, url, scenario, &[]), scenario)
+}
+
+/// A peer's server, a proxy with these arguments, and the same peer's client scenario through it.
+fn through(peer: Peer, scenario: &str, proxy_args: &[&str]) -> String {
+    let (_server, port) = start_server_of(peer);
     let proxy = start_proxy(&format!("ws://127.0.0.1:{port}"), proxy_args);
-    run_client(&format!("ws://{}", proxy.addr), scenario)
+    finish_client(spawn_client(peer, &format!("ws://{}", proxy.addr), scenario, &[]), scenario)
 }
 
-fn temp_path(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("proxy-tests-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("create a temp dir");
-    dir.join(name)
-}
-
-/// Lines of the JSONL log, once it holds `lines_with` (the log is flushed at each connection end).
-fn read_log(path: &Path, lines_with: &str) -> Vec<serde_json::Value> {
-    let deadline = Instant::now() + STARTUP_TIMEOUT;
-    loop {
-        let text = std::fs::read_to_string(path).unwrap_or_default();
-        if text.contains(lines_with) || Instant::now() > deadline {
-            return text
-                .lines()
-                .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("log line {l:?}: {e}")))
-                .collect();
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+/// Python server, proxy with these arguments, and one Python client scenario through the proxy.
+fn through_proxy(scenario: &str, proxy_args: &[&str]) -> String {
+    through(Peer::Python, scenario, proxy_args)
 }
 
 #[test]
@@ -324,19 +323,6 @@ fn a_close_rule_closes_both_peers_with_its_code() {
     through_proxy("rule_close", &["--rule", "close=4100:cut_by_rule once up type=cut"]);
 }
 
-/// One HTTP/1.1 request to the admin endpoint; returns status and body.
-fn admin(addr: &str, method: &str, path: &str, body: &str) -> (u16, String) {
-    let mut stream = TcpStream::connect(addr).expect("connect to the admin endpoint");
-    stream.set_read_timeout(Some(STARTUP_TIMEOUT)).unwrap();
-    write!(stream, "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: {}\r\n\r\n{body}", body.len()).unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).expect("read the admin response");
-    let status =
-        response.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("bad response {response:?}"));
-    let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
-    (status, body)
-}
-
 #[test]
 fn the_admin_api_adds_lists_and_removes_rules() {
     let (_server, port) = start_server();
@@ -383,16 +369,6 @@ fn the_admin_api_adds_lists_and_removes_rules() {
     run_client(&url, "passes_all");
 }
 
-/// The proxy binary's exit code and stderr for these arguments (it must exit by itself).
-fn proxy_exit(args: &[&str]) -> (i32, String) {
-    let output = Command::new(env!("CARGO_BIN_EXE_proxy"))
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run the proxy binary");
-    (output.status.code().unwrap_or(-1), String::from_utf8_lossy(&output.stderr).into_owned())
-}
-
 #[test]
 fn bad_input_exits_2_with_a_clear_error() {
     let up = ["--upstream", "ws://127.0.0.1:9"];
@@ -416,4 +392,106 @@ fn bad_input_exits_2_with_a_clear_error() {
 
     let (code, err) = proxy_exit(&["--listen", "nonsense", "--upstream", "ws://127.0.0.1:9"]);
     assert_eq!(code, 2, "{err}");
+
+    for (flag, value, needle) in [
+        ("--handshake-timeout-ms", "0", "expected 1 to 600000"),
+        ("--max-handshakes", "0", "must be positive"),
+        ("--max-handshakes", "many", "invalid value"),
+    ] {
+        let (code, err) = proxy_exit(&[&up[..], &[flag, value]].concat());
+        assert_eq!(code, 2, "{flag} {value}: {err}");
+        assert!(err.contains(needle) && !err.contains("panicked"), "{flag} {value}: {err}");
+    }
+
+    // A name taken twice in a rules file names the file.
+    let rules = temp_path("twice.toml");
+    std::fs::write(
+        &rules,
+        "[[rule]]\nname = \"cut\"\naction = \"drop\"\n[[rule]]\nname = \"cut\"\naction = \"drop\"\n",
+    )
+    .unwrap();
+    let (code, err) = proxy_exit(&[&up[..], &["--rules", rules.to_str().unwrap()]].concat());
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("twice.toml") && err.contains("`cut`"), "{err}");
+}
+
+#[test]
+fn delayed_frames_are_held_side_by_side_and_keep_order() {
+    through_proxy("delays_together", &["--rule", "delay=300 always up text=slow"]);
+}
+
+#[test]
+fn a_keepalive_survives_a_long_delay() {
+    through_proxy("keepalive_during_delay", &["--rule", "delay=5000 once up type=slow"]);
+}
+
+#[test]
+fn sigterm_closes_both_peers_with_1001_and_writes_the_end_lines() {
+    let (_server, port) = start_server();
+    let log = temp_path("sigterm.jsonl");
+    let mut proxy = start_proxy(&format!("ws://127.0.0.1:{port}"), &["--log", log.to_str().unwrap()]);
+    let server_url = format!("ws://127.0.0.1:{port}");
+    let mut client = spawn_client(Peer::Python, &format!("ws://{}", proxy.addr), "shutdown", &[&server_url]);
+    let lines = stdout_lines(&mut client);
+    assert_eq!(next_line(&lines, "client.py"), "ready");
+    signal(proxy.pid(), "TERM");
+    let code = wait_exit(&mut proxy.running.child, Duration::from_secs(10));
+    assert_eq!(code, Some(0), "the proxy did not stop cleanly on SIGTERM: {}", proxy.stderr_text());
+    // The client's stdout is taken by the line reader; its exit code tells the outcome.
+    let status = wait_exit(&mut client, CLIENT_TIMEOUT);
+    let mut err = String::new();
+    client.stderr.take().map(|mut s| s.read_to_string(&mut err));
+    assert_eq!(status, Some(0), "client.py shutdown: {err}");
+    let lines = read_log(&log, "\"event\":\"stop\"");
+    let end = lines.iter().find(|l| l["event"] == "end").unwrap_or_else(|| panic!("no end line: {lines:#?}"));
+    assert_eq!(end["end"], "shutdown", "{end}");
+    assert_eq!(end["code"], 1001, "{end}");
+    assert!(lines.last().is_some_and(|l| l["event"] == "stop"), "{lines:#?}");
+}
+
+/// The same transparency checks with node's `ws` on both sides: a second, independent
+/// implementation of RFC 6455, so a behaviour that only one library tolerates shows up.
+mod node {
+    use super::{through, Peer};
+
+    #[test]
+    fn text_and_binary_pass_unchanged() {
+        through(Peer::Node, "text_binary", &[]);
+    }
+
+    #[test]
+    fn ping_and_pong_are_forwarded() {
+        through(Peer::Node, "ping_pong", &[]);
+    }
+
+    #[test]
+    fn close_codes_and_reasons_pass_both_ways() {
+        through(Peer::Node, "client_close", &[]);
+        through(Peer::Node, "server_close", &[]);
+    }
+
+    #[test]
+    fn an_upstream_reset_ends_the_client_abnormally() {
+        through(Peer::Node, "upstream_reset", &[]);
+    }
+
+    #[test]
+    fn large_frames_pass() {
+        through(Peer::Node, "large", &[]);
+    }
+
+    #[test]
+    fn an_oversized_message_is_refused_with_1009() {
+        through(Peer::Node, "oversize", &["--max-frame-bytes", "1048576"]);
+    }
+
+    #[test]
+    fn delayed_frames_are_held_side_by_side_and_keep_order() {
+        through(Peer::Node, "delays_together", &["--rule", "delay=300 always up text=slow"]);
+    }
+
+    #[test]
+    fn a_keepalive_survives_a_long_delay() {
+        through(Peer::Node, "keepalive_during_delay", &["--rule", "delay=5000 once up type=slow"]);
+    }
 }

@@ -5,7 +5,7 @@
 //! frame record of two runs with the same seed must be identical.
 
 use futures_util::{SinkExt, StreamExt};
-use proxy::{handshake, relay, FrameRecord, ProxyEnv, RelayEnd, Rule, RuleSet, Side, UpstreamUrl};
+use proxy::{handshake, relay, FrameRecord, ProxyEnv, RelayEnd, Rule, RuleSet, Side, UpstreamUrl, Wire};
 use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::pin::Pin;
@@ -160,8 +160,8 @@ fn same_seed_same_record() {
 /// `(client, relay's client side, relay's upstream side, server)`.
 async fn wired() -> (
     tokio_tungstenite::WebSocketStream<tokio::io::DuplexStream>,
-    tokio_tungstenite::WebSocketStream<tokio::io::DuplexStream>,
-    tokio_tungstenite::WebSocketStream<tokio::io::DuplexStream>,
+    tokio_tungstenite::WebSocketStream<Wire<tokio::io::DuplexStream>>,
+    tokio_tungstenite::WebSocketStream<Wire<tokio::io::DuplexStream>>,
     tokio_tungstenite::WebSocketStream<tokio::io::DuplexStream>,
 ) {
     use tokio_tungstenite::tungstenite::protocol::Role;
@@ -170,8 +170,8 @@ async fn wired() -> (
     let (proxy_upstream_side, server_end) = duplex(64 * 1024);
     (
         WebSocketStream::from_raw_socket(client_end, Role::Client, None).await,
-        WebSocketStream::from_raw_socket(proxy_client_side, Role::Server, None).await,
-        WebSocketStream::from_raw_socket(proxy_upstream_side, Role::Client, None).await,
+        WebSocketStream::from_raw_socket(Wire::new(proxy_client_side, Vec::new()), Role::Server, None).await,
+        WebSocketStream::from_raw_socket(Wire::new(proxy_upstream_side, Vec::new()), Role::Client, None).await,
         WebSocketStream::from_raw_socket(server_end, Role::Server, None).await,
     )
 }
@@ -233,5 +233,62 @@ fn frames_sent_before_a_peer_vanishes_are_still_delivered() {
         let (end, got) = futures_util::future::join(relay, receive).await;
         assert!(matches!(end, RelayEnd::Dropped { side: Side::Client, .. }), "{end:?}");
         assert_eq!(got, ["frame 0", "frame 1", "frame 2"]);
+    });
+}
+
+/// Sends `frames` from the client through a relay with `rules`; returns what the server read,
+/// with the fake clock at each arrival. The client then closes.
+async fn arrivals(rules: &[&str], frames: Vec<Message>, expected: usize) -> Vec<(Message, u64)> {
+    let rules = RuleSet::with_rules(0, rules.iter().map(|r| Rule::parse(r).unwrap())).unwrap();
+    let env = FakeEnv::default();
+    let (mut client, proxy_client, proxy_upstream, mut server) = wired().await;
+    for frame in frames {
+        client.feed(frame).await.unwrap();
+    }
+    client.flush().await.unwrap();
+    let relay = relay(proxy_client, proxy_upstream, Rc::new(RefCell::new(rules)), 1, &env);
+    let receive = async {
+        let mut got = Vec::new();
+        while got.len() < expected {
+            match server.next().await {
+                Some(Ok(message)) => got.push((message, env.now_us())),
+                _ => break,
+            }
+        }
+        client.close(None).await.unwrap();
+        // Let the client read the close reply (and the pong) while the relay finishes.
+        while client.next().await.is_some() {}
+        got
+    };
+    let (_, got) = futures_util::future::join(relay, receive).await;
+    got
+}
+
+#[test]
+fn each_delayed_frame_is_held_for_its_own_delay_in_order() {
+    let runtime = tokio::runtime::Builder::new_current_thread().build().expect("a runtime without timers");
+    runtime.block_on(async {
+        let frames: Vec<Message> = (0..10).map(|i| Message::text(format!(r#"{{"type":"slow","i":{i}}}"#))).collect();
+        let got = arrivals(&["delay=200 always up type=slow"], frames.clone(), 10).await;
+        let texts: Vec<Message> = got.iter().map(|(m, _)| m.clone()).collect();
+        assert_eq!(texts, frames, "order kept");
+        let times: Vec<u64> = got.iter().map(|(_, t)| *t).collect();
+        assert_eq!(times, vec![200_000; 10], "ten frames read together are all released 200 ms later");
+    });
+}
+
+#[test]
+fn control_frames_pass_a_delayed_frame() {
+    let runtime = tokio::runtime::Builder::new_current_thread().build().expect("a runtime without timers");
+    runtime.block_on(async {
+        let slow = Message::text(r#"{"type":"slow"}"#);
+        let ping = Message::Ping(b"keepalive".to_vec().into());
+        let fast = Message::text("behind the slow one");
+        let got = arrivals(&["delay=5000 once up type=slow"], vec![slow.clone(), ping.clone(), fast.clone()], 3).await;
+        assert_eq!(
+            got,
+            [(ping, 0), (slow, 5_000_000), (fast, 5_000_000)],
+            "the ping goes on at once; the data frame behind the delayed one keeps its place"
+        );
     });
 }

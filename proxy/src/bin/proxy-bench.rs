@@ -1,16 +1,29 @@
 //! `proxy-bench`: what the proxy costs, measured over loopback in one run.
 //!
 //! An in-process echo server is the far end. The same client measures it directly and through
-//! the proxy (no rules, no log): throughput as 1 KiB text frames per second with the frames
-//! pipelined, and latency as round-trip percentiles with one frame in flight. Each side runs on
-//! its own thread and runtime, as separate processes would. Rounds alternate direct and proxy,
-//! and the best round of each counts, which filters out noise from other work on the machine.
+//! three proxies: plain (no rules, no log), with `--log`, and with ten rules whose field
+//! conditions never match (so every frame is tried against all ten): throughput as 1 KiB JSON
+//! text frames per second with the frames pipelined, and latency as round-trip percentiles with
+//! one frame in flight. Each side runs on its own thread and runtime, as separate processes
+//! would. Rounds alternate the paths, and the best round of each counts, which filters out noise
+//! from other work on the machine. Last, it opens idle connections through the plain proxy and
+//! reports the heap its thread holds per connection, counted by this binary's allocator.
 
 use futures_util::{FutureExt, SinkExt, StreamExt};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_tungstenite::tungstenite::Message;
+
+#[path = "../counting_alloc.rs"]
+mod counting_alloc;
+
+/// Counts the heap of the plain proxy's thread, for the memory figure.
+#[global_allocator]
+static ALLOCATOR: counting_alloc::Counting = counting_alloc::Counting;
+
+/// The paths measured, in the order of the table.
+const PATHS: [&str; 4] = ["direct", "proxy", "proxy --log", "proxy 10 rules"];
 
 struct Options {
     frames: usize,
@@ -19,10 +32,12 @@ struct Options {
     rounds: usize,
     /// Profiling aid: measure only this path's throughput (`direct` or `proxy`), no latency.
     only: Option<String>,
+    /// Idle connections opened for the memory figure.
+    idle: usize,
 }
 
 fn options() -> Result<Options, String> {
-    let mut options = Options { frames: 20_000, latency_frames: 5_000, size: 1024, rounds: 3, only: None };
+    let mut options = Options { frames: 20_000, latency_frames: 5_000, size: 1024, rounds: 3, only: None, idle: 200 };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         let value = args.next().ok_or_else(|| format!("{flag} needs a value"))?;
@@ -39,7 +54,12 @@ fn options() -> Result<Options, String> {
             "--latency-frames" => &mut options.latency_frames,
             "--size" => &mut options.size,
             "--rounds" => &mut options.rounds,
-            _ => return Err(format!("unknown flag {flag}; expected --frames, --latency-frames, --size, --rounds")),
+            "--idle" => &mut options.idle,
+            _ => {
+                return Err(format!(
+                    "unknown flag {flag}; expected --frames, --latency-frames, --size, --rounds, --idle, --only"
+                ))
+            }
         };
         // Bounded so a typo cannot make a run take hours.
         if value == 0 || value > 10_000_000 {
@@ -51,7 +71,7 @@ fn options() -> Result<Options, String> {
 }
 
 /// Starts a thread running `serve` on its own single-threaded runtime and LocalSet.
-fn spawn_runtime<F, Fut>(name: &str, serve: F)
+fn spawn_runtime<F, Fut>(name: &str, track: bool, serve: F)
 where
     F: FnOnce() -> Fut + Send + 'static,
     Fut: std::future::Future<Output = ()> + 'static,
@@ -59,6 +79,7 @@ where
     let thread = std::thread::Builder::new().name(name.to_string());
     thread
         .spawn(move || {
+            counting_alloc::track(track);
             let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
             tokio::task::LocalSet::new().block_on(&runtime, serve());
         })
@@ -168,6 +189,63 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[index.min(sorted.len() - 1)]
 }
 
+/// A 1 KiB-ish JSON frame of the shape the rules are written for, padded to `size` bytes.
+fn json_payload(size: usize) -> String {
+    let head = r#"{"type":"invocationresult","function_id":"harness::turn","invocation_id":"4f2c1f0e","result":{"session_id":"s1","step":1,"text":""#;
+    let tail = r#""}}"#;
+    format!("{head}{}{tail}", "x".repeat(size.saturating_sub(head.len() + tail.len())))
+}
+
+/// Starts a proxy on its own thread in front of `echo`; returns where clients connect.
+fn start_proxy(echo: SocketAddr, extra: &[String], track: bool) -> SocketAddr {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mut argv: Vec<String> = vec!["proxy".into(), "--upstream".into(), format!("ws://{echo}")];
+    argv.extend(extra.iter().cloned());
+    spawn_runtime("proxy", track, move || async move {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: proxy::ProxyArgs,
+        }
+        let cli = Cli::parse_from(argv);
+        let bound = proxy::Proxy::bind(cli.args).await.expect("bind the proxy");
+        tx.send(bound.listen_addr()).expect("report");
+        let _ = bound.run().await;
+    });
+    rx.recv().expect("proxy started")
+}
+
+/// The proxy thread's heap per idle connection: `idle` connections, each after one echo.
+async fn idle_bytes(through: SocketAddr, idle: usize, payload: &str) -> isize {
+    let settle = || async {
+        let mut last = counting_alloc::live_bytes();
+        for _ in 0..40 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let now = counting_alloc::live_bytes();
+            if now == last {
+                break;
+            }
+            last = now;
+        }
+        last
+    };
+    let mut first = connect(through).await;
+    first.send(Message::text(payload.to_string())).await.expect("send");
+    first.next().await.expect("echo").expect("echo");
+    let before = settle().await;
+    let mut open = Vec::with_capacity(idle);
+    for _ in 0..idle {
+        let mut ws = connect(through).await;
+        ws.send(Message::text(payload.to_string())).await.expect("send");
+        ws.next().await.expect("echo").expect("echo");
+        open.push(ws);
+    }
+    let held = (settle().await - before) / idle as isize;
+    drop(open);
+    held
+}
+
 fn main() {
     let options = match options() {
         Ok(options) => options,
@@ -177,37 +255,35 @@ fn main() {
         }
     };
     let (echo_tx, echo_rx) = std::sync::mpsc::channel();
-    spawn_runtime("echo", move || async move {
+    spawn_runtime("echo", false, move || async move {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind the echo server");
         echo_tx.send(listener.local_addr().expect("echo address")).expect("report");
         echo_server(listener).await;
     });
     let echo = echo_rx.recv().expect("echo server started");
-    let (proxy_tx, proxy_rx) = std::sync::mpsc::channel();
-    spawn_runtime("proxy", move || async move {
-        use clap::Parser;
-        #[derive(Parser)]
-        struct Cli {
-            #[command(flatten)]
-            args: proxy::ProxyArgs,
-        }
-        let cli = Cli::parse_from(["proxy", "--upstream", &format!("ws://{echo}")]);
-        let bound = proxy::Proxy::bind(cli.args).await.expect("bind the proxy");
-        proxy_tx.send(bound.listen_addr()).expect("report");
-        let _ = bound.run().await;
-    });
-    let through = proxy_rx.recv().expect("proxy started");
+    let log = std::env::temp_dir().join(format!("proxy-bench-{}.jsonl", std::process::id()));
+    let ten_rules: Vec<String> = (0..10)
+        .flat_map(|i| ["--rule".to_string(), format!("drop always type=invocationresult result.step={}", 100 + i)])
+        .collect();
+    let addrs = [
+        echo,
+        start_proxy(echo, &[], true),
+        start_proxy(echo, &["--log".to_string(), log.display().to_string()], false),
+        start_proxy(echo, &ten_rules, false),
+    ];
 
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
-    let payload = "x".repeat(options.size);
-    let (mut best_direct, mut best_proxy) = (0f64, 0f64);
-    let (mut lat_direct, mut lat_proxy): (Option<Vec<f64>>, Option<Vec<f64>>) = (None, None);
+    let payload = json_payload(options.size);
+    let mut best = [0f64; 4];
+    let mut latency: [Option<Vec<f64>>; 4] = Default::default();
+    let mut idle = 0;
     runtime.block_on(async {
         // Warm-up: connections, allocator and caches.
-        throughput(echo, 1000, &payload).await;
-        throughput(through, 1000, &payload).await;
+        for addr in addrs {
+            throughput(addr, 1000, &payload).await;
+        }
         if let Some(only) = &options.only {
-            let addr = if only == "direct" { echo } else { through };
+            let addr = if only == "direct" { addrs[0] } else { addrs[1] };
             for _ in 0..options.rounds {
                 let rate = throughput(addr, options.frames, &payload).await;
                 println!("{only}: {rate:.0} frames/s");
@@ -215,33 +291,42 @@ fn main() {
             std::process::exit(0);
         }
         for _ in 0..options.rounds {
-            best_direct = best_direct.max(throughput(echo, options.frames, &payload).await);
-            best_proxy = best_proxy.max(throughput(through, options.frames, &payload).await);
-            let direct = latencies(echo, options.latency_frames, &payload).await;
-            let proxied = latencies(through, options.latency_frames, &payload).await;
-            // The round with the lowest p50 stands for each path.
-            if lat_direct.as_ref().is_none_or(|l| percentile(&direct, 0.5) < percentile(l, 0.5)) {
-                lat_direct = Some(direct);
+            for (i, addr) in addrs.into_iter().enumerate() {
+                best[i] = best[i].max(throughput(addr, options.frames, &payload).await);
             }
-            if lat_proxy.as_ref().is_none_or(|l| percentile(&proxied, 0.5) < percentile(l, 0.5)) {
-                lat_proxy = Some(proxied);
+            for (i, addr) in addrs.into_iter().enumerate() {
+                let samples = latencies(addr, options.latency_frames, &payload).await;
+                // The round with the lowest p50 stands for each path.
+                if latency[i].as_ref().is_none_or(|l| percentile(&samples, 0.5) < percentile(l, 0.5)) {
+                    latency[i] = Some(samples);
+                }
             }
         }
+        idle = idle_bytes(addrs[1], options.idle, &payload).await;
     });
-    let (direct, proxied) = (lat_direct.unwrap_or_default(), lat_proxy.unwrap_or_default());
-    let (d50, d99) = (percentile(&direct, 0.5), percentile(&direct, 0.99));
-    let (p50, p99) = (percentile(&proxied, 0.5), percentile(&proxied, 0.99));
+    let _ = std::fs::remove_file(&log);
+    let latency: Vec<Vec<f64>> = latency.into_iter().map(Option::unwrap_or_default).collect();
+    let (d50, d99) = (percentile(&latency[0], 0.5), percentile(&latency[0], 0.99));
     println!(
-        "{} B text frames over loopback; throughput: {} frames pipelined, best of {} rounds; latency: {} round trips, one in flight",
+        "{} B JSON text frames over loopback; throughput: {} frames pipelined, best of {} rounds; latency: {} round trips, one in flight",
         options.size, options.frames, options.rounds, options.latency_frames
     );
-    println!("{:<10} {:>14} {:>12} {:>12}", "path", "frames/s", "rtt p50 µs", "rtt p99 µs");
-    println!("{:<10} {:>14.0} {:>12.1} {:>12.1}", "direct", best_direct, d50, d99);
-    println!("{:<10} {:>14.0} {:>12.1} {:>12.1}", "proxy", best_proxy, p50, p99);
     println!(
-        "proxy throughput {:.1}% of direct (target >= 80%); added latency p50 {:.1} µs, p99 {:.1} µs (target p99 <= 200 µs)",
-        100.0 * best_proxy / best_direct,
-        p50 - d50,
-        p99 - d99
+        "{:<16} {:>10} {:>9} {:>11} {:>11} {:>12} {:>12}",
+        "path", "frames/s", "% direct", "rtt p50 µs", "rtt p99 µs", "added p50 µs", "added p99 µs"
+    );
+    for (i, path) in PATHS.iter().enumerate() {
+        let (p50, p99) = (percentile(&latency[i], 0.5), percentile(&latency[i], 0.99));
+        println!(
+            "{path:<16} {:>10.0} {:>8.1}% {p50:>11.1} {p99:>11.1} {:>12.1} {:>12.1}",
+            best[i],
+            100.0 * best[i] / best[0],
+            p50 - d50,
+            p99 - d99
+        );
+    }
+    println!(
+        "memory per idle connection: {} bytes of the proxy thread's heap ({} connections, one echo each; kernel socket buffers not counted)",
+        idle, options.idle
     );
 }
