@@ -1,0 +1,140 @@
+//! What every command shares: output that survives closed streams, exit codes, loading the
+//! scenario files, choosing the runs.
+
+use rig::{PolicyRun, Scenario};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+/// Writes a line to standard output. A closed pipe (`rig run ... | head`) is not an error
+/// worth a panic: the rest of the output is simply not wanted.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        let _ = std::io::Write::write_fmt(&mut std::io::stdout().lock(), format_args!("{}\n", format_args!($($arg)*)));
+    }};
+}
+
+/// Writes a line to standard error, which may be closed too.
+macro_rules! err {
+    ($($arg:tt)*) => {{
+        let _ = std::io::Write::write_fmt(&mut std::io::stderr().lock(), format_args!("{}\n", format_args!($($arg)*)));
+    }};
+}
+
+// Declared after the macros above, which they use.
+pub mod bench;
+pub mod matrix;
+pub mod run;
+
+/// Exit codes other tools rely on.
+pub const EXIT_FAILED: u8 = 1;
+pub const EXIT_BAD_INPUT: u8 = 2;
+
+pub fn parse_seed_range(text: &str) -> Result<std::ops::Range<u64>, String> {
+    let (start, end) = text.split_once("..").ok_or_else(|| format!("expected A..B, found `{text}`"))?;
+    let start: u64 = start.parse().map_err(|_| format!("`{start}` is not a seed"))?;
+    let end: u64 = end.parse().map_err(|_| format!("`{end}` is not a seed"))?;
+    if end <= start {
+        return Err(format!("the range {start}..{end} is empty"));
+    }
+    Ok(start..end)
+}
+
+/// Bad input: said once, and the exit status other tools rely on.
+pub fn bad_input(message: &str) -> ExitCode {
+    err!("error: {message}");
+    ExitCode::from(EXIT_BAD_INPUT)
+}
+
+/// Loads every scenario under `paths`, reporting each bad one; `None` when any was bad.
+pub fn load_scenarios(paths: &[PathBuf]) -> Option<Vec<Scenario>> {
+    let files = match scenario_files(paths) {
+        Ok(files) => files,
+        Err(errors) => {
+            errors.iter().for_each(|e| err!("error: {e}"));
+            return None;
+        }
+    };
+    let mut scenarios = Vec::new();
+    let mut bad_input = false;
+    for file in &files {
+        match Scenario::load(file) {
+            Ok(scenario) => scenarios.push(scenario),
+            Err(error) => {
+                err!("error: {error}");
+                bad_input = true;
+            }
+        }
+    }
+    (!bad_input).then_some(scenarios)
+}
+
+/// The (scenario, policy run) pairs to run: every policy each scenario declares, or only the
+/// one asked for. Asking for a policy no scenario declares is bad input, not zero runs.
+pub fn selected_runs<'a>(
+    scenarios: &'a [Scenario],
+    policy: Option<&str>,
+) -> Result<Vec<(&'a Scenario, &'a PolicyRun)>, String> {
+    if let Some(name) = policy {
+        if rig::Policy::from_name(name).is_none() {
+            let known: Vec<_> = rig::Policy::ALL.iter().map(|p| p.name()).collect();
+            return Err(format!("unknown policy `{name}`, expected one of {}", known.join(", ")));
+        }
+    }
+    let selected: Vec<_> = scenarios
+        .iter()
+        .flat_map(|s| s.runs.iter().map(move |r| (s, r)))
+        .filter(|(_, r)| policy.is_none_or(|p| p == r.policy))
+        .collect();
+    if selected.is_empty() {
+        let declared: std::collections::BTreeSet<&str> =
+            scenarios.iter().flat_map(|s| s.runs.iter().map(|r| r.policy.as_str())).collect();
+        return Err(format!(
+            "no scenario under the given paths declares policy `{}`, so nothing would run; they declare {}",
+            policy.unwrap_or_default(),
+            declared.into_iter().collect::<Vec<_>>().join(", ")
+        ));
+    }
+    Ok(selected)
+}
+
+/// Every scenario file under the given paths, sorted and each once, so runs are listed in a
+/// stable order. Symbolic links are followed; a loop among them is reported once.
+fn scenario_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, Vec<String>> {
+    let mut files = Vec::new();
+    let mut errors = std::collections::BTreeSet::new();
+    for path in paths {
+        if !path.exists() {
+            errors.insert(format!("{}: no such file or folder", path.display()));
+            continue;
+        }
+        for entry in walkdir::WalkDir::new(path).follow_links(true).sort_by_file_name() {
+            match entry {
+                Ok(entry) if entry.file_type().is_file() && is_scenario(entry.path()) => {
+                    files.push(entry.path().to_path_buf())
+                }
+                Ok(_) => {}
+                Err(error) => {
+                    let at = error.path().map_or_else(|| path.display().to_string(), |p| p.display().to_string());
+                    let why = match error.loop_ancestor() {
+                        Some(ancestor) => format!("a symbolic link loops back to {}", ancestor.display()),
+                        None => error.io_error().map_or_else(|| error.to_string(), ToString::to_string),
+                    };
+                    errors.insert(format!("{at}: {why}"));
+                }
+            }
+        }
+    }
+    if !errors.is_empty() {
+        return Err(errors.into_iter().collect());
+    }
+    if files.is_empty() {
+        return Err(vec!["no scenario files (*.toml) under the given paths".into()]);
+    }
+    files.sort();
+    files.dedup();
+    Ok(files)
+}
+
+fn is_scenario(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e == "toml")
+}
