@@ -26,9 +26,11 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // Colour only for a person at a terminal; logs captured by CI stay plain text.
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .without_time()
         .init();
     match Cli::parse().command {
