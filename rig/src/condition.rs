@@ -119,6 +119,15 @@ impl Condition {
         self.path.join(".")
     }
 
+    /// The texts the field may have, when the condition names them (`= x` or `one_of`).
+    pub fn accepted_texts(&self) -> Option<Vec<&str>> {
+        self.tests.iter().find_map(|test| match test {
+            Test::Eq(text) => Some(vec![text.as_str()]),
+            Test::OneOf(texts) => Some(texts.iter().map(String::as_str).collect()),
+            _ => None,
+        })
+    }
+
     /// Whether `document`'s field passes every test.
     pub fn matches(&self, document: &Value) -> bool {
         let found = lookup(document, &self.path);

@@ -35,17 +35,27 @@ pub struct EventsExpectation {
     pub before_rpc: Option<String>,
 }
 
+/// Notes the rig's own components write (the queue, the proxy, the engine): what they saw, not a
+/// harness's account of itself.
+fn is_rig_note(what: &str) -> bool {
+    what.starts_with("queue_") || what.starts_with("proxy_") || matches!(what, "unreadable_frame" | "outbox_full")
+}
+
 impl Expectation {
     /// Whether the expectation reads the reference harness's own notes: a harness's account of
     /// its decisions, which another harness does not give. Such expectations judge only the
-    /// reference harness; everything else is judged from what the services and the driver saw.
+    /// reference harness; everything else is judged from what the services, the queue and the
+    /// driver saw.
     pub fn reads_harness_notes(&self) -> bool {
-        match self {
-            Expectation::Events(events) => {
-                events.conditions.iter().any(|c| c.path() == "kind" && c.matches(&json!({"kind": "note"})))
-            }
-            _ => false,
-        }
+        let Expectation::Events(events) = self else { return false };
+        let about_notes = events.conditions.iter().any(|c| c.path() == "kind" && c.matches(&json!({"kind": "note"})));
+        // A note named for one of the rig's own components is what the rig saw, not the harness.
+        let about_rig_notes = events
+            .conditions
+            .iter()
+            .filter(|c| c.path() == "what")
+            .any(|c| c.accepted_texts().is_some_and(|texts| texts.iter().all(|w| is_rig_note(w))));
+        about_notes && !about_rig_notes
     }
 }
 
