@@ -144,3 +144,8 @@ impl Provider for Worker {
         })
     }
 }
+
+/// The workspace README, whose "Testing your own harness" example is compiled here as a doctest,
+/// so the example stays true to the API.
+#[doc = include_str!("../../../README.md")]
+mod readme {}
