@@ -269,6 +269,10 @@ pub struct Rule {
     pub close_reason: Option<String>,
     #[serde(default)]
     pub count: Count,
+    /// Frames the rule selects and lets through before it starts firing (the N+1-th is the first
+    /// it takes), so a rule can pick out the n-th of many like frames.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub skip: u64,
     #[serde(default)]
     pub direction: Directions,
     /// Only text or only binary frames; both when absent.
@@ -280,6 +284,10 @@ pub struct Rule {
     /// JSON fields by dotted path and the text each must have.
     #[serde(default, rename = "match", skip_serializing_if = "BTreeMap::is_empty")]
     pub matches: BTreeMap<String, MatchValue>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Why a rule, or a rules file, could not be read.
@@ -365,6 +373,7 @@ impl Rule {
             close_code: None,
             close_reason: None,
             count: Count::Once,
+            skip: 0,
             direction: Directions::Both,
             kind: None,
             probability: None,
@@ -384,7 +393,7 @@ impl Rule {
             invalid(text, "empty rule; expected ACTION (drop, delay=MS, duplicate or close=CODE[:REASON])")
         })?;
         let mut rule = parse_action(text, &action)?;
-        let (mut count, mut direction, mut kind, mut probability) = (None, None, None, None);
+        let (mut count, mut direction, mut kind, mut probability, mut skip) = (None, None, None, None, None);
         while let Some(word) = words.peek() {
             let word = word.as_str();
             fn set<T>(slot: &mut Option<T>, value: T, what: &str, text: &str) -> Result<(), RuleError> {
@@ -417,6 +426,11 @@ impl Rule {
                             )
                         })?;
                         set(&mut count, Count::Times(n), "count", text)?;
+                    } else if let Some(n) = word.strip_prefix("skip=") {
+                        let n = n.parse::<u64>().map_err(|_| {
+                            invalid(text, format!("bad skip `{word}`, expected skip=N with N a whole number"))
+                        })?;
+                        set(&mut skip, n, "skip", text)?;
                     } else if let Some(p) = word.strip_prefix("p=") {
                         let p = p.parse::<f64>().map_err(|_| {
                             invalid(text, format!("bad probability `{word}`, expected p=P with 0 <= P <= 1"))
@@ -427,7 +441,7 @@ impl Rule {
                     } else {
                         return Err(invalid(
                             text,
-                            format!("unexpected word `{word}`; expected once, always, times=N, N, up, down, both, text, binary, p=P or PATH=VALUE"),
+                            format!("unexpected word `{word}`; expected once, always, times=N, N, skip=N, up, down, both, text, binary, p=P or PATH=VALUE"),
                         ));
                     }
                 }
@@ -441,6 +455,7 @@ impl Rule {
             }
         }
         rule.count = count.unwrap_or_default();
+        rule.skip = skip.unwrap_or(0);
         rule.direction = direction.unwrap_or_default();
         rule.kind = kind;
         rule.probability = probability;
@@ -539,6 +554,9 @@ impl fmt::Display for Rule {
             }
         }
         write!(f, " {}", self.count)?;
+        if self.skip > 0 {
+            write!(f, " skip={}", self.skip)?;
+        }
         let direction = match self.direction {
             Directions::Up => "up",
             Directions::Down => "down",
@@ -733,6 +751,8 @@ struct Entry {
     compiled: Compiled,
     /// Frames the rule may still fire on; `None` for `always`.
     remaining: Option<u64>,
+    /// Selected frames let through so far, up to the rule's `skip`.
+    skipped: u64,
 }
 
 /// A rule as listed by [`RuleSet::rules`]: its name, its definition and how often it may still fire.
@@ -800,7 +820,7 @@ impl RuleSet {
         if self.entries.iter().any(|e| e.name == name) {
             return Err(RuleError::DuplicateName(name));
         }
-        self.entries.push(Entry { name: name.clone(), remaining: rule.count.budget(), rule, compiled });
+        self.entries.push(Entry { name: name.clone(), remaining: rule.count.budget(), skipped: 0, rule, compiled });
         self.project();
         Ok(name)
     }
@@ -926,6 +946,10 @@ impl RuleSet {
                 if p < 1.0 && self.rng.random::<f64>() >= p {
                     continue;
                 }
+            }
+            if entry.skipped < entry.rule.skip {
+                entry.skipped += 1;
+                continue;
             }
             if let Some(remaining) = &mut entry.remaining {
                 *remaining -= 1;
@@ -1060,6 +1084,19 @@ kind = "binary"
         let err =
             parse_rules_toml("[[rule]]\naction = \"drop\"\nmatch = { a = [1] }\n", "r.toml").unwrap_err().to_string();
         assert!(err.contains("string, number, boolean"), "{err}");
+    }
+
+    #[test]
+    fn skip_lets_the_first_selected_frames_through() {
+        let rule = Rule::parse("drop once up skip=2 type=invocationresult").unwrap();
+        assert_eq!(rule.skip, 2);
+        assert_eq!(Rule::parse(&rule.to_string()).unwrap(), rule, "the command-line form reads back");
+        let mut set = RuleSet::with_rules(0, [rule]).unwrap();
+        let frame = json!({"type": "invocationresult"});
+        let hits: Vec<bool> =
+            (0..4).map(|_| set.decide(Direction::Up, FrameKind::Text, Some(&frame)).rule.is_some()).collect();
+        assert_eq!(hits, vec![false, false, true, false], "the third selected frame, once");
+        assert!(Rule::parse("drop skip=x").is_err());
     }
 
     #[test]
