@@ -77,6 +77,13 @@ pub enum ServiceFault {
     Reject { code: String, message: String },
     /// The call takes effect now and its reply leaves after `ms` milliseconds.
     Delay { ms: u64 },
+    /// The calling worker's host crashes (and is restarted at once, as a supervisor would),
+    /// before the call takes effect or (`after`) once it has.
+    CrashCaller { after: bool },
+    /// The service's own host crashes right after the call takes effect, before it replies.
+    CrashService,
+    /// The call takes effect and is answered; then the calling worker is paused for `ms`.
+    PauseCaller { ms: u64 },
 }
 
 impl ServiceFault {
@@ -86,6 +93,10 @@ impl ServiceFault {
             ServiceFault::Timeout => "timeout",
             ServiceFault::Reject { .. } => "reject",
             ServiceFault::Delay { .. } => "delay",
+            ServiceFault::CrashCaller { after: false } => "crash-caller-before",
+            ServiceFault::CrashCaller { after: true } => "crash-caller-after",
+            ServiceFault::CrashService => "crash-service",
+            ServiceFault::PauseCaller { .. } => "pause-caller",
         }
     }
 }
@@ -135,6 +146,8 @@ pub enum Interrupt {
     Freeze,
     /// Stop the whole worker for `ms` milliseconds (its lease renewals too), then go on.
     Pause { ms: u64 },
+    /// Crash the worker's host right there (it is restarted at once, as a supervisor would).
+    Crash,
 }
 
 impl Interrupt {
@@ -142,6 +155,7 @@ impl Interrupt {
         match self {
             Interrupt::Freeze => "freeze",
             Interrupt::Pause { .. } => "pause",
+            Interrupt::Crash => "crash",
         }
     }
 }

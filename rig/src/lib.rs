@@ -15,6 +15,7 @@ mod clock;
 mod condition;
 mod cut;
 mod expect;
+pub mod explore;
 mod harness;
 mod layout;
 mod oracle;

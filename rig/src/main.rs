@@ -19,6 +19,10 @@ enum Command {
     Run(cli::run::RunArgs),
     /// Run many seeds, one shard of them, for CI: failing pairs with a repro each, JUnit XML.
     Matrix(cli::matrix::MatrixArgs),
+    /// Try every cut at every place one uncut run offers (and pairs); write each finding as a scenario.
+    Sweep(cli::sweep::SweepArgs),
+    /// Draw a random fault mix per seed, shrink every failure, write it as a scenario.
+    Explore(cli::explore::ExploreArgs),
     /// Measure the rig: runs per second and simulated-to-wall time per scenario file.
     Bench(cli::bench::BenchArgs),
     /// Put the frame-aware WebSocket drop-proxy between two real processes.
@@ -37,6 +41,8 @@ fn main() -> ExitCode {
         Command::Run(args) => cli::run::command(args),
         Command::Matrix(args) => cli::matrix::command(args),
         Command::Bench(args) => cli::bench::command(args),
+        Command::Sweep(args) => cli::sweep::command(args),
+        Command::Explore(args) => cli::explore::command(args),
         Command::Proxy(args) => ExitCode::from(u8::try_from(proxy::run(args)).unwrap_or(1)),
     }
 }

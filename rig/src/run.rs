@@ -45,6 +45,9 @@ pub struct RunOutcome {
     pub state: Vec<(String, String, Value)>,
     /// Every recorded action at the end of the run: complete, held or unsettled, with owners.
     pub actions: Vec<ActionStatus>,
+    /// How often each worker reached each named interruption point, as `((worker, point), n)`:
+    /// where process cuts can go.
+    pub interrupt_points: BTreeMap<(String, String), u64>,
     pub trace: Trace,
 }
 
@@ -184,6 +187,7 @@ pub fn run_with(harness: &Arc<dyn HarnessFactory>, scenario: &Scenario, run: &Po
         rpc,
         state,
         actions,
+        interrupt_points: world.arrivals(),
         trace,
     }
 }
@@ -315,8 +319,8 @@ fn add_hosts(
                 let (harness, policy) = (Arc::clone(harness), policy.to_string());
                 let env = harness_env(&world, &name, &scenario.world.harness);
                 runner.host(&host.name, move || {
-                    let provider = harness.start(&policy, env.clone());
                     let bus = Bus::new(Rc::clone(&world.clock));
+                    let provider = harness.start(&policy, HarnessEnv { bus: bus.clone(), ..env.clone() });
                     hosts::worker(Rc::clone(&world), target.clone(), name.clone(), functions.clone(), provider, bus)
                 })
             }
@@ -335,6 +339,7 @@ fn harness_env(world: &Rc<World>, host: &str, config: &crate::harness::HarnessCo
         config: config.clone(),
         note: Rc::new(move |what, detail| note_world.note_event(&note_host, what, detail)),
         process: Rc::clone(world) as Rc<dyn crate::harness::ProcessControl>,
+        bus: Bus::new(Rc::clone(&world.clock)),
     }
 }
 

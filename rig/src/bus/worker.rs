@@ -157,16 +157,17 @@ impl Connection {
             ids,
         });
         bus.attach(Rc::clone(&connection));
-        let registration = {
-            let (connection, name) = (Rc::clone(&connection), name.to_string());
-            tokio::task::spawn_local(async move {
-                // Name first, then functions, as iii workers do; registerfunction has no ack.
-                let _ = connection.invoke(WORKERS_REGISTER, json!({ "name": name }), None, 5_000).await;
-                for id in functions {
-                    connection.send(&Frame::RegisterFunction { id, description: None });
-                }
-            })
-        };
+        // Functions first, then the worker's name as a fire-and-forget call, as the iii SDKs do:
+        // nothing waits on an answer, so a lost reply cannot hold registration up.
+        for id in functions {
+            connection.send(&Frame::RegisterFunction { id, description: None });
+        }
+        connection.send(&Frame::InvokeFunction {
+            invocation_id: None,
+            function_id: WORKERS_REGISTER.to_string(),
+            data: json!({ "name": name }),
+            action: Some(Action::Void),
+        });
         let serving = async {
             while let Some(Ok(message)) = stream.next().await {
                 let Message::Text(text) = message else {
@@ -210,7 +211,6 @@ impl Connection {
         connection.closed.set(true);
         connection.pending.borrow_mut().clear();
         bus.detach(&connection);
-        registration.abort();
         writer.abort();
     }
 }

@@ -22,8 +22,10 @@ macro_rules! err {
 
 // Declared after the macros above, which they use.
 pub mod bench;
+pub mod explore;
 pub mod matrix;
 pub mod run;
+pub mod sweep;
 
 /// Exit codes other tools rely on.
 pub const EXIT_FAILED: u8 = 1;

@@ -81,6 +81,9 @@ pub struct HarnessEnv {
     /// Where the worker reports its decisions; they go into the trace as notes.
     pub note: NoteSink,
     pub process: Rc<dyn ProcessControl>,
+    /// This start's handle on the bus, for work the worker begins by itself (a recovery sweep
+    /// at start, retries in the background); calls it serves come with their own.
+    pub bus: crate::bus::Bus,
 }
 
 impl HarnessEnv {
@@ -103,7 +106,8 @@ impl HarnessEnv {
     /// crashed) or pause it for a while; a pause set from outside is honoured here too.
     pub async fn checkpoint(&self, point: &str, action_id: &str) {
         match self.process.interrupt(&self.host, point) {
-            Some(Interrupt::Freeze) => {
+            // A crash takes the host down from outside; until it does, nothing goes on here.
+            Some(Interrupt::Freeze | Interrupt::Crash) => {
                 self.note("interrupted", json!({ "point": point, "action_id": action_id, "freeze": true }));
                 std::future::pending::<()>().await;
             }

@@ -25,7 +25,8 @@ pub enum Oracle {
     /// No worker sent an action to a service again without first asking that service, itself
     /// and since it took ownership, whether the action had happened.
     BlindReplay,
-    /// Once faults are healed, every turn ends terminal, or held with a recorded reason.
+    /// Once faults are healed, every turn ends terminal, or held with a recorded reason, and no
+    /// idle worker keeps a finished turn's lease.
     Liveness,
     /// A terminal turn never goes back to a non-terminal status.
     Monotonic,
@@ -274,6 +275,31 @@ fn liveness(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
                 record[&layout.step_field]
             ),
         ));
+    }
+    // Ownership covers work: a finished or held turn's lease still renewed at the end blocks
+    // every other worker for as long as its idle holder lives.
+    for lease in evidence.store.leases() {
+        let finished = evidence
+            .store
+            .get(&layout.turn_scope, &lease.key)
+            .is_some_and(|r| layout.is_terminal(r) || layout.is_held_with_reason(r));
+        // A run that went quiet renews nothing: such a lease simply runs out.
+        if lease.scope == layout.owner_scope
+            && finished
+            && !evidence.quiescent
+            && !lease.expired_at(evidence.ended_at_ms)
+        {
+            violations.push(violation(
+                Oracle::Liveness,
+                format!(
+                    "`{}` still holds the lease of session {} (token {}) {settled_ms} ms after the faults were healed, though its turn is `{}`",
+                    lease.owner,
+                    lease.key,
+                    lease.token,
+                    evidence.store.get(&layout.turn_scope, &lease.key).map_or("", |r| layout.status(r))
+                ),
+            ));
+        }
     }
 }
 

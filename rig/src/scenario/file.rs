@@ -56,6 +56,7 @@ pub struct InterruptSpec {
 pub enum InterruptAction {
     Freeze,
     Pause,
+    Crash,
 }
 
 /// The drop-proxy: which worker's engine connection goes through it, and its rules (the
@@ -178,6 +179,9 @@ pub struct CutSpec {
     pub action: CutAction,
     #[serde(default)]
     pub delay_ms: Option<u64>,
+    /// How long a `pause-caller` cut pauses the calling worker.
+    #[serde(default)]
+    pub pause_ms: Option<u64>,
     #[serde(default)]
     pub code: Option<String>,
     #[serde(default)]
@@ -199,6 +203,10 @@ pub enum CutAction {
     Timeout,
     Reject,
     Delay,
+    CrashCallerBefore,
+    CrashCallerAfter,
+    CrashService,
+    PauseCaller,
 }
 
 /// `"once"`, `"always"` or a number of times.

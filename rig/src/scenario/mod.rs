@@ -34,6 +34,8 @@ pub struct Scenario {
     pub proxy: Option<ProxySetup>,
     /// Process cuts at named points of harness workers.
     pub interrupts: Vec<ProcessCut>,
+    /// The file's text, from which findings are written as scenario files of their own.
+    pub source: String,
 }
 
 /// Where the drop-proxy sits and what it does.
@@ -185,7 +187,17 @@ impl Scenario {
         check_awaits(&context, &steps)?;
         let shared = compile_expect(&context, parsed.expect)?;
         let runs = compile_policies(&context, parsed.policy, &shared)?;
-        Ok(Scenario { path: path.to_path_buf(), about: parsed.about, world, cuts, steps, runs, proxy, interrupts })
+        Ok(Scenario {
+            path: path.to_path_buf(),
+            about: parsed.about,
+            world,
+            cuts,
+            steps,
+            runs,
+            proxy,
+            interrupts,
+            source: source.to_string(),
+        })
     }
 
     /// The scenario's name: its file name without the extension.
@@ -335,6 +347,7 @@ fn compile_interrupt(
         file::InterruptAction::Pause => Interrupt::Pause {
             ms: spec.pause_ms.ok_or_else(|| at.error(span, "a `pause` interrupt needs `pause_ms`"))?,
         },
+        file::InterruptAction::Crash => Interrupt::Crash,
     };
     Ok(ProcessCut {
         worker,
@@ -462,6 +475,12 @@ fn compile_cut(at: &Locator, functions: &BTreeSet<String>, cut: Spanned<CutSpec>
         },
         CutAction::Delay => ServiceFault::Delay {
             ms: cut.delay_ms.ok_or_else(|| at.error(span.clone(), "a `delay` cut needs `delay_ms`"))?,
+        },
+        CutAction::CrashCallerBefore => ServiceFault::CrashCaller { after: false },
+        CutAction::CrashCallerAfter => ServiceFault::CrashCaller { after: true },
+        CutAction::CrashService => ServiceFault::CrashService,
+        CutAction::PauseCaller => ServiceFault::PauseCaller {
+            ms: cut.pause_ms.ok_or_else(|| at.error(span.clone(), "a `pause-caller` cut needs `pause_ms`"))?,
         },
     };
     Ok(ServiceCut {

@@ -138,6 +138,29 @@ impl Provider for ServiceHost {
                     world.clock.sleep(ms).await;
                     Some(reply)
                 }
+                ServiceFault::CrashCaller { after } => {
+                    if after {
+                        let _ = self.apply(&call, caller.as_deref());
+                    }
+                    // The driver is the scenario itself and never crashes.
+                    if let Some(caller) = caller.as_deref().filter(|c| *c != crate::topology::DRIVER) {
+                        world.request_bounce(caller);
+                    }
+                    None
+                }
+                ServiceFault::CrashService => {
+                    let _ = self.apply(&call, caller.as_deref());
+                    world.request_bounce(&self.host);
+                    None
+                }
+                ServiceFault::PauseCaller { ms } => {
+                    let reply = self.apply(&call, caller.as_deref());
+                    if let Some(caller) = caller.as_deref() {
+                        use crate::harness::ProcessControl;
+                        world.pause(caller, world.clock.now_ms().saturating_add(ms));
+                    }
+                    Some(reply)
+                }
             }
         })
     }

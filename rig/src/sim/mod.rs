@@ -186,6 +186,10 @@ impl Runner {
         let activity = self.world.activity();
         self.sim.step().map_err(|error| Stop::HostFailed(error.to_string()))?;
         self.steps += 1;
+        for host in self.world.take_bounces() {
+            self.world.record("rig", EventKind::Control { action: "crash and restart".into(), target: host.clone() });
+            self.sim.bounce(host.as_str());
+        }
         let quiet = woken == 0 && self.world.activity() == activity && self.in_flight() == 0;
         self.quiet_steps = if quiet { self.quiet_steps + 1 } else { 0 };
         Ok(())

@@ -42,6 +42,10 @@ pub struct World {
     pub proxy_rules: RefCell<Option<SharedRules>>,
     links: RefCell<Links>,
     callers: RefCell<Callers>,
+    /// Hosts a cut asked to crash and restart; the runner does it after the current step.
+    bounces: RefCell<Vec<String>>,
+    /// How often each worker reached each named interruption point: where process cuts can go.
+    arrivals: RefCell<BTreeMap<(String, String), u64>>,
 }
 
 /// The live connections between hosts, and which links are cut.
@@ -91,6 +95,8 @@ impl World {
             proxy_rules: RefCell::default(),
             links: RefCell::default(),
             callers: RefCell::default(),
+            bounces: RefCell::default(),
+            arrivals: RefCell::default(),
         })
     }
 
@@ -228,6 +234,20 @@ impl World {
         self.links.borrow().cut.contains(&pair(a, b))
     }
 
+    /// Asks the runner to crash `host` and restart it at once, after the current step.
+    pub fn request_bounce(&self, host: &str) {
+        self.bounces.borrow_mut().push(host.to_string());
+    }
+
+    pub fn take_bounces(&self) -> Vec<String> {
+        std::mem::take(&mut *self.bounces.borrow_mut())
+    }
+
+    /// How often each worker reached each named point, as `((worker, point), count)`.
+    pub fn arrivals(&self) -> BTreeMap<(String, String), u64> {
+        self.arrivals.borrow().clone()
+    }
+
     /// The worker an invocation came from, as the engine saw it arrive.
     pub fn caller_of(&self, invocation_id: &str) -> Option<String> {
         self.callers.borrow().by_invocation.get(invocation_id).cloned()
@@ -274,8 +294,12 @@ impl BusObserver for World {
 
 impl ProcessControl for World {
     fn interrupt(&self, worker: &str, point: &str) -> Option<Interrupt> {
+        *self.arrivals.borrow_mut().entry((worker.to_string(), point.to_string())).or_default() += 1;
         let decided = self.process_cuts.borrow_mut().decide(worker, point);
         let (index, interrupt) = decided?;
+        if interrupt == Interrupt::Crash {
+            self.request_bounce(worker);
+        }
         self.record(
             "rig",
             EventKind::Interrupt {

@@ -147,6 +147,12 @@ impl Worker {
             }
         }
         for send in 1..=SENDS_MAX {
+            if record["calls"][action_id]["reconciled"] == json!(true) {
+                // "Known not to have happened" holds only until it is sent again: from here on,
+                // a worker that finds this record after a crash must ask the service first.
+                record["calls"][action_id]["reconciled"] = json!(false);
+                self.write(bus, record).await?;
+            }
             self.env.checkpoint("before_submission", action_id).await;
             let entry = &record["calls"][action_id];
             let request = json!({
@@ -217,11 +223,18 @@ impl Worker {
     pub(super) async fn settle_open_actions(&self, bus: &Bus, record: &mut Value) -> Result<(), String> {
         let open: Vec<String> = record["calls"]
             .as_object()
-            .map(|calls| calls.iter().filter(|(_, e)| is_unsettled(e)).map(|(id, _)| id.clone()).collect())
+            .map(|calls| {
+                calls.iter().filter(|(_, e)| !is_settled(e) && status(e) != "held").map(|(id, _)| id.clone()).collect()
+            })
             .unwrap_or_default();
         let mut held = Vec::new();
         for action_id in open {
-            let found = self.reconcile_until_answered(bus, &record["calls"][&action_id]).await;
+            let found = if is_unsettled(&record["calls"][&action_id]) {
+                self.reconcile_until_answered(bus, &record["calls"][&action_id]).await
+            } else {
+                // Reconciled already and not sent since: known not to have happened.
+                Reconciled::NotExecuted
+            };
             match self.record_reconciliation(&mut record["calls"][&action_id], &action_id, found) {
                 Ok(true) => {}
                 // Known not to have happened: the turn is closing, so it never will.

@@ -15,6 +15,10 @@ use serde_json::{json, Value};
 use std::rc::Rc;
 
 const DEFERRED_BACKOFF_MS_MAX: u64 = 5_000;
+/// How long a starting worker waits for its engine connection before its recovery sweep:
+/// this many checks, this far apart.
+const RECOVERY_CONNECT_CHECKS: u32 = 100;
+const RECOVERY_CONNECT_CHECK_MS: u64 = 10;
 
 /// The terminal state a deferred terminalisation must record.
 #[derive(Debug, Clone)]
@@ -223,7 +227,13 @@ impl Worker {
                 break;
             }
         }
-        self.pending_terminal.borrow_mut().remove(&request.session_id);
+        {
+            // The deferred work is over: the token it kept is no longer needed.
+            let lock = self.session_lock(&request.session_id);
+            let _guard = lock.lock().await;
+            self.pending_terminal.borrow_mut().remove(&request.session_id);
+            self.release_lease(bus, &request.session_id).await;
+        }
         match outcome {
             Some((_, "recorded" | "held")) => {}
             Some((attempt, why)) => self.note(
@@ -304,21 +314,36 @@ impl Worker {
         if queued.is_empty() {
             return None;
         }
-        let turn_id = format!("t-{}", self.env.new_id());
-        let mut turn = json!({
-            "session_id": session_id, "turn_id": turn_id, "status": "running", "step": 0, "turn_count": 0,
-            "depth": 0, "abort": false, "calls": {},
+        // The new turn names what it was made from, so an admission cut short can be finished
+        // by whoever finds it: which turn it follows, and which queued entries it consumed.
+        let turn = json!({
+            "session_id": session_id, "turn_id": format!("t-{}", self.env.new_id()), "status": "running", "step": 0,
+            "turn_count": 0, "depth": 0, "abort": false, "calls": {},
             "input": queued.iter().map(|e| e["value"]["message"].clone()).collect::<Vec<_>>(),
+            "input_keys": queued.iter().map(|e| e["key"].clone()).collect::<Vec<_>>(),
+            "predecessor": predecessor["turn_id"],
             "created_at": self.now(), "updated_at": self.now(),
         });
         if let Err(error) = self.put_turn(bus, &turn).await {
-            self.note("reseed_write_failed", json!({ "session_id": session_id, "error": error.to_string() }));
-            return Some(json!({ "admitted": false, "error": error.to_string() }));
+            let landed = error.outcome_unknown()
+                && matches!(self.get_turn(bus, session_id.as_str().unwrap_or_default()).await, Ok(Some(stored)) if stored == turn);
+            if !landed {
+                self.note("reseed_write_failed", json!({ "session_id": session_id, "error": error.to_string() }));
+                return Some(json!({ "admitted": false, "error": error.to_string() }));
+            }
         }
-        for entry in &queued {
-            let _ = bus.invoke("state::delete", json!({ "scope": QUEUE_SCOPE, "key": entry["key"] }), timeout).await;
+        Some(self.admit(bus, turn).await)
+    }
+
+    /// Admits a new turn whose record is written: the input it consumed leaves the queue of
+    /// input, and the turn goes to the turn queue (an exhausted enqueue holds it, with why).
+    async fn admit(&self, bus: &Bus, mut turn: Value) -> Value {
+        let timeout = self.env.config.session_timeout_ms;
+        for key in turn["input_keys"].as_array().cloned().unwrap_or_default() {
+            let _ = bus.invoke("state::delete", json!({ "scope": QUEUE_SCOPE, "key": key }), timeout).await;
         }
-        let request = json!({ "session_id": session_id, "turn_id": turn_id, "step": 0, "depth": 0 });
+        let turn_id = turn["turn_id"].clone();
+        let request = json!({ "session_id": turn["session_id"], "turn_id": turn_id, "step": 0, "depth": 0 });
         let queue = Action::Enqueue { queue: self.env.config.turn_queue.clone() };
         let attempts = self.env.config.enqueue_attempts;
         let mut last_error = String::new();
@@ -326,7 +351,7 @@ impl Worker {
             match bus.invoke_with(&self.env.function("turn"), request.clone(), Some(queue.clone()), timeout).await {
                 Ok(_receipt) => {
                     self.note("reseed_enqueued", json!({ "turn_id": turn_id, "attempt": attempt }));
-                    return Some(json!({ "turn_id": turn_id, "admitted": true, "attempts": attempt }));
+                    return json!({ "turn_id": turn_id, "admitted": true, "attempts": attempt });
                 }
                 Err(error) => last_error = error.to_string(),
             }
@@ -335,13 +360,49 @@ impl Worker {
         if !self.policy.recovers() {
             // The predecessor's result is returned as if nothing happened; the new turn stays
             // running with nothing to run it.
-            return None;
+            return Value::Null;
         }
         turn["status"] = json!("held");
         turn["held_reason"] = json!(format!("enqueue exhausted after {attempts} attempts: {last_error}"));
         turn["updated_at"] = json!(self.now());
         let held = self.put_turn(bus, &turn).await.is_ok();
-        Some(json!({ "turn_id": turn_id, "admitted": false, "attempts": attempts, "error": last_error, "held": held }))
+        json!({ "turn_id": turn_id, "admitted": false, "attempts": attempts, "error": last_error, "held": held })
+    }
+
+    /// Whether the turn queue holds a message for `turn` (waiting, in flight or dead). When the
+    /// queue cannot be asked, it is taken as not there: enqueueing a turn twice is harmless, as
+    /// the second delivery finds it no longer current.
+    async fn is_enqueued(&self, bus: &Bus, turn: &Value) -> bool {
+        let inspect = json!({ "queue": self.env.config.turn_queue });
+        let Ok(view) = bus.invoke("queue::inspect", inspect, self.env.config.session_timeout_ms).await else {
+            return false;
+        };
+        let carries = |entry: &Value| entry["data"]["turn_id"] == turn["turn_id"];
+        let in_groups = view["groups"].as_object().is_some_and(|groups| {
+            groups.values().any(|g| {
+                ["in_flight", "waiting"].iter().any(|stage| g[stage].as_array().is_some_and(|e| e.iter().any(carries)))
+            })
+        });
+        in_groups || view["dlq"].as_array().is_some_and(|dead| dead.iter().any(carries))
+    }
+
+    /// Finishes what the finalisation of the delivered turn may have left undone when its worker
+    /// died: input still queued after the turn ended is admitted, and a successor whose record
+    /// was written but which never reached the turn queue is enqueued.
+    pub(super) async fn finish_admission(&self, bus: &Bus, request: &TurnRequest, record: Option<&Value>) {
+        let Some(record) = record else { return };
+        let delivered = json!(request.turn_id);
+        if record["turn_id"] == delivered && is_terminal(record) {
+            if let Some(reseed) = self.reseed_queued_input(bus, record).await {
+                self.note("admission_finished", json!({ "after": request.turn_id, "reseed": reseed }));
+            }
+        } else if record["predecessor"] == delivered
+            && record["status"] == json!("running")
+            && !self.is_enqueued(bus, record).await
+        {
+            let admitted = self.admit(bus, record.clone()).await;
+            self.note("admission_finished", json!({ "after": request.turn_id, "reseed": admitted }));
+        }
     }
 
     /// Admits input that finalisation could not drain, once the store answers again; stops as
@@ -353,6 +414,15 @@ impl Worker {
             let lock = self.session_lock(&session_id);
             let _guard = lock.lock().await;
             match self.get_turn(bus, &session_id).await {
+                // A successor of this turn: its admission may have been cut short.
+                Ok(Some(record)) if record["predecessor"] == predecessor["turn_id"] => {
+                    let request = TurnRequest {
+                        session_id: session_id.clone(),
+                        turn_id: predecessor["turn_id"].as_str().unwrap_or_default().to_string(),
+                        step: 0,
+                    };
+                    return self.finish_admission(bus, &request, Some(&record)).await;
+                }
                 Ok(Some(record)) if record["turn_id"] != predecessor["turn_id"] || !is_terminal(&record) => return,
                 Ok(_) => {}
                 Err(_) => continue,
@@ -366,5 +436,56 @@ impl Worker {
             }
         }
         self.note("reseed_gave_up", json!({ "session_id": session_id }));
+    }
+
+    /// What a worker does when it starts: finish the admissions that died with an earlier
+    /// worker. Deferred work lives in memory, so a crash loses it; the durable traces it leaves
+    /// (input still queued after its session's turn ended, a successor that never reached the
+    /// turn queue) are what this sweep looks for.
+    pub(super) async fn recover_on_start(self: Rc<Self>) {
+        let bus = self.env.bus.clone();
+        for _ in 0..RECOVERY_CONNECT_CHECKS {
+            if bus.is_connected() {
+                break;
+            }
+            self.env.clock.sleep(RECOVERY_CONNECT_CHECK_MS).await;
+        }
+        let timeout = self.env.config.session_timeout_ms;
+        let Ok(Value::Array(queued)) = bus.invoke("state::list", json!({ "scope": QUEUE_SCOPE }), timeout).await else {
+            return;
+        };
+        let Ok(Value::Array(turns)) = bus.invoke("state::list", json!({ "scope": super::TURN_SCOPE }), timeout).await
+        else {
+            return;
+        };
+        // Sessions with input still queued, and sessions whose running turn was admitted from
+        // input (it names its predecessor) and may never have reached the turn queue.
+        let admitted =
+            turns.iter().filter(|e| e["value"]["status"] == json!("running") && !e["value"]["predecessor"].is_null());
+        let sessions: std::collections::BTreeSet<String> = queued
+            .iter()
+            .chain(admitted)
+            .filter_map(|e| e["value"]["session_id"].as_str().map(str::to_string))
+            .collect();
+        for session_id in sessions {
+            let lock = self.session_lock(&session_id);
+            let _guard = lock.lock().await;
+            if self.ensure_ownership(&bus, &session_id).await.is_err() {
+                continue;
+            }
+            if let Ok(Some(record)) = self.get_turn(&bus, &session_id).await {
+                let request = TurnRequest {
+                    session_id: session_id.clone(),
+                    // An ended turn's own admission, or the admission of the successor it became.
+                    turn_id: if is_terminal(&record) { &record["turn_id"] } else { &record["predecessor"] }
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string(),
+                    step: 0,
+                };
+                self.finish_admission(&bus, &request, Some(&record)).await;
+            }
+            self.hand_back(&bus, &session_id).await;
+        }
     }
 }

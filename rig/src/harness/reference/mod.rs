@@ -126,7 +126,11 @@ impl HarnessFactory for ReferenceHarness {
 
     fn start(&self, policy: &str, env: HarnessEnv) -> Rc<dyn Provider> {
         let policy = Policy::from_name(policy).unwrap_or(Policy::Reference);
-        Worker::new(policy, env)
+        let worker = Worker::new(policy, env);
+        if policy.recovers() {
+            tokio::task::spawn_local(Rc::clone(&worker).recover_on_start());
+        }
+        worker
     }
 }
 
@@ -198,12 +202,27 @@ impl Worker {
         Rc::clone(self.session_locks.borrow_mut().entry(session_id.to_string()).or_default())
     }
 
+    /// Ownership covers a call's work: once it is done, however it ended, the lease is handed
+    /// back, unless a terminalisation of the session is still pending (it will need the token).
+    async fn hand_back(&self, bus: &Bus, session_id: &str) {
+        if !self.pending_terminal.borrow().contains_key(session_id) {
+            self.release_lease(bus, session_id).await;
+        }
+    }
+
     async fn turn(self: &Rc<Self>, bus: &Bus, request: TurnRequest) -> Result<Value, ErrorBody> {
         let lock = self.session_lock(&request.session_id);
         let _guard = if self.policy.locks_sessions() { Some(lock.lock().await) } else { None };
         if let Err(not_owner) = self.ensure_ownership(bus, &request.session_id).await {
             return Ok(not_owner);
         }
+        let result = self.owned_turn(bus, request.clone()).await;
+        self.hand_back(bus, &request.session_id).await;
+        result
+    }
+
+    /// A turn delivery once this worker owns the session.
+    async fn owned_turn(self: &Rc<Self>, bus: &Bus, request: TurnRequest) -> Result<Value, ErrorBody> {
         if self.pending_terminal.borrow().get(&request.session_id) == Some(&request.turn_id) {
             // Only terminalisation may touch this turn now; it is under way in the background.
             return Ok(self.skipped(&request, "terminalization pending"));
@@ -213,12 +232,17 @@ impl Worker {
             (Policy::Unguarded, Some(record)) => Some(self.resume_as_delivered(bus, &request, record).await?),
             (_, record) => record,
         };
-        let Some(record) = record.filter(|r| is_current(r, &request)) else {
-            // The stale-turn guard: a delivery for a turn that is no longer current does nothing.
+        let Some(record) = record.clone().filter(|r| is_current(r, &request)) else {
+            // The stale-turn guard: a delivery for a turn that is no longer current runs nothing.
             self.note(
                 "stale_turn_skipped",
                 json!({ "session_id": request.session_id, "turn_id": request.turn_id, "step": request.step }),
             );
+            if self.policy.recovers() {
+                // It came back because its delivery failed, perhaps mid-finalisation: whatever
+                // admission that finalisation left unfinished is finished now.
+                self.finish_admission(bus, &request, record.as_ref()).await;
+            }
             return Ok(self.skipped(&request, "stale"));
         };
         if record["step"] != json!(request.step) {
@@ -232,18 +256,12 @@ impl Worker {
 
     /// Drives a current turn to its end and finalises it by how it ended.
     async fn finish(self: &Rc<Self>, bus: &Bus, request: &TurnRequest, record: Value) -> Result<Value, ErrorBody> {
-        let result = match self.drive(bus, record).await {
+        match self.drive(bus, record).await {
             Ok((record, reply)) => self.complete(bus, request, record, reply).await,
             Err(Stop::Failed(failure)) => self.fail_turn(bus, request, failure).await,
             Err(Stop::Held { reason }) => self.hold_turn(bus, request, &reason).await,
             Err(Stop::FencedOut) => Ok(self.fenced_out(request)),
-        };
-        // The turn is over: ownership covers a turn's work, so it is handed back, unless a
-        // terminalisation is still pending (it will need the token).
-        if result.as_ref().is_ok_and(|r| r["finalized"] != json!(false)) {
-            self.release_lease(bus, &request.session_id).await;
         }
-        result
     }
 
     fn fenced_out(&self, request: &TurnRequest) -> Value {
@@ -362,6 +380,19 @@ impl Worker {
                 not_owner["reason"].as_str().unwrap_or("not the owner").to_string(),
             ));
         }
+        let result = self.hold_dead_letter(bus, session_id, turn_id, letter).await;
+        self.hand_back(bus, session_id).await;
+        result
+    }
+
+    /// Holds the turn a dead letter carried, once this worker owns its session.
+    async fn hold_dead_letter(
+        &self,
+        bus: &Bus,
+        session_id: &str,
+        turn_id: &str,
+        letter: &Value,
+    ) -> Result<Value, ErrorBody> {
         let mut record = match self.get_turn(bus, session_id).await {
             Ok(Some(record)) => record,
             Ok(None) => return Ok(json!({ "held": false, "reason": "no turn record" })),
@@ -384,7 +415,6 @@ impl Worker {
         record["updated_at"] = json!(self.now());
         self.write(bus, &record).await.map_err(|_| ErrorBody::new("unavailable", "could not record the hold"))?;
         self.note("turn_held", json!({ "session_id": session_id, "turn_id": turn_id, "reason": reason }));
-        self.release_lease(bus, session_id).await;
         Ok(json!({ "held": true, "session_id": session_id, "turn_id": turn_id }))
     }
 }

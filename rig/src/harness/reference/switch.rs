@@ -43,8 +43,19 @@ impl Worker {
         let lock = self.session_lock(session_id);
         let _guard = lock.lock().await;
         if let Err(not_owner) = self.ensure_ownership(bus, session_id).await {
-            return Ok(json!({ "imported": false, "session_id": session_id, "reason": not_owner["reason"] }));
+            // An error, not a skip: whoever asked for the switch (a queue, an operator) must try
+            // again once the session's owner has let go.
+            let reason = not_owner["reason"].as_str().unwrap_or("another worker owns the session");
+            return Err(ErrorBody::new("not_owner", format!("cannot import {session_id}: {reason}")));
         }
+        let result = self.owned_import(bus, session_id, data).await;
+        // Held actions keep their recorded owner; a finished or held turn needs no owner.
+        self.hand_back(bus, session_id).await;
+        result
+    }
+
+    /// An import once this worker owns the session.
+    async fn owned_import(self: &Rc<Self>, bus: &Bus, session_id: &str, data: &Value) -> Result<Value, ErrorBody> {
         let mut record = match self.get_turn(bus, session_id).await {
             Ok(Some(record)) => record,
             Ok(None) => data["bundle"]["task"].clone(),
@@ -75,11 +86,7 @@ impl Worker {
         let held = actions["held"].as_array().map_or(0, Vec::len);
         if held > 0 {
             let reason = format!("{held} action(s) unresolved after reconciliation");
-            let result = self.hold_turn(bus, &request, &reason).await;
-            // Waiting for a person is not work: ownership is handed back, and the held actions
-            // keep their recorded owner.
-            self.release_lease(bus, session_id).await;
-            return result;
+            return self.hold_turn(bus, &request, &reason).await;
         }
         if record["status"] != json!("running") {
             return Ok(

@@ -1,0 +1,85 @@
+//! `rig explore`: a random fault mix per seed from the cut space; every failure shrunk and
+//! written as a minimal scenario file.
+
+use super::sweep::{known_policy, output_folder, reference_note, write_finding};
+use super::{bad_input, load_scenarios, parse_seed_range, EXIT_BAD_INPUT, EXIT_FAILED};
+use rig::explore;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(clap::Args)]
+pub struct ExploreArgs {
+    /// Scenario files or folders whose workloads to explore.
+    #[arg(required = true)]
+    pub paths: Vec<PathBuf>,
+    /// Seeds to explore, `A..B`: each draws its own fault mix.
+    #[arg(long, value_parser = parse_seed_range, conflicts_with = "seed")]
+    pub seeds: Option<std::ops::Range<u64>>,
+    /// Replay one seed's mix.
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// The harness policy to explore.
+    #[arg(long, default_value = "reference")]
+    pub policy: String,
+    /// Write each shrunk failure here as a scenario file.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Keep the scenario's own scripted cuts in the workload (removed by default).
+    #[arg(long)]
+    pub keep_cuts: bool,
+}
+
+pub fn command(args: ExploreArgs) -> ExitCode {
+    let seeds = match (args.seed, &args.seeds) {
+        (Some(seed), _) => seed..seed + 1,
+        (None, Some(range)) => range.clone(),
+        (None, None) => return bad_input("give `--seeds A..B` or `--seed N`"),
+    };
+    if let Err(code) = known_policy(&args.policy).and_then(|()| output_folder(args.out.as_deref())) {
+        return code;
+    }
+    let Some(scenarios) = load_scenarios(&args.paths) else { return ExitCode::from(EXIT_BAD_INPUT) };
+    let harness = rig::reference();
+    let (mut explored, mut failing) = (0u64, 0u64);
+    for scenario in &scenarios {
+        for seed in seeds.clone() {
+            let exploration = explore::explore(&harness, scenario, &args.policy, seed, args.keep_cuts);
+            explored += 1;
+            if exploration.fired.is_empty() {
+                continue;
+            }
+            failing += 1;
+            let mix: Vec<String> = exploration.mix.iter().map(|p| p.id()).collect();
+            let fired: Vec<&str> = exploration.fired.iter().map(String::as_str).collect();
+            out!(
+                "FAIL {} [{}] seed {seed}: [{}] with {}",
+                scenario.path.display(),
+                args.policy,
+                fired.join(", "),
+                mix.join(" + ")
+            );
+            out!("    repro: rig explore {} --policy {} --seed {seed}", scenario.path.display(), args.policy);
+            if let Some(shrunk) = &exploration.shrunk {
+                let cuts: Vec<String> = shrunk.placements.iter().map(|p| p.id()).collect();
+                let written = args
+                    .out
+                    .as_ref()
+                    .map(|folder| format!(" -> {}", write_finding(folder, shrunk)))
+                    .unwrap_or_default();
+                out!(
+                    "    shrunk to {} cut(s) in {} runs: {}{}{written}",
+                    cuts.len(),
+                    exploration.runs,
+                    cuts.join(" + "),
+                    reference_note(shrunk)
+                );
+            }
+        }
+    }
+    out!("explored {explored} seed(s): {} clean, {failing} failing", explored - failing);
+    if failing > 0 {
+        ExitCode::from(EXIT_FAILED)
+    } else {
+        ExitCode::SUCCESS
+    }
+}

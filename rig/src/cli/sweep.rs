@@ -1,0 +1,146 @@
+//! `rig sweep`: every cut at every place one uncut run offers, then bounded pairs; each finding
+//! written as a minimal scenario file.
+
+use super::{bad_input, load_scenarios, EXIT_BAD_INPUT, EXIT_FAILED};
+use rig::explore::{self, SpaceOptions, SweepOptions, Verdict};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+#[derive(clap::Args)]
+pub struct SweepArgs {
+    /// Scenario files (or folders) whose workloads to sweep.
+    #[arg(required = true)]
+    pub paths: Vec<PathBuf>,
+    /// The harness policy to sweep.
+    #[arg(long, default_value = "reference")]
+    pub policy: String,
+    /// 1: every cut alone; 2: then pairs of cuts, most promising first.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=2))]
+    pub depth: u8,
+    /// The most runs per workload (pairs are the first to go).
+    #[arg(long)]
+    pub budget: Option<usize>,
+    /// Write each finding here as a scenario file.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// The seed of every run.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Keep the scenario's own scripted cuts in the workload (removed by default).
+    #[arg(long)]
+    pub keep_cuts: bool,
+    /// The most like sites tried per class of site (the first, second, ... call of a kind).
+    #[arg(long, default_value_t = SpaceOptions::default().nth_max)]
+    pub nth_max: u64,
+    /// List every run, clean and unreached ones too.
+    #[arg(long)]
+    pub all: bool,
+}
+
+/// The policy named on the command line, if the harness has it.
+pub fn known_policy(name: &str) -> Result<(), ExitCode> {
+    match rig::Policy::from_name(name) {
+        Some(_) => Ok(()),
+        None => {
+            let known: Vec<_> = rig::Policy::ALL.iter().map(|p| p.name()).collect();
+            Err(bad_input(&format!("unknown policy `{name}`, expected one of {}", known.join(", "))))
+        }
+    }
+}
+
+/// The folder findings go to, made if need be; checked before any run.
+pub fn output_folder(out: Option<&Path>) -> Result<(), ExitCode> {
+    match out {
+        Some(folder) => std::fs::create_dir_all(folder)
+            .map_err(|e| bad_input(&format!("cannot write findings to {}: {e}", folder.display()))),
+        None => Ok(()),
+    }
+}
+
+/// How the reference harness fares on a finding made under another policy.
+pub fn reference_note(finding: &explore::Finding) -> String {
+    match &finding.reference_fired {
+        None => String::new(),
+        Some(fired) if fired.is_empty() => " (reference: clean)".into(),
+        Some(fired) => format!(" (reference trips it too: {})", fired.iter().cloned().collect::<Vec<_>>().join(", ")),
+    }
+}
+
+/// Writes a finding's scenario file into `folder`; its path, or why it could not be written.
+pub fn write_finding(folder: &Path, finding: &explore::Finding) -> String {
+    let path = folder.join(&finding.file_name);
+    match std::fs::write(&path, &finding.scenario_file) {
+        Ok(()) => path.display().to_string(),
+        Err(error) => format!("(could not write {}: {error})", path.display()),
+    }
+}
+
+pub fn command(args: SweepArgs) -> ExitCode {
+    if let Err(code) = known_policy(&args.policy).and_then(|()| output_folder(args.out.as_deref())) {
+        return code;
+    }
+    let Some(scenarios) = load_scenarios(&args.paths) else { return ExitCode::from(EXIT_BAD_INPUT) };
+    let harness = rig::reference();
+    let options = SweepOptions {
+        policy: args.policy.clone(),
+        depth: args.depth,
+        budget: args.budget,
+        keep_cuts: args.keep_cuts,
+        seed: args.seed,
+        space: SpaceOptions { nth_max: args.nth_max },
+    };
+    let mut anything = false;
+    for scenario in &scenarios {
+        let report = explore::sweep(&harness, scenario, &options);
+        out!("sweep {} [{}] depth {} seed {}", scenario.path.display(), args.policy, args.depth, args.seed);
+        for failure in &report.baseline_failures {
+            out!("  note: the uncut workload: {}", failure.lines().next().unwrap_or_default());
+        }
+        if !report.baseline_fired.is_empty() {
+            anything = true;
+            let fired: Vec<&str> = report.baseline_fired.iter().map(String::as_str).collect();
+            out!("  FIRED   [{}] on the uncut workload itself", fired.join(", "));
+        }
+        let (mut clean, mut unreached, mut fired_runs, mut wall_us) = (0, 0, 0, 0);
+        for run in &report.runs {
+            wall_us += run.wall_us;
+            let ids: Vec<String> = run.placements.iter().map(|p| p.id()).collect();
+            let (verdict, oracles) = match &run.verdict {
+                Verdict::Clean => {
+                    clean += 1;
+                    ("clean", String::new())
+                }
+                Verdict::Unreached => {
+                    unreached += 1;
+                    ("unreached", String::new())
+                }
+                Verdict::Fired(oracles) => {
+                    fired_runs += 1;
+                    ("FIRED", oracles.iter().cloned().collect::<Vec<_>>().join(", "))
+                }
+            };
+            if args.all || matches!(run.verdict, Verdict::Fired(_)) {
+                out!("  {verdict:<9} {:<24} {}", oracles, ids.join(" + "));
+            }
+        }
+        out!(
+            "  {} runs in {:.2} s of wall time: {clean} clean, {fired_runs} fired, {unreached} unreached{}; {} findings",
+            report.runs.len(),
+            wall_us as f64 / 1e6,
+            if report.skipped > 0 { format!(", {} pairs over the budget", report.skipped) } else { String::new() },
+            report.findings.len()
+        );
+        for finding in &report.findings {
+            anything = true;
+            let ids: Vec<String> = finding.placements.iter().map(|p| p.id()).collect();
+            let written =
+                args.out.as_ref().map(|folder| format!(" -> {}", write_finding(folder, finding))).unwrap_or_default();
+            out!("  finding `{}`: {}{}{written}", finding.oracle, ids.join(" + "), reference_note(finding));
+        }
+    }
+    if anything {
+        ExitCode::from(EXIT_FAILED)
+    } else {
+        ExitCode::SUCCESS
+    }
+}

@@ -1,0 +1,347 @@
+//! The cut space of a run: every place a fault can go, read off one uncut run, with the cut
+//! kinds that apply there, each with a stable id a person can read.
+//!
+//! - every call a double received from a harness worker, by function, what it was about (scope,
+//!   key, status, session, action) and which of its like it was;
+//! - every frame between the engine and a harness worker, by kind, function, direction and
+//!   which of its like it was;
+//! - every named interruption point each worker reached, and which time.
+//!
+//! A placement is a site and a kind; applied to a scenario it becomes one more `[[cut]]`,
+//! `[[interrupt]]` or proxy rule, which fires exactly there (the run is the same up to that
+//! point, since the seed is the same).
+
+use crate::condition::Condition;
+use crate::cut::{Count, Interrupt, ProcessCut, ServiceCut, ServiceFault, Trigger};
+use crate::run::RunOutcome;
+use crate::scenario::{ProxySetup, Scenario};
+use crate::topology::{HARNESS, REPLACEMENT};
+use crate::trace::EventKind;
+use proxy::{ActionKind, Directions, MatchValue};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// The payload fields that say what a call is about, in the order they are named.
+const IDENTITY_FIELDS: [&str; 6] = ["scope", "key", "value.status", "session_id", "action_id", "owner"];
+
+/// Calls that change something: every kind of cut applies; the rest are reads.
+const WRITES: [&str; 9] = [
+    "state::set",
+    "state::delete",
+    "state::compare-and-set",
+    "state::acquire-lease",
+    "state::renew-lease",
+    "state::release-lease",
+    "session::append",
+    "session::set-status",
+    "ticket::create",
+];
+
+/// A place in a run where a fault can go.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Site {
+    /// The `nth` call (from 1) of `function` with these identity fields.
+    Call { function: String, about: Vec<(String, String)>, nth: u64 },
+    /// The `nth` frame of this kind for `function` between the engine and `worker`; `up` is
+    /// from the worker.
+    Frame { worker: String, up: bool, frame: String, function: String, nth: u64 },
+    /// The `nth` time `worker` reached the named `point`.
+    Point { worker: String, point: String, nth: u64 },
+}
+
+/// What a placement does at its site.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Kind {
+    LostAck,
+    Timeout,
+    Reject,
+    /// A reply later than the caller's deadline.
+    Delay,
+    CrashCallerBefore,
+    CrashCallerAfter,
+    CrashService,
+    /// Pause the worker holding a lease past its expiry.
+    PauseCaller,
+    Drop,
+    Duplicate,
+    Crash,
+    Pause,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 12] = [
+        Kind::LostAck,
+        Kind::Timeout,
+        Kind::Reject,
+        Kind::Delay,
+        Kind::CrashCallerBefore,
+        Kind::CrashCallerAfter,
+        Kind::CrashService,
+        Kind::PauseCaller,
+        Kind::Drop,
+        Kind::Duplicate,
+        Kind::Crash,
+        Kind::Pause,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::LostAck => "lost-ack",
+            Kind::Timeout => "timeout",
+            Kind::Reject => "reject",
+            Kind::Delay => "delay",
+            Kind::CrashCallerBefore => "crash-caller-before",
+            Kind::CrashCallerAfter => "crash-caller-after",
+            Kind::CrashService => "crash-service",
+            Kind::PauseCaller => "pause-caller",
+            Kind::Drop => "drop",
+            Kind::Duplicate => "duplicate",
+            Kind::Crash => "crash",
+            Kind::Pause => "pause",
+        }
+    }
+}
+
+/// A site and what to do there.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Placement {
+    pub site: Site,
+    pub kind: Kind,
+    /// The delay or pause it applies, where it has one.
+    pub ms: Option<u64>,
+}
+
+fn about_text(about: &[(String, String)]) -> String {
+    about.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ")
+}
+
+impl Site {
+    /// The site without its ordinal: what makes two findings the same finding.
+    pub fn class(&self) -> String {
+        match self {
+            Site::Call { function, about, .. } => format!("call {function}[{}]", about_text(about)),
+            Site::Frame { worker, up, frame, function, .. } => {
+                format!("frame {frame} {function} {} {worker}", if *up { "from" } else { "to" })
+            }
+            Site::Point { worker, point, .. } => format!("point {worker}@{point}"),
+        }
+    }
+
+    fn nth(&self) -> u64 {
+        match self {
+            Site::Call { nth, .. } | Site::Frame { nth, .. } | Site::Point { nth, .. } => *nth,
+        }
+    }
+
+    /// How near the site is to where an action happens without being recorded: effects first,
+    /// then commits and acknowledgements, then everything else. Pairs are tried in this order.
+    pub fn promise(&self) -> u8 {
+        match self {
+            Site::Call { function, .. } if function == "ticket::create" => 3,
+            Site::Frame { frame, .. } if frame == "invocationresult" => 2,
+            Site::Call { function, .. } if WRITES.contains(&function.as_str()) => 2,
+            Site::Point { .. } => 2,
+            _ => 1,
+        }
+    }
+}
+
+impl fmt::Display for Site {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}#{}", self.class(), self.nth())
+    }
+}
+
+impl Placement {
+    /// A stable id a person can read: `timeout @ call state::set[scope=harness_turn ...]#2`.
+    pub fn id(&self) -> String {
+        format!("{} @ {}", self.kind.name(), self.site)
+    }
+
+    /// The id without the ordinal.
+    pub fn class(&self) -> String {
+        format!("{} @ {}", self.kind.name(), self.site.class())
+    }
+
+    /// Adds the cut to `scenario`; it may go unfired (the sweep tells an unreached site from a
+    /// clean one by the trace).
+    pub fn apply(&self, scenario: &mut Scenario) {
+        let trigger = |nth: u64| Trigger::new(nth - 1, Count::Times(1), true);
+        match &self.site {
+            Site::Call { function, about, nth } => {
+                let fault = match self.kind {
+                    Kind::LostAck => ServiceFault::LostAck,
+                    Kind::Timeout => ServiceFault::Timeout,
+                    Kind::Reject => {
+                        ServiceFault::Reject { code: "rejected".into(), message: "rejected by a sweep cut".into() }
+                    }
+                    Kind::Delay => ServiceFault::Delay { ms: self.ms.unwrap_or(0) },
+                    Kind::CrashCallerBefore => ServiceFault::CrashCaller { after: false },
+                    Kind::CrashCallerAfter => ServiceFault::CrashCaller { after: true },
+                    Kind::CrashService => ServiceFault::CrashService,
+                    _ => ServiceFault::PauseCaller { ms: self.ms.unwrap_or(0) },
+                };
+                let conditions = about
+                    .iter()
+                    .map(|(path, text)| Condition::equals(path, text.clone()).expect("valid paths"))
+                    .collect();
+                scenario.cuts.push(ServiceCut {
+                    function: function.clone(),
+                    conditions,
+                    fault,
+                    trigger: trigger(*nth),
+                });
+            }
+            Site::Point { worker, point, nth } => {
+                let interrupt = match self.kind {
+                    Kind::Crash => Interrupt::Crash,
+                    _ => Interrupt::Pause { ms: self.ms.unwrap_or(0) },
+                };
+                scenario.interrupts.push(ProcessCut {
+                    worker: worker.clone(),
+                    point: point.clone(),
+                    interrupt,
+                    trigger: trigger(*nth),
+                });
+            }
+            Site::Frame { worker, up, frame, function, nth } => {
+                let mut rule =
+                    proxy::Rule::new(if self.kind == Kind::Drop { ActionKind::Drop } else { ActionKind::Duplicate });
+                rule.direction = if *up { Directions::Up } else { Directions::Down };
+                rule.skip = nth - 1;
+                rule.matches.insert("type".into(), MatchValue::Text(frame.clone()));
+                rule.matches.insert("function_id".into(), MatchValue::Text(function.clone()));
+                let setup = scenario.proxy.get_or_insert_with(|| ProxySetup {
+                    worker: worker.clone(),
+                    rules: Vec::new(),
+                    optional: Vec::new(),
+                });
+                setup.rules.push(rule);
+                setup.optional.push(true);
+            }
+        }
+    }
+
+    /// Whether the cut this placement added (the `index`-th of its sort) fired in `outcome`.
+    pub fn fired(&self, outcome: &RunOutcome, index: usize) -> bool {
+        outcome.trace.events().iter().any(|e| match (&self.site, &e.kind) {
+            (Site::Call { .. }, EventKind::Cut { cut, .. }) => *cut == index,
+            (Site::Point { .. }, EventKind::Interrupt { interrupt, .. }) => *interrupt == index,
+            (Site::Frame { .. }, EventKind::ProxyRule { rule, .. }) => *rule == index,
+            _ => false,
+        })
+    }
+}
+
+/// Applies several placements and returns, for each, the index of the cut it added among its sort.
+pub fn apply_all(placements: &[Placement], scenario: &mut Scenario) -> Vec<usize> {
+    placements
+        .iter()
+        .map(|placement| {
+            let index = match placement.site {
+                Site::Call { .. } => scenario.cuts.len(),
+                Site::Point { .. } => scenario.interrupts.len(),
+                Site::Frame { .. } => scenario.proxy.as_ref().map_or(0, |p| p.rules.len()),
+            };
+            placement.apply(scenario);
+            index
+        })
+        .collect()
+}
+
+/// The identity fields of a call's payload.
+fn about(payload: &Value) -> Vec<(String, String)> {
+    IDENTITY_FIELDS
+        .iter()
+        .filter_map(|path| {
+            let segments: Vec<String> = path.split('.').map(str::to_string).collect();
+            proxy::lookup(payload, &segments).filter(|v| !v.is_null()).map(|v| (path.to_string(), proxy::value_text(v)))
+        })
+        .collect()
+}
+
+/// Knobs of the cut space.
+#[derive(Debug, Clone)]
+pub struct SpaceOptions {
+    /// The most like sites tried per class (the 1st, 2nd, ... up to this).
+    pub nth_max: u64,
+}
+
+impl Default for SpaceOptions {
+    fn default() -> Self {
+        Self { nth_max: 4 }
+    }
+}
+
+/// Every placement the uncut `baseline` run of `scenario` offers, in a fixed order.
+pub fn cut_space(scenario: &Scenario, baseline: &RunOutcome, options: &SpaceOptions) -> Vec<Placement> {
+    let config = &scenario.world.harness;
+    let deadline_of = |function: &str| match function.split("::").next() {
+        Some("model") => config.model_timeout_ms,
+        Some("ticket") => config.tool_timeout_ms,
+        _ => config.session_timeout_ms,
+    };
+    let pause_ms = (config.lease_ttl_ms * 3).max(5_000);
+    let is_worker = |name: &str| name == HARNESS || name == REPLACEMENT;
+    let proxied_elsewhere = |worker: &str| scenario.proxy.as_ref().is_some_and(|p| p.worker != worker);
+    let mut seen: BTreeMap<String, u64> = BTreeMap::new();
+    let mut placements = Vec::new();
+    let mut count = |class: String| {
+        let n = seen.entry(class).or_default();
+        *n += 1;
+        *n
+    };
+    for event in baseline.trace.events() {
+        match &event.kind {
+            EventKind::Call { function, payload, caller: Some(caller), .. } if is_worker(caller) => {
+                let about = about(payload);
+                let nth = count(format!("call {function} {}", about_text(&about)));
+                if nth > options.nth_max {
+                    continue;
+                }
+                let site = Site::Call { function: function.clone(), about, nth };
+                let mut kinds = vec![Kind::Timeout, Kind::Reject, Kind::Delay];
+                if WRITES.contains(&function.as_str()) {
+                    kinds.extend([Kind::LostAck, Kind::CrashCallerBefore, Kind::CrashCallerAfter, Kind::CrashService]);
+                }
+                if function == "state::acquire-lease" {
+                    kinds.push(Kind::PauseCaller);
+                }
+                for kind in kinds {
+                    let ms = match kind {
+                        Kind::Delay => Some(deadline_of(function) + 500),
+                        Kind::PauseCaller => Some(pause_ms),
+                        _ => None,
+                    };
+                    placements.push(Placement { site: site.clone(), kind, ms });
+                }
+            }
+            EventKind::Frame { direction, peer, frame, function_id: Some(function), .. }
+                if is_worker(peer)
+                    && !proxied_elsewhere(peer)
+                    && matches!(*frame, "invokefunction" | "invocationresult") =>
+            {
+                let up = *direction == "in";
+                let nth = count(format!("frame {peer} {up} {frame} {function}"));
+                if nth > options.nth_max {
+                    continue;
+                }
+                let site =
+                    Site::Frame { worker: peer.clone(), up, frame: frame.to_string(), function: function.clone(), nth };
+                for kind in [Kind::Drop, Kind::Duplicate] {
+                    placements.push(Placement { site: site.clone(), kind, ms: None });
+                }
+            }
+            _ => {}
+        }
+    }
+    for ((worker, point), arrivals) in &baseline.interrupt_points {
+        for nth in 1..=(*arrivals).min(options.nth_max) {
+            let site = Site::Point { worker: worker.clone(), point: point.clone(), nth };
+            placements.push(Placement { site: site.clone(), kind: Kind::Crash, ms: None });
+            placements.push(Placement { site, kind: Kind::Pause, ms: Some(pause_ms) });
+        }
+    }
+    placements
+}

@@ -1,0 +1,137 @@
+//! `rig explore`: swarm testing. Each seed draws a fault mix from the cut space (which kinds of
+//! cut are enabled at all, how many cuts, which places, which timings) from a stream of its own,
+//! runs it, and shrinks a failure: first to the cuts that fired, then by removing cuts one at a
+//! time, then the workload's steps, while the same oracle still fires. The same seed always
+//! draws the same mix, so `rig explore FILE --seed N` replays it bit for bit.
+
+use super::space::{cut_space, Kind, Placement, SpaceOptions};
+use super::{bare_run, finding, fired, run_placed, workload, Finding};
+use crate::harness::HarnessFactory;
+use crate::run::run_with;
+use crate::scenario::Scenario;
+use crate::streams::component_stream;
+use rand::Rng;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+/// The most cuts one seed's mix holds.
+pub const MIX_CUTS_MAX: usize = 4;
+
+/// What one seed of exploration did and found.
+#[derive(Debug, Clone)]
+pub struct Exploration {
+    pub seed: u64,
+    /// The fault mix the seed drew.
+    pub mix: Vec<Placement>,
+    /// Oracles the mix made fire that the uncut run does not trip.
+    pub fired: BTreeSet<String>,
+    /// The failure, shrunk, as a scenario file.
+    pub shrunk: Option<Finding>,
+    /// Runs made, the uncut one and the shrinking ones included.
+    pub runs: usize,
+}
+
+/// Draws a fault mix for `seed` from `space`.
+fn draw(seed: u64, space: &[Placement], workload: &Scenario) -> Vec<Placement> {
+    let mut rng = component_stream(seed, "explore");
+    let mut enabled: Vec<Kind> = Kind::ALL.into_iter().filter(|_| rng.random_bool(0.5)).collect();
+    if enabled.is_empty() {
+        enabled.push(Kind::ALL[rng.random_range(0..Kind::ALL.len())]);
+    }
+    let candidates: Vec<&Placement> = space.iter().filter(|p| enabled.contains(&p.kind)).collect();
+    if candidates.is_empty() {
+        return Vec::new();
+    }
+    let wanted = rng.random_range(1..=MIX_CUTS_MAX).min(candidates.len());
+    let mut chosen = BTreeSet::new();
+    while chosen.len() < wanted {
+        chosen.insert(rng.random_range(0..candidates.len()));
+    }
+    let ttl = workload.world.harness.lease_ttl_ms.max(1_000);
+    chosen
+        .into_iter()
+        .map(|i| {
+            let mut placement = candidates[i].clone();
+            // Timings are part of the mix: a delay somewhere past the deadline, a pause across
+            // one to four lease lifetimes.
+            placement.ms = match placement.kind {
+                Kind::Delay => placement.ms.map(|past| rng.random_range(past..=past.saturating_mul(3))),
+                Kind::Pause | Kind::PauseCaller => Some(rng.random_range(ttl..=ttl.saturating_mul(4))),
+                _ => placement.ms,
+            };
+            placement
+        })
+        .collect()
+}
+
+/// Whether `placements` on the workload with `removed` steps still make `oracle` fire.
+fn still_fires(
+    harness: &Arc<dyn HarnessFactory>,
+    workload: &Scenario,
+    placements: &[Placement],
+    removed: &BTreeSet<usize>,
+    policy: &str,
+    seed: u64,
+    oracle: &str,
+) -> bool {
+    let mut variant = workload.clone();
+    variant.steps =
+        workload.steps.iter().enumerate().filter(|(i, _)| !removed.contains(i)).map(|(_, s)| s.clone()).collect();
+    let (outcome, _) = run_placed(harness, &variant, placements, policy, seed);
+    fired(&outcome).contains(oracle)
+}
+
+/// Explores one seed of `scenario`'s workload under `policy`.
+pub fn explore(
+    harness: &Arc<dyn HarnessFactory>,
+    scenario: &Scenario,
+    policy: &str,
+    seed: u64,
+    keep_cuts: bool,
+) -> Exploration {
+    let workload = workload(scenario, keep_cuts);
+    let baseline = run_with(harness, &workload, &bare_run(policy), seed);
+    let baseline_fired = fired(&baseline);
+    let space = cut_space(&workload, &baseline, &SpaceOptions::default());
+    let mix = draw(seed, &space, &workload);
+    let mut exploration = Exploration { seed, mix: mix.clone(), fired: BTreeSet::new(), shrunk: None, runs: 1 };
+    if mix.is_empty() {
+        return exploration;
+    }
+    let mut variant = workload.clone();
+    let indices = super::space::apply_all(&mix, &mut variant);
+    let outcome = run_with(harness, &variant, &bare_run(policy), seed);
+    exploration.runs += 1;
+    exploration.fired = fired(&outcome).difference(&baseline_fired).cloned().collect();
+    let Some(oracle) = exploration.fired.iter().next().cloned() else { return exploration };
+
+    // Only what fired can matter; then drop one cut at a time while the oracle still fires.
+    let mut cuts: Vec<Placement> =
+        mix.iter().zip(&indices).filter(|(p, i)| p.fired(&outcome, **i)).map(|(p, _)| p.clone()).collect();
+    let removed = BTreeSet::new();
+    let mut index = 0;
+    while index < cuts.len() && cuts.len() > 1 {
+        let mut fewer = cuts.clone();
+        fewer.remove(index);
+        exploration.runs += 1;
+        if still_fires(harness, &workload, &fewer, &removed, policy, seed, &oracle) {
+            cuts = fewer;
+        } else {
+            index += 1;
+        }
+    }
+    // Then the workload's steps, last first, so later steps go before the ones they follow.
+    let mut removed = removed;
+    for step in (0..workload.steps.len()).rev() {
+        let mut fewer = removed.clone();
+        fewer.insert(step);
+        exploration.runs += 1;
+        if still_fires(harness, &workload, &cuts, &fewer, policy, seed, &oracle) {
+            removed = fewer;
+        }
+    }
+    let mut shrunk = finding(&workload, &cuts, policy, &oracle, seed, &removed, "rig explore");
+    shrunk.check_reference(harness, &workload, &removed);
+    exploration.shrunk = Some(shrunk);
+    exploration
+}

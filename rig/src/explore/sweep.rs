@@ -1,0 +1,171 @@
+//! `rig sweep`: every placement of the cut space at depth 1, then bounded pairs, most promising
+//! first (sites next to effects, commits and acknowledgements).
+
+use super::space::{cut_space, Placement, SpaceOptions};
+use super::{bare_run, finding, fired, run_placed, workload, Finding};
+use crate::harness::HarnessFactory;
+use crate::run::{run_with, RunOutcome};
+use crate::scenario::Scenario;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+/// What to sweep and how far.
+#[derive(Debug, Clone)]
+pub struct SweepOptions {
+    pub policy: String,
+    /// 1: every placement alone; 2: then pairs of them.
+    pub depth: u8,
+    /// The most runs (placements and pairs together); pairs are cut first.
+    pub budget: Option<usize>,
+    /// Keep the scenario's own scripted cuts in the workload (by default they are removed).
+    pub keep_cuts: bool,
+    pub seed: u64,
+    pub space: SpaceOptions,
+}
+
+impl Default for SweepOptions {
+    fn default() -> Self {
+        Self {
+            policy: "reference".into(),
+            depth: 1,
+            budget: None,
+            keep_cuts: false,
+            seed: 0,
+            space: SpaceOptions::default(),
+        }
+    }
+}
+
+/// How pairs are bounded when no budget is given: runs beyond the single placements.
+pub const PAIRS_DEFAULT: usize = 1_000;
+
+/// How one run of the sweep ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// No oracle fired that the uncut run did not already trip.
+    Clean,
+    /// A placement never fired: the run did not reach its site.
+    Unreached,
+    /// These oracles fired (or `limit`).
+    Fired(BTreeSet<String>),
+}
+
+/// One run of the sweep.
+#[derive(Debug, Clone)]
+pub struct SweepRun {
+    pub placements: Vec<Placement>,
+    pub verdict: Verdict,
+    pub wall_us: u64,
+}
+
+/// The workload, its uncut run and the placements to try: everything the runs need, so they
+/// can be made in any order, on any thread.
+pub struct SweepPlan {
+    pub workload: Scenario,
+    pub options: SweepOptions,
+    pub baseline: RunOutcome,
+    /// Oracles the uncut run already trips: no cut's finding.
+    pub baseline_fired: BTreeSet<String>,
+    pub jobs: Vec<Vec<Placement>>,
+    /// Pairs the budget left out.
+    pub skipped: usize,
+}
+
+/// What a sweep found.
+pub struct SweepReport {
+    pub baseline_fired: BTreeSet<String>,
+    pub baseline_failures: Vec<String>,
+    pub runs: Vec<SweepRun>,
+    /// One per oracle and placement class, the first found.
+    pub findings: Vec<Finding>,
+    pub skipped: usize,
+}
+
+/// Runs the uncut workload and lays out every run of the sweep.
+pub fn plan(harness: &Arc<dyn HarnessFactory>, scenario: &Scenario, options: &SweepOptions) -> SweepPlan {
+    let workload = workload(scenario, options.keep_cuts);
+    let baseline = run_with(harness, &workload, &bare_run(&options.policy), options.seed);
+    let baseline_fired = fired(&baseline);
+    let singles = cut_space(&workload, &baseline, &options.space);
+    let mut jobs: Vec<Vec<Placement>> = singles.iter().map(|p| vec![p.clone()]).collect();
+    let budget = options.budget.unwrap_or(match options.depth {
+        1 => singles.len(),
+        _ => singles.len() + PAIRS_DEFAULT,
+    });
+    let mut skipped = 0;
+    if options.depth >= 2 {
+        let mut pairs: Vec<(u8, usize, usize)> = Vec::new();
+        for (i, a) in singles.iter().enumerate() {
+            for (j, b) in singles.iter().enumerate().skip(i + 1) {
+                if a.site != b.site {
+                    pairs.push((a.site.promise() + b.site.promise(), i, j));
+                }
+            }
+        }
+        // Most promising first; ties in the order the sites came.
+        pairs.sort_by(|x, y| y.0.cmp(&x.0).then(x.1.cmp(&y.1)).then(x.2.cmp(&y.2)));
+        let room = budget.saturating_sub(jobs.len());
+        skipped = pairs.len().saturating_sub(room);
+        jobs.extend(pairs.into_iter().take(room).map(|(_, i, j)| vec![singles[i].clone(), singles[j].clone()]));
+    }
+    if jobs.len() > budget {
+        skipped += jobs.len() - budget;
+        jobs.truncate(budget);
+    }
+    SweepPlan { workload, options: options.clone(), baseline, baseline_fired, jobs, skipped }
+}
+
+/// Makes one run of the plan.
+pub fn run_job(harness: &Arc<dyn HarnessFactory>, plan: &SweepPlan, placements: &[Placement]) -> SweepRun {
+    let (outcome, reached) = run_placed(harness, &plan.workload, placements, &plan.options.policy, plan.options.seed);
+    let new: BTreeSet<String> = fired(&outcome).difference(&plan.baseline_fired).cloned().collect();
+    let verdict = if !reached {
+        Verdict::Unreached
+    } else if new.is_empty() {
+        Verdict::Clean
+    } else {
+        Verdict::Fired(new)
+    };
+    SweepRun { placements: placements.to_vec(), verdict, wall_us: outcome.wall_us }
+}
+
+/// Folds the runs (in plan order) into findings: one per oracle and placement class, each
+/// checked against the reference harness when it was found under another policy.
+pub fn report(harness: &Arc<dyn HarnessFactory>, plan: SweepPlan, runs: Vec<SweepRun>) -> SweepReport {
+    let mut findings: BTreeMap<(String, String), Finding> = BTreeMap::new();
+    for run in &runs {
+        let Verdict::Fired(oracles) = &run.verdict else { continue };
+        let class: Vec<String> = run.placements.iter().map(Placement::class).collect();
+        for oracle in oracles {
+            findings.entry((oracle.clone(), class.join(" + "))).or_insert_with(|| {
+                finding(
+                    &plan.workload,
+                    &run.placements,
+                    &plan.options.policy,
+                    oracle,
+                    plan.options.seed,
+                    &BTreeSet::new(),
+                    "rig sweep",
+                )
+            });
+        }
+    }
+    let mut findings: Vec<Finding> = findings.into_values().collect();
+    for finding in &mut findings {
+        finding.check_reference(harness, &plan.workload, &BTreeSet::new());
+    }
+    SweepReport {
+        baseline_fired: plan.baseline_fired,
+        baseline_failures: plan.baseline.failures,
+        runs,
+        findings,
+        skipped: plan.skipped,
+    }
+}
+
+/// Sweeps `scenario`'s workload under `options`, one run after another.
+pub fn sweep(harness: &Arc<dyn HarnessFactory>, scenario: &Scenario, options: &SweepOptions) -> SweepReport {
+    let plan = plan(harness, scenario, options);
+    let runs = plan.jobs.iter().map(|job| run_job(harness, &plan, job)).collect();
+    report(harness, plan, runs)
+}
