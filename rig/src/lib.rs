@@ -22,6 +22,7 @@ mod queue;
 pub mod report;
 mod run;
 mod scenario;
+mod script;
 mod services;
 mod sim;
 mod streams;

@@ -36,6 +36,10 @@ impl Default for NetworkConfig {
     }
 }
 
+/// How long the world may take to come up before the script starts, and a host to register
+/// again after a restart.
+pub const READY_MS_MAX: u64 = 5_000;
+
 /// A fixed epoch (2026-01-01T00:00:00Z), so nothing in a run depends on when it ran.
 const EPOCH_SECS: u64 = 1_767_225_600;
 
