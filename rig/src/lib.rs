@@ -17,6 +17,7 @@ mod cut;
 mod expect;
 mod harness;
 mod layout;
+pub mod live;
 mod oracle;
 mod queue;
 pub mod report;

@@ -1,18 +1,17 @@
 //! Running one scenario under one policy from one seed, against one harness.
 
-use crate::bus::{Bus, Provider};
+use crate::bus::Bus;
 use crate::cut::{CutTable, ProcessCutTable};
 use crate::expect::{self, effect_counts, Observed};
 use crate::harness::{HarnessEnv, HarnessFactory, ReferenceHarness};
 use crate::layout::RecordLayout;
 use crate::oracle::{self, Evidence, Oracle, Violation};
-use crate::queue::{QueueEnv, QueueWorker};
 use crate::scenario::{PolicyRun, Scenario};
 use crate::script::{run_script, Settled};
-use crate::sim::hosts::{self, ServiceHost};
+use crate::sim::hosts::{self, SimulatedNetwork};
 use crate::sim::world::World;
 use crate::sim::Runner;
-use crate::topology::{self, Role, Topology};
+use crate::topology::{Role, Topology};
 use crate::trace::{EventKind, Trace};
 use doubles::{ScriptedModel, SessionService, StateStore};
 use serde_json::Value;
@@ -297,6 +296,10 @@ pub(crate) fn seeded_world(scenario: &Scenario, seed: u64) -> Rc<World> {
     for (name, config) in &setup.queues {
         world.queues.borrow_mut().define(name, config.clone());
     }
+    if let Some(proxy) = &scenario.proxy {
+        let rules = proxy::RuleSet::with_rules(seed, proxy.rules.iter().cloned()).expect("validated rules");
+        *world.proxy_rules.borrow_mut() = Some(Rc::new(RefCell::new(rules)));
+    }
     world
 }
 
@@ -309,36 +312,17 @@ fn add_hosts(
     policy: &str,
 ) {
     let world = Rc::clone(&runner.world);
-    if let Some(proxy) = &scenario.proxy {
-        let rules = proxy::RuleSet::with_rules(world.seed, proxy.rules.iter().cloned()).expect("validated rules");
-        *world.proxy_rules.borrow_mut() = Some(Rc::new(RefCell::new(rules)));
-    }
     for host in topology.hosts() {
         let functions: Vec<String> = host.functions.iter().cloned().collect();
         let (world, name, target) = (Rc::clone(&world), host.name.clone(), host.dials.clone().unwrap_or_default());
         match host.role {
             Role::Engine => runner.host(&name, move || hosts::engine(Rc::clone(&world))),
             Role::Proxy => runner.host(&name, move || hosts::drop_proxy(Rc::clone(&world))),
-            Role::Service => {
-                let double = world.services().iter().find(|(h, _)| *h == name).map(|(_, d)| Rc::clone(d));
-                let double = double.expect("every service host has its double");
-                runner.host(&host.name, move || {
-                    let provider: Rc<dyn Provider> = ServiceHost::new(Rc::clone(&world), &name, Rc::clone(&double));
-                    let bus = Bus::new(Rc::clone(&world.clock));
-                    hosts::worker(Rc::clone(&world), target.clone(), name.clone(), functions.clone(), provider, bus)
-                });
+            Role::Service => runner
+                .host(&host.name, move || hosts::service_host(&world, SimulatedNetwork, &name, &target, &functions)),
+            Role::Queue => {
+                runner.host(&host.name, move || hosts::queue_host(&world, SimulatedNetwork, &name, &target, &functions))
             }
-            Role::Queue => runner.host(&host.name, move || {
-                let bus = Bus::new(Rc::clone(&world.clock));
-                let note_world = Rc::clone(&world);
-                let env = QueueEnv {
-                    clock: Rc::clone(&world.clock),
-                    queues: Rc::clone(&world.queues),
-                    note: Rc::new(move |what, detail| note_world.note_event(topology::QUEUE, what, detail)),
-                };
-                let worker = QueueWorker::start(env, bus.clone());
-                hosts::worker(Rc::clone(&world), target.clone(), name.clone(), functions.clone(), worker, bus)
-            }),
             Role::Harness => {
                 // A fresh worker on every start: whatever it held in memory died with the crash.
                 let (harness, policy) = (Arc::clone(harness), policy.to_string());
@@ -346,7 +330,8 @@ fn add_hosts(
                 runner.host(&host.name, move || {
                     let provider = harness.start(&policy, env.clone());
                     let bus = Bus::new(Rc::clone(&world.clock));
-                    hosts::worker(Rc::clone(&world), target.clone(), name.clone(), functions.clone(), provider, bus)
+                    let (target, name, functions) = (target.clone(), name.clone(), functions.clone());
+                    hosts::worker(Rc::clone(&world), SimulatedNetwork, target, name, functions, provider, bus)
                 })
             }
             Role::Driver => {}

@@ -78,15 +78,20 @@ pub fn run_script<D: WorldDriver>(
 
 /// Whether every function in `expected` was registered at the engine since trace position `since`.
 pub fn registered_since(world: &World, since: usize, expected: &BTreeSet<String>) -> bool {
+    let registered = registered_functions(world, since);
+    expected.iter().all(|f| registered.contains(f.as_str()))
+}
+
+/// The functions registered at the engine since trace position `since`.
+pub fn registered_functions(world: &World, since: usize) -> BTreeSet<String> {
     let trace = world.trace();
-    let registered: BTreeSet<&str> = trace.events()[since.min(trace.events().len())..]
+    trace.events()[since.min(trace.events().len())..]
         .iter()
         .filter_map(|e| match &e.kind {
-            EventKind::Frame { frame: "registerfunction", direction: "in", function_id, .. } => function_id.as_deref(),
+            EventKind::Frame { frame: "registerfunction", direction: "in", function_id, .. } => function_id.clone(),
             _ => None,
         })
-        .collect();
-    expected.iter().all(|f| registered.contains(f.as_str()))
+        .collect()
 }
 
 fn execute<D: WorldDriver>(

@@ -65,7 +65,20 @@ struct Route {
 
 impl Engine {
     pub fn new(observer: Rc<dyn BusObserver>) -> Rc<Self> {
-        Rc::new(Self { state: RefCell::default(), observer })
+        Self::numbered_after(observer, 0)
+    }
+
+    /// An engine whose connections are numbered after `after`: a restarted engine on a live
+    /// listener, so that a worker reattaching with an id the previous engine gave it cannot
+    /// name one of this engine's connections.
+    pub fn numbered_after(observer: Rc<dyn BusObserver>, after: u64) -> Rc<Self> {
+        let state = Routing { next_connection: after, ..Routing::default() };
+        Rc::new(Self { state: RefCell::new(state), observer })
+    }
+
+    /// How many connections have been numbered so far (the last number given).
+    pub fn connections_numbered(&self) -> u64 {
+        self.state.borrow().next_connection
     }
 
     /// Serves one worker connection until it closes or `cut` completes (the network between
