@@ -281,12 +281,15 @@ fn the_reference_harness_as_a_process_gives_the_simulated_verdicts() {
     });
 }
 
-/// A harness in another language, on the real iii SDK: it passes the suite; its swallowing
-/// variant gives the simulated verdicts of the known-bad policy, and is caught by `liveness`
-/// when judged as a correct harness.
+/// A harness in another language, on the real iii SDK: it passes the suite with the simulated
+/// verdicts; its swallowing variant gives the known-bad policy's simulated verdicts, and is
+/// caught by `liveness` when judged as a correct harness. (The swallowing variant runs on the
+/// cases that exercise its bug, not the whole suite: each of them waits out a liveness bound.)
 #[test]
 fn a_python_harness_on_the_real_iii_sdk_gives_the_simulated_verdicts() {
     require_sdk();
+    const BUGGY: [&str; 2] =
+        ["scenarios/incident-001/finalization/lost-ack.toml", "scenarios/incident-001/finalization/read-timeout.toml"];
     std::thread::scope(|scope| {
         let correct = scope.spawn(|| {
             let live = live_against(&SUITE, &["--policy", "reference"], |url| python_worker(url, false));
@@ -294,14 +297,16 @@ fn a_python_harness_on_the_real_iii_sdk_gives_the_simulated_verdicts() {
             assert_same(live, simulated("reference"), "the Python worker");
         });
         let swallowing = scope.spawn(|| {
-            let live =
-                live_against(&SUITE, &["--policy", "swallow", "--time-scale", "0.5"], |url| python_worker(url, true));
-            assert_same(live, simulated("swallow"), "the swallowing Python worker");
+            let scaled = ["--policy", "swallow", "--time-scale", "0.5"];
+            let live = live_against(&BUGGY, &scaled, |url| python_worker(url, true));
+            let expected: Vec<Verdict> =
+                simulated("swallow").into_iter().filter(|v| BUGGY.contains(&v.scenario.as_str())).collect();
+            assert_same(live, expected, "the swallowing Python worker");
         });
         let caught = scope.spawn(|| {
             let file = ["scenarios/incident-001/finalization/write-rejected.toml"];
-            let live =
-                live_against(&file, &["--policy", "reference", "--time-scale", "0.5"], |url| python_worker(url, true));
+            let scaled = ["--policy", "reference", "--time-scale", "0.5"];
+            let live = live_against(&file, &scaled, |url| python_worker(url, true));
             assert_eq!(live.len(), 1, "{live:#?}");
             assert!(!live[0].passed && live[0].oracles.contains(&"liveness".to_string()), "{live:#?}");
         });
