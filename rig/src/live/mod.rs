@@ -28,7 +28,7 @@ use crate::bus::Bus;
 use crate::layout::RecordLayout;
 use crate::run::{judge, seeded_world, Ended, Judged, RunOutcome};
 use crate::scenario::{PolicyRun, Scenario, Step};
-use crate::script::{registered_functions, run_script, Settled, WorldDriver};
+use crate::script::{registered_functions, registered_since, run_script, Settled, WorldDriver};
 use crate::sim::hosts::worker;
 use crate::sim::world::World;
 use crate::topology::{self, Role, Topology, ENGINE, HARNESS};
@@ -41,6 +41,9 @@ use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::Instant;
+
+/// Runs started by this process, for run ids.
+static RUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// The engine's socket for external workers, bound once and served run after run.
 pub struct LiveListener {
@@ -117,17 +120,20 @@ pub fn run(
     let net = Net::new(Rc::clone(&world), socket, hosts, external.clone(), proxy_worker);
     let reference_notes = Rc::new(Cell::new(false));
     let info = RunInfo {
+        run_id: format!("{}:{}", std::process::id(), RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)),
         scenario: scenario.path.display().to_string(),
         policy: run.policy.clone(),
         time_scale: options.time_scale,
         config: scenario.world.harness.clone(),
         hosts: external.clone(),
     };
-    let rig = rig_host(
-        &world,
-        &net,
-        RigFunctions { world: Rc::clone(&world), run: info, reference_notes: Rc::clone(&reference_notes) },
-    );
+    let functions = RigFunctions {
+        world: Rc::clone(&world),
+        net: Rc::clone(&net),
+        run: info,
+        reference_notes: Rc::clone(&reference_notes),
+    };
+    let rig = rig_host(&world, &net, functions);
     let layout = RecordLayout::default();
     let bounds = Bounds {
         ready_ms_max: options.connect_timeout_ms,
@@ -201,11 +207,8 @@ fn wait_for_workers(
 ) -> Option<String> {
     let mut everything = topology.registered_after_restart(ENGINE, &BTreeSet::new());
     everything.extend([RIG_CONFIG.to_string(), RIG_NOTE.to_string()]);
-    let deadline = runner.now_ms().saturating_add(within_ms);
-    let ready = runner.run_until(Some(deadline), |r| {
-        r.driver_connected() && crate::script::registered_since(r.world(), 0, &everything)
-    });
-    if matches!(ready, Ok(crate::sim::WaitEnd::Met)) {
+    let within = std::time::Duration::from_millis(within_ms);
+    if runner.wait_until_up(within, |r| r.driver_connected() && registered_since(r.world(), 0, &everything)) {
         return None;
     }
     let registered = registered_functions(runner.world(), 0);

@@ -16,7 +16,7 @@ use crate::topology::{ENGINE, HARNESS, PROXY};
 use futures_util::StreamExt;
 use serde_json::{json, Value};
 use std::cell::{Cell, RefCell};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::rc::Rc;
 use std::time::Duration;
@@ -49,6 +49,8 @@ pub struct Net {
     proxied: Option<String>,
     /// External hosts the script crashed and has not restarted: their reconnections are refused.
     crashed: RefCell<BTreeSet<String>>,
+    /// How many times each external host was crashed in this run.
+    crashes: RefCell<BTreeMap<String, u64>>,
     relays: Cell<u64>,
 }
 
@@ -71,6 +73,7 @@ impl Net {
             external,
             proxied,
             crashed: RefCell::default(),
+            crashes: RefCell::default(),
             relays: Cell::new(0),
         })
     }
@@ -87,7 +90,13 @@ impl Net {
     /// An external host is crashed: its connections drop and its reconnections are refused.
     pub fn crash_external(&self, host: &str) {
         self.crashed.borrow_mut().insert(host.to_string());
+        *self.crashes.borrow_mut().entry(host.to_string()).or_default() += 1;
         self.world.sever(self.dials(host), host);
+    }
+
+    /// How many times the script crashed `host` so far.
+    pub fn crashes(&self, host: &str) -> u64 {
+        self.crashes.borrow().get(host).copied().unwrap_or(0)
     }
 
     pub fn restart_external(&self, host: &str) {

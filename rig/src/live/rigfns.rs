@@ -7,9 +7,11 @@
 //! decisions as the reference harness does sends them to `rig::note`; they go into the trace
 //! as the in-process harness's notes do, and expectations on those notes then apply to it.
 
+use super::net::Net;
 use crate::bus::{Answer, Bus, ErrorBody, Invocation, Provider};
 use crate::harness::HarnessConfig;
 use crate::sim::world::World;
+use crate::topology::HARNESS;
 use serde_json::{json, Value};
 use std::cell::Cell;
 use std::collections::BTreeSet;
@@ -19,7 +21,8 @@ use std::rc::Rc;
 
 /// The host the rig's functions are served from.
 pub const RIG: &str = "rig";
-/// Answers the run's harness settings: `{host?, notes?}` → `{scenario, policy, time_scale, config}`.
+/// Answers the run's harness settings: `{host?, notes?}` →
+/// `{scenario, policy, time_scale, incarnation, config}`.
 pub const RIG_CONFIG: &str = "rig::config";
 /// Records a harness's account of a decision: `{host, what, detail}`, best sent fire-and-forget.
 pub const RIG_NOTE: &str = "rig::note";
@@ -28,6 +31,8 @@ pub const REFERENCE_NOTES: &str = "reference";
 
 /// The run an external harness serves, as `rig::config` describes it.
 pub struct RunInfo {
+    /// Unique to the run within the `rig live` process.
+    pub run_id: String,
     pub scenario: String,
     pub policy: String,
     pub time_scale: f64,
@@ -39,6 +44,7 @@ pub struct RunInfo {
 /// The provider of the rig's functions.
 pub struct RigFunctions {
     pub world: Rc<World>,
+    pub net: Rc<Net>,
     pub run: RunInfo,
     /// Set when a harness said it reports its decisions as the reference harness does.
     pub reference_notes: Rc<Cell<bool>>,
@@ -49,7 +55,12 @@ impl RigFunctions {
         if data["notes"] == json!(REFERENCE_NOTES) {
             self.reference_notes.set(true);
         }
+        // One life of the host: this run, and no crash of the host since. A worker that keeps
+        // state across reconnections should start afresh when it changes.
+        let host = data["host"].as_str().unwrap_or(HARNESS);
+        let incarnation = format!("{}/{host}/{}", self.run.run_id, self.net.crashes(host));
         Ok(json!({
+            "incarnation": incarnation,
             "scenario": self.run.scenario,
             "policy": self.run.policy,
             "time_scale": self.run.time_scale,

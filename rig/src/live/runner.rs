@@ -4,7 +4,9 @@
 //! simulation's hosts do (the world is shared `Rc` state). Each of the rig's own hosts runs in a
 //! task set of its own, so crashing it drops everything it had started, as a crash does in the
 //! simulation. The runner drives the world only while the script waits, and advances the
-//! world's clock from the wall clock as it goes: live, a millisecond is a real one.
+//! world's clock from the wall clock as it goes: live, a millisecond is a real one. The clock
+//! starts when the world is up (every worker registered), so the scenario's times count from
+//! there, as in the simulation, however long an external process took to connect.
 
 use super::net::{engine_host, InMemory, Net};
 use crate::bus::Bus;
@@ -55,7 +57,8 @@ pub struct LiveRunner {
     external: BTreeSet<String>,
     crashed: BTreeSet<String>,
     driver: (Bus, mpsc::UnboundedSender<DriverCall>),
-    started: Instant,
+    /// When the world's clock started (`None`: it stands at 0 until the world is up).
+    clock_started: Option<Instant>,
 }
 
 impl LiveRunner {
@@ -111,7 +114,7 @@ impl LiveRunner {
             external,
             crashed: BTreeSet::new(),
             driver: (bus, sender),
-            started: Instant::now(),
+            clock_started: None,
         };
         let names: Vec<String> = runner.software.keys().cloned().collect();
         names.iter().for_each(|name| runner.start_host(name));
@@ -121,9 +124,23 @@ impl LiveRunner {
         Ok(runner)
     }
 
-    /// Real milliseconds since the run started.
+    /// Real milliseconds since the world's clock started.
     fn elapsed_ms(&self) -> u64 {
-        u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
+        self.clock_started.map_or(0, |started| u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX))
+    }
+
+    /// Waits, the clock standing at 0, until `ready` holds (then starts the clock) or `within`
+    /// passes in real time. Whether the world came up.
+    pub fn wait_until_up(&mut self, within: Duration, mut ready: impl FnMut(&Self) -> bool) -> bool {
+        let deadline = Instant::now() + within;
+        let up = self.drive(|runner| {
+            if ready(runner) {
+                return Some(true);
+            }
+            (Instant::now() >= deadline).then_some(false)
+        });
+        self.clock_started = Some(Instant::now());
+        up
     }
 
     /// Starts a host's software in a task set of its own; built inside it, so whatever it
