@@ -1,8 +1,8 @@
 //! `rig live`: scenario files against real harness processes, on real sockets in real time.
 
 use super::{bad_input, load_scenarios, selected_runs, trace_sink, write_trace, EXIT_BAD_INPUT, EXIT_FAILED};
-use rig::live::{self, LiveListener, LiveOptions};
 use rig::report;
+use rig::{prepare_live, run_live, LiveListener, LiveOptions};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -57,7 +57,7 @@ pub fn command(args: LiveArgs) -> ExitCode {
     let mut prepared = Vec::new();
     let mut refused = false;
     for (scenario, run) in selected {
-        match live::prepare(scenario, args.time_scale) {
+        match prepare_live(scenario, args.time_scale) {
             Ok(ready) => prepared.push((ready, run)),
             Err(why) => {
                 err!("error: {why}");
@@ -108,7 +108,7 @@ pub fn command(args: LiveArgs) -> ExitCode {
             quiet_ms: args.quiet_ms,
             command: rerun_command(&args, &ready.scenario.path.display().to_string(), address),
         };
-        let outcome = match live::run(&listener, ready, run, &options) {
+        let outcome = match run_live(&listener, ready, run, &options) {
             Ok(outcome) => outcome,
             Err(why) => {
                 err!("error: {}: {why}", ready.scenario.path.display());
@@ -122,7 +122,7 @@ pub fn command(args: LiveArgs) -> ExitCode {
                 serde_json::json!({ "listen": address.to_string(), "time_scale": scale, "replay": NO_REPLAY });
             out!("{line}");
         } else {
-            out!("{} [live, time scale {scale}, no bit-for-bit replay]", report::human(&outcome));
+            out!("{}\n    live: time scale {scale}; no bit-for-bit replay", report::human(&outcome));
         }
         if let Some(sink) = trace_out.as_mut() {
             write_trace(sink.as_mut(), &outcome);

@@ -21,7 +21,7 @@ mod rigfns;
 mod runner;
 
 pub use harness::{serve_harness, HarnessProcess};
-pub use plan::{prepare, Prepared, DEADLINE_MS_MIN, WAIT_MS_MAX};
+pub use plan::{prepare_live, LiveScenario};
 pub use rigfns::{RIG_CONFIG, RIG_NOTE};
 
 use crate::bus::Bus;
@@ -93,9 +93,9 @@ pub struct LiveOptions {
 
 /// Runs one policy run of a prepared scenario live, against whatever workers connect to
 /// `listener`. `Err` when the run could not be set up at all (no runtime, no socket).
-pub fn run(
+pub fn run_live(
     listener: &LiveListener,
-    prepared: &Prepared,
+    prepared: &LiveScenario,
     run: &PolicyRun,
     options: &LiveOptions,
 ) -> Result<RunOutcome, String> {

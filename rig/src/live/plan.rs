@@ -19,7 +19,7 @@ pub const WAIT_MS_MAX: u64 = 120_000;
 pub const DEADLINE_MS_MIN: u64 = 50;
 
 /// A scenario ready to run live, and what of it the real world does not honour.
-pub struct Prepared {
+pub struct LiveScenario {
     pub scenario: Scenario,
     /// Settings that mean nothing on real sockets (simulated latency), each in a sentence.
     pub ignored: Vec<String>,
@@ -42,7 +42,7 @@ enum TimingKind {
 
 /// Checks that `scenario` can run live and applies `time_scale` (1 when not given) to every
 /// timing in it. The error names the scenario, what cannot be done live and what to do instead.
-pub fn prepare(scenario: &Scenario, time_scale: Option<f64>) -> Result<Prepared, String> {
+pub fn prepare_live(scenario: &Scenario, time_scale: Option<f64>) -> Result<LiveScenario, String> {
     let path = scenario.path.display();
     let scale = time_scale.unwrap_or(1.0);
     if !(scale.is_finite() && scale > 0.0) {
@@ -84,7 +84,7 @@ pub fn prepare(scenario: &Scenario, time_scale: Option<f64>) -> Result<Prepared,
             too_short.join("\n  - ")
         ));
     }
-    Ok(Prepared { scenario: scale_scenario(scenario, scale), ignored: ignored(scenario) })
+    Ok(LiveScenario { scenario: scale_scenario(scenario, scale), ignored: ignored(scenario) })
 }
 
 /// What the scenario needs that only the simulation can do, one sentence each.
@@ -276,7 +276,7 @@ mod tests {
     fn steps_only_the_simulation_can_do_are_refused_by_name() {
         let paused =
             scenario(&format!("{TURN}[[step]]\npause = {{ host = \"harness\", ms = 100 }}\n[policy.reference]\n"));
-        let error = prepare(&paused, None).err().expect("refused");
+        let error = prepare_live(&paused, None).err().expect("refused");
         assert!(error.contains("step 2") && error.contains("pause"), "{error}");
     }
 
@@ -284,13 +284,13 @@ mod tests {
     fn impractical_timings_are_refused_unless_scaled_and_a_scale_is_applied_everywhere() {
         let slow =
             scenario(&format!("[world]\nliveness_ms = 600000\nsession_timeout_ms = 1000\n{TURN}[policy.reference]\n"));
-        let error = prepare(&slow, None).err().expect("refused");
+        let error = prepare_live(&slow, None).err().expect("refused");
         assert!(error.contains("liveness_ms = 600000") && error.contains("--time-scale 0.2"), "{error}");
-        let scaled = prepare(&slow, Some(0.1)).expect("fits when scaled").scenario;
+        let scaled = prepare_live(&slow, Some(0.1)).expect("fits when scaled").scenario;
         assert_eq!((scaled.world.liveness_ms, scaled.world.harness.session_timeout_ms), (60_000, 100));
         let Step::Invoke { call, .. } = &scaled.steps[0] else { panic!("an invoke") };
         assert_eq!(call.timeout_ms, 1_000, "the invoke's default 10 s deadline is scaled too");
-        let error = prepare(&slow, Some(0.01)).err().expect("deadlines too short");
+        let error = prepare_live(&slow, Some(0.01)).err().expect("deadlines too short");
         assert!(error.contains("session_timeout_ms = 1000 ms becomes 10 ms"), "{error}");
     }
 }
