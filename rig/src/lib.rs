@@ -8,7 +8,8 @@
 //!
 //! The public surface is listed here. To test a harness of your own, implement
 //! [`HarnessFactory`] (its workers are [`Provider`]s on the [`Bus`]) and hand it to
-//! [`run_with`], or to [`scenario_tests!`] from your crate's `tests/`.
+//! [`run_with`], or to [`scenario_tests!`] from your crate's `tests/`. A harness process in any
+//! language is run live instead ([`prepare_live`], [`run_live`]: `rig live`).
 
 mod bus;
 mod clock;
@@ -18,11 +19,13 @@ mod expect;
 pub mod explore;
 mod harness;
 mod layout;
+mod live;
 mod oracle;
 mod queue;
 pub mod report;
 mod run;
 mod scenario;
+mod script;
 mod services;
 mod sim;
 mod streams;
@@ -37,6 +40,10 @@ pub use condition::{Condition, Test};
 pub use cut::{Interrupt, INTERRUPT_POINTS};
 pub use harness::{HarnessConfig, HarnessEnv, HarnessFactory, Policy, ProcessControl, ReferenceHarness};
 pub use layout::{ActionClass, RecordLayout};
+pub use live::{
+    prepare_live, run_live, serve_harness, HarnessProcess, LiveListener, LiveOptions, LiveScenario, RIG_CONFIG,
+    RIG_NOTE,
+};
 pub use oracle::{Oracle, Violation};
 pub use run::{reference, run, run_with, ActionStatus, RunOutcome};
 pub use scenario::{PolicyRun, Scenario, ScenarioError};

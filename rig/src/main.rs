@@ -27,6 +27,11 @@ enum Command {
     Bench(cli::bench::BenchArgs),
     /// Put the frame-aware WebSocket drop-proxy between two real processes.
     Proxy(proxy::ProxyArgs),
+    /// Run scenario files live: engine, doubles and cuts on real sockets in real time, against
+    /// harness processes that connect (any language; no bit-for-bit replay).
+    Live(cli::live::LiveArgs),
+    /// Run the reference harness as an external process for `rig live`.
+    Harness(cli::harness::HarnessArgs),
 }
 
 fn main() -> ExitCode {
@@ -44,5 +49,7 @@ fn main() -> ExitCode {
         Command::Sweep(args) => cli::sweep::command(args),
         Command::Explore(args) => cli::explore::command(args),
         Command::Proxy(args) => ExitCode::from(u8::try_from(proxy::run(args)).unwrap_or(1)),
+        Command::Live(args) => cli::live::command(args),
+        Command::Harness(args) => cli::harness::command(args),
     }
 }

@@ -1,17 +1,17 @@
 //! Running one scenario under one policy from one seed, against one harness.
 
-use crate::bus::{Bus, Provider};
+use crate::bus::Bus;
 use crate::cut::{CutTable, ProcessCutTable};
 use crate::expect::{self, effect_counts, Observed};
 use crate::harness::{HarnessEnv, HarnessFactory, ReferenceHarness};
 use crate::layout::RecordLayout;
 use crate::oracle::{self, Evidence, Oracle, Violation};
-use crate::queue::{QueueEnv, QueueWorker};
-use crate::scenario::{PolicyRun, Scenario, Step};
-use crate::sim::hosts::{self, ServiceHost};
+use crate::scenario::{PolicyRun, Scenario};
+use crate::script::{run_script, Settled};
+use crate::sim::hosts::{self, SimulatedNetwork};
 use crate::sim::world::World;
-use crate::sim::{Runner, Stop, WaitEnd};
-use crate::topology::{self, Role, Topology};
+use crate::sim::Runner;
+use crate::topology::{Role, Topology};
 use crate::trace::{EventKind, Trace};
 use doubles::{ScriptedModel, SessionService, StateStore};
 use serde_json::Value;
@@ -19,11 +19,6 @@ use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
 use std::sync::Arc;
-
-/// How long the world may take to come up before the script starts.
-const READY_MS_MAX: u64 = 5_000;
-/// Extra time a blocking invoke waits beyond the invocation's own deadline.
-const INVOKE_GRACE_MS: u64 = 1_000;
 
 /// Everything one run produced.
 pub struct RunOutcome {
@@ -49,6 +44,9 @@ pub struct RunOutcome {
     /// where process cuts can go.
     pub interrupt_points: BTreeMap<(String, String), u64>,
     pub trace: Trace,
+    /// A live run's command line: it runs the scenario again against the same kind of worker,
+    /// but there is no bit-for-bit replay of a live run. `None` for a simulated run.
+    pub live: Option<String>,
 }
 
 /// Where one action stands at the end of a run, as the person approving a switch needs it.
@@ -72,9 +70,17 @@ impl RunOutcome {
         self.actions.iter().filter(|a| a.class != "complete")
     }
 
-    /// The shell command that replays this run.
+    /// The shell command that replays this run (for a live run: that runs it again).
     pub fn repro(&self) -> String {
-        format!("cargo run --release -p rig -- run {} --policy {} --seed {}", self.scenario, self.policy, self.seed)
+        match &self.live {
+            Some(command) => command.clone(),
+            None => {
+                format!(
+                    "cargo run --release -p rig -- run {} --policy {} --seed {}",
+                    self.scenario, self.policy, self.seed
+                )
+            }
+        }
     }
 }
 
@@ -125,54 +131,74 @@ pub fn run_with(harness: &Arc<dyn HarnessFactory>, scenario: &Scenario, run: &Po
     let mut runner = Runner::new(Rc::clone(&world), scenario.world.network.clone());
     add_hosts(&mut runner, &topology, scenario, harness, &run.policy);
     let mut failures = Vec::new();
-    let (healed_at_ms, quiescent) = match execute(&mut runner, &topology, scenario, &mut failures) {
-        Ok(settled) => settled,
-        Err(stop) => {
-            failures.push(match stop {
-                Stop::Limit(what) => format!("limit reached: {what} (seed {seed})"),
-                Stop::HostFailed(why) => format!("a host's software failed: {why} (seed {seed})"),
-            });
-            (runner.now_ms(), false)
-        }
-    };
-    let ended_at_ms = runner.now_ms();
-    let steps = runner.steps();
+    let settled = run_script(&mut runner, &topology, scenario, seed, &mut failures);
+    let ended = Ended { at_ms: runner.now_ms(), steps: runner.steps(), settled, started };
     drop(runner);
+    let judged =
+        Judged { name: harness.name(), layout: harness.layout(), reference_notes: harness.gives_reference_notes() };
+    judge(&world, scenario, run, seed, &judged, ended, failures)
+}
 
+/// How a run ended, for judging it.
+pub(crate) struct Ended {
+    pub at_ms: u64,
+    /// Simulation steps taken (none live).
+    pub steps: u64,
+    pub settled: Settled,
+    /// When the run started, on the wall clock, for the report only.
+    pub started: std::time::Instant,
+}
+
+/// What judging needs to know of the harness that ran.
+pub(crate) struct Judged<'a> {
+    pub name: &'a str,
+    pub layout: RecordLayout,
+    /// Whether expectations on the reference harness's notes apply to it.
+    pub reference_notes: bool,
+}
+
+/// Judges a finished run from its world: the oracles, the scenario's expectations for the
+/// policy run, cuts that never fired; and gathers what the report shows.
+pub(crate) fn judge(
+    world: &World,
+    scenario: &Scenario,
+    run: &PolicyRun,
+    seed: u64,
+    harness: &Judged<'_>,
+    ended: Ended,
+    mut failures: Vec<String>,
+) -> RunOutcome {
+    let Ended { at_ms: ended_at_ms, steps, settled, started } = ended;
     let trace = world.take_trace();
     let store = world.store.borrow();
     let queues = world.queues.borrow();
-    let layout = harness.layout();
+    let layout = &harness.layout;
     let violations = oracle::check(&Evidence {
         events: trace.events(),
         store: &store,
-        layout: &layout,
+        layout,
         dead_letters: queues.unresolved_dead_letters(),
         effect_functions: scenario.world.services.effect_functions(),
-        healed_at_ms,
+        healed_at_ms: settled.healed_at_ms,
         ended_at_ms,
-        quiescent,
+        quiescent: settled.quiescent,
         effects_per_action_max: scenario.world.effects_per_action_max,
     });
     judge_violations(&violations, &run.expected_violations, &mut failures);
-    failures.extend(vacuous_cuts(&world, scenario, &trace));
+    failures.extend(vacuous_cuts(world, scenario, &trace));
     let effects = effect_counts(trace.events());
     let rpc = world.rpc.borrow().clone();
-    let applicable: Vec<_> = run
-        .expectations
-        .iter()
-        .filter(|e| harness.gives_reference_notes() || !e.reads_harness_notes())
-        .cloned()
-        .collect();
+    let applicable: Vec<_> =
+        run.expectations.iter().filter(|e| harness.reference_notes || !e.reads_harness_notes()).cloned().collect();
     failures.extend(expect::check(
         &applicable,
         &Observed { rpc: &rpc, store: &store, events: trace.events(), effects: &effects },
     ));
     let state = store.records().map(|(s, k, v)| (s.to_string(), k.to_string(), v.clone())).collect();
-    let actions = action_statuses(&store, &layout);
+    let actions = action_statuses(&store, layout);
     RunOutcome {
         scenario: scenario.path.display().to_string(),
-        harness: harness.name().to_string(),
+        harness: harness.name.to_string(),
         policy: run.policy.clone(),
         seed,
         passed: failures.is_empty(),
@@ -189,6 +215,7 @@ pub fn run_with(harness: &Arc<dyn HarnessFactory>, scenario: &Scenario, run: &Po
         actions,
         interrupt_points: world.arrivals(),
         trace,
+        live: None,
     }
 }
 
@@ -250,7 +277,8 @@ fn vacuous_cuts(world: &World, scenario: &Scenario, trace: &Trace) -> Vec<String
     failures
 }
 
-fn seeded_world(scenario: &Scenario, seed: u64) -> Rc<World> {
+/// The world a run starts from: the scenario's doubles and records, its cuts, its queues.
+pub(crate) fn seeded_world(scenario: &Scenario, seed: u64) -> Rc<World> {
     let setup = &scenario.world;
     let mut store = StateStore::new();
     for (scope, key, value) in &setup.records {
@@ -272,6 +300,10 @@ fn seeded_world(scenario: &Scenario, seed: u64) -> Rc<World> {
     for (name, config) in &setup.queues {
         world.queues.borrow_mut().define(name, config.clone());
     }
+    if let Some(proxy) = &scenario.proxy {
+        let rules = proxy::RuleSet::with_rules(seed, proxy.rules.iter().cloned()).expect("validated rules");
+        *world.proxy_rules.borrow_mut() = Some(Rc::new(RefCell::new(rules)));
+    }
     world
 }
 
@@ -284,36 +316,17 @@ fn add_hosts(
     policy: &str,
 ) {
     let world = Rc::clone(&runner.world);
-    if let Some(proxy) = &scenario.proxy {
-        let rules = proxy::RuleSet::with_rules(world.seed, proxy.rules.iter().cloned()).expect("validated rules");
-        *world.proxy_rules.borrow_mut() = Some(Rc::new(RefCell::new(rules)));
-    }
     for host in topology.hosts() {
         let functions: Vec<String> = host.functions.iter().cloned().collect();
         let (world, name, target) = (Rc::clone(&world), host.name.clone(), host.dials.clone().unwrap_or_default());
         match host.role {
             Role::Engine => runner.host(&name, move || hosts::engine(Rc::clone(&world))),
             Role::Proxy => runner.host(&name, move || hosts::drop_proxy(Rc::clone(&world))),
-            Role::Service => {
-                let double = world.services().iter().find(|(h, _)| *h == name).map(|(_, d)| Rc::clone(d));
-                let double = double.expect("every service host has its double");
-                runner.host(&host.name, move || {
-                    let provider: Rc<dyn Provider> = ServiceHost::new(Rc::clone(&world), &name, Rc::clone(&double));
-                    let bus = Bus::new(Rc::clone(&world.clock));
-                    hosts::worker(Rc::clone(&world), target.clone(), name.clone(), functions.clone(), provider, bus)
-                });
+            Role::Service => runner
+                .host(&host.name, move || hosts::service_host(&world, SimulatedNetwork, &name, &target, &functions)),
+            Role::Queue => {
+                runner.host(&host.name, move || hosts::queue_host(&world, SimulatedNetwork, &name, &target, &functions))
             }
-            Role::Queue => runner.host(&host.name, move || {
-                let bus = Bus::new(Rc::clone(&world.clock));
-                let note_world = Rc::clone(&world);
-                let env = QueueEnv {
-                    clock: Rc::clone(&world.clock),
-                    queues: Rc::clone(&world.queues),
-                    note: Rc::new(move |what, detail| note_world.note_event(topology::QUEUE, what, detail)),
-                };
-                let worker = QueueWorker::start(env, bus.clone());
-                hosts::worker(Rc::clone(&world), target.clone(), name.clone(), functions.clone(), worker, bus)
-            }),
             Role::Harness => {
                 // A fresh worker on every start: whatever it held in memory died with the crash.
                 let (harness, policy) = (Arc::clone(harness), policy.to_string());
@@ -321,7 +334,8 @@ fn add_hosts(
                 runner.host(&host.name, move || {
                     let bus = Bus::new(Rc::clone(&world.clock));
                     let provider = harness.start(&policy, HarnessEnv { bus: bus.clone(), ..env.clone() });
-                    hosts::worker(Rc::clone(&world), target.clone(), name.clone(), functions.clone(), provider, bus)
+                    let (target, name, functions) = (target.clone(), name.clone(), functions.clone());
+                    hosts::worker(Rc::clone(&world), SimulatedNetwork, target, name, functions, provider, bus)
                 })
             }
             Role::Driver => {}
@@ -341,123 +355,4 @@ fn harness_env(world: &Rc<World>, host: &str, config: &crate::harness::HarnessCo
         process: Rc::clone(world) as Rc<dyn crate::harness::ProcessControl>,
         bus: Bus::new(Rc::clone(&world.clock)),
     }
-}
-
-/// Whether every function in `expected` was registered at the engine since trace position `since`.
-fn registered_since(runner: &Runner, since: usize, expected: &BTreeSet<String>) -> bool {
-    let trace = runner.world.trace();
-    let registered: BTreeSet<&str> = trace.events()[since.min(trace.events().len())..]
-        .iter()
-        .filter_map(|e| match &e.kind {
-            EventKind::Frame { frame: "registerfunction", direction: "in", function_id, .. } => function_id.as_deref(),
-            _ => None,
-        })
-        .collect();
-    expected.iter().all(|f| registered.contains(f.as_str()))
-}
-
-/// Runs the script, heals every fault, and lets the world settle. Returns when it healed and
-/// whether it settled into quiescence (rather than running into the liveness bound).
-fn execute(
-    runner: &mut Runner,
-    topology: &Topology,
-    scenario: &Scenario,
-    failures: &mut Vec<String>,
-) -> Result<(u64, bool), Stop> {
-    let everything = topology.registered_after_restart(topology::ENGINE, &BTreeSet::new());
-    if runner.run_until(Some(READY_MS_MAX), |r| r.driver_connected() && registered_since(r, 0, &everything))?
-        != WaitEnd::Met
-    {
-        failures.push(format!("the world did not come up within {READY_MS_MAX} ms"));
-        return Ok((runner.now_ms(), false));
-    }
-    for (index, step) in scenario.steps.iter().enumerate() {
-        if let Some(failure) = execute_step(runner, topology, step)? {
-            failures.push(format!("step {}: {failure}", index + 1));
-            break;
-        }
-    }
-    runner.heal();
-    let healed_at_ms = runner.now_ms();
-    let settled = runner.run_until(Some(healed_at_ms.saturating_add(scenario.world.liveness_ms)), |_| false)?;
-    Ok((healed_at_ms, settled == WaitEnd::Stalled))
-}
-
-fn wait_for_rpc(runner: &mut Runner, name: &str, within_ms: u64) -> Result<Option<String>, Stop> {
-    let deadline = runner.now_ms().saturating_add(within_ms);
-    let end = runner.run_until(Some(deadline), |r| r.world.rpc.borrow().contains_key(name))?;
-    Ok((end != WaitEnd::Met).then(|| format!("no outcome for `{name}` within {within_ms} ms ({end:?})")))
-}
-
-/// Runs one step; `Some(reason)` when the step itself could not complete.
-fn execute_step(runner: &mut Runner, topology: &Topology, step: &Step) -> Result<Option<String>, Stop> {
-    match step {
-        Step::Invoke { call, detach } => {
-            runner.invoke(call.clone());
-            if !detach {
-                return wait_for_rpc(runner, &call.name, call.timeout_ms.saturating_add(INVOKE_GRACE_MS));
-            }
-        }
-        Step::Await { name, within_ms } => return wait_for_rpc(runner, name, *within_ms),
-        Step::WaitMs(ms) => {
-            let deadline = runner.now_ms().saturating_add(*ms);
-            if runner.run_until(Some(deadline), |_| false)? == WaitEnd::Stalled {
-                runner.skip_to(deadline)?;
-            }
-        }
-        Step::WaitUntil { conditions, nth, within_ms } => {
-            let deadline = runner.now_ms().saturating_add(*within_ms);
-            let (mut cursor, mut seen) = (0, 0);
-            let end = runner.run_until(Some(deadline), |r| {
-                let trace = r.world.trace();
-                let events = trace.events();
-                seen += events[cursor..].iter().filter(|e| crate::condition::all_hold(conditions, &e.to_json())).count()
-                    as u64;
-                cursor = events.len();
-                seen >= *nth
-            })?;
-            if end != WaitEnd::Met {
-                let wanted: Vec<String> = conditions.iter().map(ToString::to_string).collect();
-                return Ok(Some(format!(
-                    "no event #{nth} matching [{}] within {within_ms} ms ({end:?})",
-                    wanted.join(", ")
-                )));
-            }
-        }
-        Step::Put { scope, key, value } => {
-            let world = &runner.world;
-            let version = world.store.borrow_mut().seed(scope, key, value.clone());
-            world.record(
-                topology::DRIVER,
-                EventKind::Commit { scope: scope.clone(), key: key.clone(), value: value.clone(), version },
-            );
-        }
-        Step::Crash(host) => runner.crash(host),
-        Step::Restart(host) => {
-            // Back means registered again: a restarted engine waits for every host that is up, a
-            // worker for its own functions.
-            let since = runner.world.trace().events().len();
-            let expected = topology.registered_after_restart(host, runner.crashed());
-            runner.restart(host);
-            let deadline = runner.now_ms().saturating_add(READY_MS_MAX);
-            if runner.run_until(Some(deadline), |r| registered_since(r, since, &expected))? != WaitEnd::Met {
-                let missing: Vec<&str> = expected.iter().map(String::as_str).collect();
-                return Ok(Some(format!(
-                    "`{host}` did not come back within {READY_MS_MAX} ms of its restart (waiting for {} to register)",
-                    missing.join(", ")
-                )));
-            }
-        }
-        Step::Partition(a, b) => runner.partition(a, b),
-        Step::Repair(a, b) => runner.repair(a, b),
-        Step::Hold(a, b) => runner.hold(a, b),
-        Step::Release(a, b) => runner.release(a, b),
-        Step::Heal => runner.heal(),
-        Step::Pause { host, ms } => {
-            use crate::harness::ProcessControl;
-            let until = runner.now_ms().saturating_add(*ms);
-            runner.world.pause(host, until);
-        }
-    }
-    Ok(None)
 }

@@ -8,7 +8,14 @@
 //!
 //! A worker may name itself (`engine::workers::register`) at any time, before or after it
 //! registers its functions, with or without waiting for an answer: the iii SDKs send it as a
-//! fire-and-forget call after their functions.
+//! fire-and-forget call after their functions. A connection served under a fixed name
+//! ([`Engine::serve_named`]: live mode names an external worker by the host it connects as)
+//! keeps that name whatever the worker calls itself.
+//!
+//! An iii SDK worker that reconnects opens with `reattach {previous_worker_id}`: its earlier
+//! connection is over (retired now if the engine has not noticed yet), and results of the calls
+//! it made there are delivered on the new connection, since the SDK matches results by
+//! invocation id whatever connection they come on.
 
 use super::protocol::{codes, Action, ErrorBody, Frame};
 use super::{BusObserver, FrameDirection, OUTBOX_CAPACITY};
@@ -18,7 +25,7 @@ use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::rc::Rc;
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Notify};
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::WebSocketStream;
 
@@ -43,7 +50,11 @@ struct Routing {
 
 struct Peer {
     name: String,
+    /// Named by whoever serves the connection: `engine::workers::register` does not rename it.
+    pinned: bool,
     outbox: mpsc::Sender<Message>,
+    /// Fires when the engine itself ends the connection (a reattach retired it).
+    retired: Rc<Notify>,
 }
 
 struct Route {
@@ -54,7 +65,20 @@ struct Route {
 
 impl Engine {
     pub fn new(observer: Rc<dyn BusObserver>) -> Rc<Self> {
-        Rc::new(Self { state: RefCell::default(), observer })
+        Self::numbered_after(observer, 0)
+    }
+
+    /// An engine whose connections are numbered after `after`: a restarted engine on a live
+    /// listener, so that a worker reattaching with an id the previous engine gave it cannot
+    /// name one of this engine's connections.
+    pub fn numbered_after(observer: Rc<dyn BusObserver>, after: u64) -> Rc<Self> {
+        let state = Routing { next_connection: after, ..Routing::default() };
+        Rc::new(Self { state: RefCell::new(state), observer })
+    }
+
+    /// How many connections have been numbered so far (the last number given).
+    pub fn connections_numbered(&self) -> u64 {
+        self.state.borrow().next_connection
     }
 
     /// Serves one worker connection until it closes or `cut` completes (the network between
@@ -63,15 +87,33 @@ impl Engine {
     where
         S: AsyncRead + AsyncWrite + Unpin + 'static,
     {
+        self.serve_named(socket, None, cut).await;
+    }
+
+    /// [`Self::serve`], under a fixed peer name when `name` is given.
+    pub async fn serve_named<S>(
+        self: Rc<Self>,
+        socket: WebSocketStream<S>,
+        name: Option<String>,
+        cut: impl std::future::Future<Output = ()>,
+    ) where
+        S: AsyncRead + AsyncWrite + Unpin + 'static,
+    {
         let (mut sink, mut stream) = socket.split();
         let (outbox, mut outgoing) = mpsc::channel::<Message>(OUTBOX_CAPACITY);
+        let retired = Rc::new(Notify::new());
         let id = {
             let mut state = self.state.borrow_mut();
             state.next_connection += 1;
             let id = state.next_connection;
-            state.connections.insert(id, Peer { name: format!("worker-{id}"), outbox });
+            let (name, pinned) = match name {
+                Some(name) => (name, true),
+                None => (format!("worker-{id}"), false),
+            };
+            state.connections.insert(id, Peer { name, pinned, outbox, retired: Rc::clone(&retired) });
             id
         };
+        self.observer.connected(&self.peer_name(id), &format!("worker-{id}"));
         let writer = tokio::task::spawn_local(async move {
             while let Some(message) = outgoing.recv().await {
                 if sink.send(message).await.is_err() {
@@ -94,12 +136,13 @@ impl Engine {
                 }
             }
         };
-        tokio::select! {
+        let why = tokio::select! {
             biased;
-            () = cut => {}
-            () = reading => {}
-        }
-        self.disconnect(id);
+            () = cut => "the network was cut",
+            () = retired.notified() => "replaced by the worker's reconnection",
+            () = reading => "closed by the worker",
+        };
+        self.disconnect(id, why);
         writer.abort();
     }
 
@@ -121,7 +164,7 @@ impl Engine {
         if full {
             // A worker that cannot keep up is cut off rather than buffered without bound.
             self.observer.note("engine", "outbox_full", json!({ "peer": name, "capacity": OUTBOX_CAPACITY }));
-            self.disconnect(to);
+            self.disconnect(to, "its outbox was full");
         }
     }
 
@@ -136,6 +179,13 @@ impl Engine {
             Frame::RegisterFunction { id, .. } => {
                 self.state.borrow_mut().providers.insert(id, from);
             }
+            Frame::UnregisterFunction { id } => {
+                let mut state = self.state.borrow_mut();
+                if state.providers.get(&id) == Some(&from) {
+                    state.providers.remove(&id);
+                }
+            }
+            Frame::Reattach { previous_worker_id, .. } => self.reattach(from, &previous_worker_id),
             Frame::InvokeFunction { invocation_id, function_id, data, action } => {
                 self.route(from, invocation_id, function_id, data, action);
             }
@@ -162,7 +212,9 @@ impl Engine {
             if let (Some(name), Some(peer)) =
                 (data.get("name").and_then(|n| n.as_str()), self.state.borrow_mut().connections.get_mut(&from))
             {
-                peer.name = name.to_string();
+                if !peer.pinned {
+                    peer.name = name.to_string();
+                }
             }
             let result = Some(json!({ "registered": true }));
             if let (Some(invocation_id), false) = (invocation_id, action == Some(Action::Void)) {
@@ -210,23 +262,125 @@ impl Engine {
         }
     }
 
-    fn disconnect(&self, id: u64) {
-        let stopped: Vec<(String, Route)> = {
-            let mut state = self.state.borrow_mut();
-            if state.connections.remove(&id).is_none() {
-                return;
+    /// A worker reconnected as `from`: its connection `previous` (its `worker_id`) is over, and
+    /// the results of the calls it made there go to the new connection.
+    fn reattach(&self, from: u64, previous: &str) {
+        let Some(old) = previous.strip_prefix("worker-").and_then(|n| n.parse::<u64>().ok()) else {
+            return;
+        };
+        if old == from {
+            return;
+        }
+        let retired = self.state.borrow().connections.get(&old).map(|peer| Rc::clone(&peer.retired));
+        if let Some(retired) = retired {
+            self.disconnect(old, "replaced by the worker's reconnection");
+            retired.notify_one();
+        }
+        for route in self.state.borrow_mut().pending.values_mut() {
+            if route.caller == Some(old) {
+                route.caller = Some(from);
             }
+        }
+    }
+
+    fn disconnect(&self, id: u64, why: &str) {
+        let (name, stopped): (String, Vec<(String, Route)>) = {
+            let mut state = self.state.borrow_mut();
+            // Its outbox goes here, before the replies below wake anyone: the order tasks wake
+            // in is part of a simulated run.
+            let Some(Peer { name, .. }) = state.connections.remove(&id) else {
+                return;
+            };
             state.providers.retain(|_, provider| *provider != id);
             let pending = std::mem::take(&mut state.pending);
             let (stopped, kept): (Vec<_>, Vec<_>) = pending.into_iter().partition(|(_, route)| route.provider == id);
             state.pending = kept.into_iter().collect();
-            stopped
+            (name, stopped)
         };
+        self.observer.disconnected(&name, why);
         for (invocation_id, route) in stopped {
             if let Some(caller) = route.caller {
                 let error = ErrorBody::new(codes::INVOCATION_STOPPED, "provider disconnected");
                 self.reply_error(caller, invocation_id, route.function_id, error);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bus::websocket;
+    use serde_json::Value;
+    use tokio::io::DuplexStream;
+
+    struct Silent;
+
+    impl BusObserver for Silent {
+        fn frame(&self, _direction: FrameDirection, _peer: &str, _frame: &Frame) {}
+        fn note(&self, _host: &str, _what: &str, _detail: Value) {}
+    }
+
+    type Client = WebSocketStream<DuplexStream>;
+
+    async fn connect(engine: &Rc<Engine>) -> Client {
+        let (client, server) = tokio::io::duplex(64 * 1024);
+        let engine = Rc::clone(engine);
+        tokio::task::spawn_local(async move {
+            let socket = websocket::accept(server).await.expect("handshake");
+            engine.serve(socket, std::future::pending()).await;
+        });
+        websocket::connect(client, "engine", "/", [7; 16]).await.expect("handshake")
+    }
+
+    async fn send(client: &mut Client, frame: Value) {
+        client.send(Message::text(frame.to_string())).await.expect("send");
+    }
+
+    async fn next(client: &mut Client) -> Value {
+        loop {
+            let message = tokio::time::timeout(std::time::Duration::from_secs(5), client.next())
+                .await
+                .expect("a frame within 5 s")
+                .expect("open")
+                .expect("readable");
+            if let Message::Text(text) = message {
+                return serde_json::from_str(&text).expect("JSON");
+            }
+        }
+    }
+
+    /// As an iii SDK worker reconnects: a result for a call it made on its old connection
+    /// reaches it on the new one, and a function it withdraws is no longer routed to it.
+    #[test]
+    fn a_reattached_worker_gets_its_results_and_unregistered_functions_are_gone() {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+        tokio::task::LocalSet::new().block_on(&runtime, async {
+            let engine = Engine::new(Rc::new(Silent));
+            let mut provider = connect(&engine).await;
+            assert_eq!(next(&mut provider).await["type"], "workerregistered");
+            send(&mut provider, json!({"type": "registerfunction", "id": "f"})).await;
+            let mut caller = connect(&engine).await;
+            let first_id = next(&mut caller).await["worker_id"].clone();
+            send(&mut caller, json!({"type": "invokefunction", "invocation_id": "i1", "function_id": "f"})).await;
+            assert_eq!(next(&mut provider).await["invocation_id"], "i1");
+            drop(caller);
+            let mut again = connect(&engine).await;
+            assert_eq!(next(&mut again).await["type"], "workerregistered");
+            send(&mut again, json!({"type": "reattach", "previous_worker_id": first_id})).await;
+            // A round trip on the same connection: the engine has read the reattach before it.
+            send(&mut again, json!({"type": "invokefunction", "invocation_id": "p", "function_id": "nobody"})).await;
+            assert_eq!(next(&mut again).await["error"]["code"], codes::FUNCTION_NOT_FOUND);
+            send(
+                &mut provider,
+                json!({"type": "invocationresult", "invocation_id": "i1", "function_id": "f", "result": 1}),
+            )
+            .await;
+            let result = next(&mut again).await;
+            assert_eq!((result["invocation_id"].as_str(), result["result"].as_i64()), (Some("i1"), Some(1)));
+            send(&mut provider, json!({"type": "unregisterfunction", "id": "f"})).await;
+            send(&mut again, json!({"type": "invokefunction", "invocation_id": "i2", "function_id": "f"})).await;
+            assert_eq!(next(&mut again).await["error"]["code"], codes::FUNCTION_NOT_FOUND);
+        });
     }
 }

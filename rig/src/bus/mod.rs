@@ -27,4 +27,9 @@ pub enum FrameDirection {
 pub trait BusObserver {
     fn frame(&self, direction: FrameDirection, peer: &str, frame: &Frame);
     fn note(&self, host: &str, what: &str, detail: serde_json::Value);
+    /// A worker connected, as `peer` (its name so far) with the engine's `worker_id` for it.
+    /// The simulation keeps no record of it (its frames tell the story); live mode does.
+    fn connected(&self, _peer: &str, _worker_id: &str) {}
+    /// A worker's connection ended, and why (`closed by the worker`, `the network was cut` ...).
+    fn disconnected(&self, _peer: &str, _why: &str) {}
 }

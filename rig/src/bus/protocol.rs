@@ -36,6 +36,15 @@ pub enum Frame {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         error: Option<ErrorBody>,
     },
+    /// worker → engine, first on every reconnection of an iii SDK worker: the connection that
+    /// worker had before is over, and the calls it was waiting on are answered here from now on.
+    Reattach {
+        previous_worker_id: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reattach_token: Option<String>,
+    },
+    /// worker → engine: it stops serving a function it registered.
+    UnregisterFunction { id: String },
     /// Any frame kind the rig does not act on (telemetry, triggers): read and ignored.
     #[serde(other)]
     Other,
@@ -49,17 +58,19 @@ impl Frame {
             Frame::RegisterFunction { .. } => "registerfunction",
             Frame::InvokeFunction { .. } => "invokefunction",
             Frame::InvocationResult { .. } => "invocationresult",
+            Frame::Reattach { .. } => "reattach",
+            Frame::UnregisterFunction { .. } => "unregisterfunction",
             Frame::Other => "other",
         }
     }
 
     pub fn function_id(&self) -> Option<&str> {
         match self {
-            Frame::RegisterFunction { id, .. } => Some(id),
+            Frame::RegisterFunction { id, .. } | Frame::UnregisterFunction { id } => Some(id),
             Frame::InvokeFunction { function_id, .. } | Frame::InvocationResult { function_id, .. } => {
                 Some(function_id)
             }
-            Frame::WorkerRegistered { .. } | Frame::Other => None,
+            Frame::WorkerRegistered { .. } | Frame::Reattach { .. } | Frame::Other => None,
         }
     }
 
@@ -128,5 +139,11 @@ mod tests {
         assert!(matches!(parsed, Frame::InvokeFunction { invocation_id: None, data: Value::Null, .. }));
         let unknown: Frame = serde_json::from_value(json!({"type": "registertrigger", "id": "t"})).unwrap();
         assert_eq!(unknown, Frame::Other);
+        // As the iii SDKs open every reconnection, and withdraw a function.
+        let reattach: Frame =
+            serde_json::from_value(json!({"type": "reattach", "previous_worker_id": "worker-3"})).unwrap();
+        assert_eq!(reattach, Frame::Reattach { previous_worker_id: "worker-3".into(), reattach_token: None });
+        let unregister: Frame = serde_json::from_value(json!({"type": "unregisterfunction", "id": "f"})).unwrap();
+        assert_eq!(unregister.function_id(), Some("f"));
     }
 }

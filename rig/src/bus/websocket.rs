@@ -50,6 +50,6 @@ where
 
 /// Buffers sized for the bus's small JSON frames: tungstenite's 128 KiB defaults cost more to
 /// allocate than the frames do to send, in a world that opens a dozen connections per run.
-fn config() -> tungstenite::protocol::WebSocketConfig {
+pub fn config() -> tungstenite::protocol::WebSocketConfig {
     tungstenite::protocol::WebSocketConfig::default().read_buffer_size(8 * 1024).write_buffer_size(8 * 1024)
 }

@@ -248,6 +248,18 @@ impl Bus {
         self.invoke_with(function_id, data, None, timeout_ms).await
     }
 
+    /// Sends a fire-and-forget call as the iii SDKs do (`void`, no invocation id, so no
+    /// answer): whether it was sent. Nothing waits, so it is for reports that may be lost.
+    pub fn send_void(&self, function_id: &str, data: Value) -> bool {
+        let frame = Frame::InvokeFunction {
+            invocation_id: None,
+            function_id: function_id.to_string(),
+            data,
+            action: Some(Action::Void),
+        };
+        self.current.borrow().as_ref().is_some_and(|connection| connection.send(&frame))
+    }
+
     /// Invokes with an engine action (`void`, `enqueue`).
     pub async fn invoke_with(
         &self,

@@ -23,6 +23,8 @@ macro_rules! err {
 // Declared after the macros above, which they use.
 pub mod bench;
 pub mod explore;
+pub mod harness;
+pub mod live;
 pub mod matrix;
 pub mod run;
 pub mod sweep;
@@ -39,6 +41,27 @@ pub fn parse_seed_range(text: &str) -> Result<std::ops::Range<u64>, String> {
         return Err(format!("the range {start}..{end} is empty"));
     }
     Ok(start..end)
+}
+
+/// Where `--trace` goes: a file, or standard output for `-`.
+pub fn trace_sink(path: &Path) -> std::io::Result<Box<dyn std::io::Write>> {
+    if path == Path::new("-") {
+        Ok(Box::new(std::io::stdout()))
+    } else {
+        Ok(Box::new(std::io::BufWriter::new(std::fs::File::create(path)?)))
+    }
+}
+
+/// Writes a run's trace as JSON lines, each naming the run.
+pub fn write_trace(sink: &mut dyn std::io::Write, outcome: &rig::RunOutcome) {
+    let scenario = serde_json::json!(outcome.scenario);
+    for event in outcome.trace.json_lines() {
+        let _ = writeln!(
+            sink,
+            "{{\"scenario\":{scenario},\"policy\":\"{}\",\"seed\":{},\"event\":{event}}}",
+            outcome.policy, outcome.seed
+        );
+    }
 }
 
 /// Bad input: said once, and the exit status other tools rely on.

@@ -1,7 +1,7 @@
 //! The driver: the scenario's own client on the bus. It makes the invocations the runner hands
 //! it and records each outcome under the scenario's name for it.
 
-use super::hosts::worker;
+use super::hosts::{worker, Dial};
 use super::world::World;
 use crate::bus::{Action, Answer, Bus, Invocation, Provider};
 use crate::topology::{DRIVER, ENGINE};
@@ -32,11 +32,16 @@ impl Provider for NoFunctions {
 }
 
 /// Runs the driver until the runner drops its sender.
-pub async fn driver(world: Rc<World>, bus: Bus, mut calls: mpsc::UnboundedReceiver<DriverCall>) -> turmoil::Result {
+pub async fn driver<D: Dial>(
+    world: Rc<World>,
+    dial: D,
+    bus: Bus,
+    mut calls: mpsc::UnboundedReceiver<DriverCall>,
+) -> turmoil::Result {
     let connection = {
         let (world, bus) = (Rc::clone(&world), bus.clone());
         tokio::task::spawn_local(async move {
-            worker(world, ENGINE.into(), DRIVER.into(), Vec::new(), Rc::new(NoFunctions), bus).await
+            worker(world, dial, ENGINE.into(), DRIVER.into(), Vec::new(), Rc::new(NoFunctions), bus).await
         })
     };
     while let Some(call) = calls.recv().await {

@@ -4,20 +4,49 @@
 use super::world::World;
 use crate::bus::{websocket, Answer, Bus, Connection, Engine, ErrorBody, Invocation, Provider};
 use crate::cut::ServiceFault;
+use crate::queue::{QueueEnv, QueueWorker};
 use crate::services::SharedDouble;
-use crate::topology::{ENGINE, PROXY};
+use crate::topology::{ENGINE, PROXY, QUEUE};
 use crate::trace::EventKind;
 use doubles::Call;
 use serde_json::Value;
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::Notify;
 use turmoil::net::{TcpListener, TcpStream};
 
 /// The port the engine (and the proxy in front of it) listens on.
 pub const ENGINE_PORT: u16 = 9000;
 /// The longest pause between reconnection attempts of a worker.
 const RECONNECT_BACKOFF_MS_MAX: u64 = 1_000;
+
+/// How a worker reaches the host it dials: turmoil's TCP in the simulation; live mode opens
+/// in-memory streams to its engine.
+pub trait Dial: 'static {
+    type Stream: AsyncRead + AsyncWrite + Unpin + 'static;
+    /// Opens a stream to `target`.
+    fn open(&self, target: &str) -> impl Future<Output = std::io::Result<Self::Stream>>;
+    /// The request path a worker named `name` connects at.
+    fn path(&self, name: &str) -> String;
+}
+
+/// The simulated network: every host listens on [`ENGINE_PORT`]; workers connect at `/`.
+pub struct SimulatedNetwork;
+
+impl Dial for SimulatedNetwork {
+    type Stream = TcpStream;
+
+    fn open(&self, target: &str) -> impl Future<Output = std::io::Result<TcpStream>> {
+        let target = target.to_string();
+        async move { TcpStream::connect((target.as_str(), ENGINE_PORT)).await }
+    }
+
+    fn path(&self, _name: &str) -> String {
+        "/".to_string()
+    }
+}
 
 /// The host at the other end of an accepted connection.
 fn peer_host(address: std::net::SocketAddr) -> String {
@@ -43,8 +72,9 @@ pub async fn engine(world: Rc<World>) -> turmoil::Result {
 /// A worker host: connects to `target` (the engine, or the proxy in front of it), serves
 /// `functions` with `provider`, and reconnects with capped backoff whenever the connection
 /// drops, registering again as iii workers do. It does not try while the link is cut.
-pub async fn worker(
+pub async fn worker<D: Dial>(
     world: Rc<World>,
+    dial: D,
     target: String,
     name: String,
     functions: Vec<String>,
@@ -55,9 +85,9 @@ pub async fn worker(
     let mut backoff_ms = 10;
     loop {
         if !world.is_cut(&name, &target) {
-            if let Ok(stream) = TcpStream::connect((target.as_str(), ENGINE_PORT)).await {
+            if let Ok(stream) = dial.open(&target).await {
                 let key = websocket::handshake_key(&mut world.stream(&format!("{name}/handshake")).borrow_mut());
-                if let Ok(socket) = websocket::connect(stream, &target, "/", key).await {
+                if let Ok(socket) = websocket::connect(stream, &target, &dial.path(&name), key).await {
                     backoff_ms = 10;
                     let severed = world.open_link(&name, &target);
                     let cut = async move { severed.notified().await };
@@ -77,6 +107,41 @@ pub async fn worker(
         world.clock.sleep(backoff_ms).await;
         backoff_ms = (backoff_ms * 2).min(RECONNECT_BACKOFF_MS_MAX);
     }
+}
+
+/// The software of a double's host: the world's double, behind the run's service cuts, served
+/// on the bus as a worker that dials `target`.
+pub fn service_host<D: Dial>(
+    world: &Rc<World>,
+    dial: D,
+    name: &str,
+    target: &str,
+    functions: &[String],
+) -> impl Future<Output = turmoil::Result> {
+    let double = world.services().iter().find(|(h, _)| *h == name).map(|(_, d)| Rc::clone(d));
+    let double = double.expect("every service host has its double");
+    let provider: Rc<dyn Provider> = ServiceHost::new(Rc::clone(world), name, double);
+    let bus = Bus::new(Rc::clone(&world.clock));
+    worker(Rc::clone(world), dial, target.to_string(), name.to_string(), functions.to_vec(), provider, bus)
+}
+
+/// The software of the queue's host: a fresh queue worker over the world's durable queues.
+pub fn queue_host<D: Dial>(
+    world: &Rc<World>,
+    dial: D,
+    name: &str,
+    target: &str,
+    functions: &[String],
+) -> impl Future<Output = turmoil::Result> {
+    let bus = Bus::new(Rc::clone(&world.clock));
+    let note_world = Rc::clone(world);
+    let env = QueueEnv {
+        clock: Rc::clone(&world.clock),
+        queues: Rc::clone(&world.queues),
+        note: Rc::new(move |what, detail| note_world.note_event(QUEUE, what, detail)),
+    };
+    let queue = QueueWorker::start(env, bus.clone());
+    worker(Rc::clone(world), dial, target.to_string(), name.to_string(), functions.to_vec(), queue, bus)
 }
 
 /// A double on the bus, behind the run's service cuts.
@@ -175,7 +240,7 @@ pub async fn drop_proxy(world: Rc<World>) -> turmoil::Result {
     let listener = TcpListener::bind(("0.0.0.0", ENGINE_PORT)).await?;
     let mut connection = 0;
     loop {
-        let (stream, address) = listener.accept().await?;
+        let (mut stream, address) = listener.accept().await?;
         connection += 1;
         let client_cut = world.open_link(PROXY, &peer_host(address));
         let (world, rules, upstream) = (Rc::clone(&world), Rc::clone(&rules), upstream.clone());
@@ -188,20 +253,9 @@ pub async fn drop_proxy(world: Rc<World>) -> turmoil::Result {
                 let (host, port) = authority.rsplit_once(':').unwrap_or((authority.as_str(), ""));
                 TcpStream::connect((host, port.parse().unwrap_or(ENGINE_PORT))).await
             };
-            let config = tokio_tungstenite::tungstenite::protocol::WebSocketConfig::default();
-            match proxy::handshake(stream, &upstream, key, config, connect).await {
-                Ok((client, upstream, _hello)) => {
-                    let upstream_cut = world.open_link(PROXY, ENGINE);
-                    let env = SimProxyEnv { world: Rc::clone(&world) };
-                    let relay = proxy::relay(client, upstream, rules, connection, &env);
-                    // Either link cut drops the whole relay, and with it both of its sockets.
-                    let end = tokio::select! {
-                        biased;
-                        () = client_cut.notified() => serde_json::json!({ "cut": "client link" }),
-                        () = upstream_cut.notified() => serde_json::json!({ "cut": "upstream link" }),
-                        end = relay => serde_json::to_value(&end).unwrap_or(Value::Null),
-                    };
-                    world.note_event(PROXY, "proxy_relay_ended", end);
+            match proxy::read_hello_or_reject(&mut stream).await {
+                Ok(hello) => {
+                    relay_client(&world, rules, stream, hello, &upstream, key, connect, client_cut, connection).await
                 }
                 Err(error) => {
                     world.note_event(PROXY, "proxy_handshake_failed", serde_json::json!({ "error": error.to_string() }))
@@ -211,12 +265,53 @@ pub async fn drop_proxy(world: Rc<World>) -> turmoil::Result {
     }
 }
 
-/// The proxy's view of the simulation: the rig's clock, and the trace for every frame a rule took.
-struct SimProxyEnv {
+/// One client of the drop-proxy, its opening request read: opens its upstream to the engine
+/// with `connect`, answers it, and relays frames under the world's proxy rules until either side
+/// ends or either link is cut. The same relay code the standalone `proxy` binary runs.
+#[allow(clippy::too_many_arguments)]
+pub async fn relay_client<C, U, F, Fut>(
+    world: &Rc<World>,
+    rules: proxy::SharedRules,
+    client: C,
+    hello: proxy::ClientHello,
+    upstream: &proxy::UpstreamUrl,
+    key: [u8; 16],
+    connect: F,
+    client_cut: Rc<Notify>,
+    connection: u64,
+) where
+    C: AsyncRead + AsyncWrite + Unpin,
+    U: AsyncRead + AsyncWrite + Unpin,
+    F: FnOnce(String) -> Fut,
+    Fut: Future<Output = std::io::Result<U>>,
+{
+    let config = tokio_tungstenite::tungstenite::protocol::WebSocketConfig::default();
+    match proxy::answer_hello(client, hello, upstream, key, config, connect, (std::future::pending(), 0)).await {
+        Ok((client, upstream, _hello)) => {
+            let upstream_cut = world.open_link(PROXY, ENGINE);
+            let env = WorldProxyEnv { world: Rc::clone(world) };
+            let relay = proxy::relay(client, upstream, rules, connection, &env);
+            // Either link cut drops the whole relay, and with it both of its sockets.
+            let end = tokio::select! {
+                biased;
+                () = client_cut.notified() => serde_json::json!({ "cut": "client link" }),
+                () = upstream_cut.notified() => serde_json::json!({ "cut": "upstream link" }),
+                end = relay => serde_json::to_value(&end).unwrap_or(Value::Null),
+            };
+            world.note_event(PROXY, "proxy_relay_ended", end);
+        }
+        Err(error) => {
+            world.note_event(PROXY, "proxy_handshake_failed", serde_json::json!({ "error": error.to_string() }))
+        }
+    }
+}
+
+/// The proxy's view of the world: the rig's clock, and the trace for every frame a rule took.
+struct WorldProxyEnv {
     world: Rc<World>,
 }
 
-impl proxy::ProxyEnv for SimProxyEnv {
+impl proxy::ProxyEnv for WorldProxyEnv {
     fn now_us(&self) -> u64 {
         self.world.clock.now_ms() * 1_000
     }

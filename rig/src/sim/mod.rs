@@ -4,7 +4,7 @@
 //! a wall-clock epoch), hosts are added here, and the [`Runner`] steps the simulation, fires the
 //! facade clock's timers, and warps the clock across quiescent stretches.
 
-mod driver;
+pub mod driver;
 pub mod hosts;
 pub mod world;
 
@@ -35,6 +35,10 @@ impl Default for NetworkConfig {
         Self { tick_ms: 1, latency_ms_min: 1, latency_ms_max: 3, duration_ms_max: 7_200_000, steps_max: 2_000_000 }
     }
 }
+
+/// How long the world may take to come up before the script starts, and a host to register
+/// again after a restart.
+pub const READY_MS_MAX: u64 = 5_000;
 
 /// A fixed epoch (2026-01-01T00:00:00Z), so nothing in a run depends on when it ran.
 const EPOCH_SECS: u64 = 1_767_225_600;
@@ -125,7 +129,8 @@ impl Runner {
     pub fn add_driver(&mut self) {
         let (sender, receiver) = mpsc::unbounded_channel();
         let bus = Bus::new(Rc::clone(&self.world.clock));
-        self.sim.client(crate::topology::DRIVER, driver::driver(Rc::clone(&self.world), bus.clone(), receiver));
+        let driver = driver::driver(Rc::clone(&self.world), hosts::SimulatedNetwork, bus.clone(), receiver);
+        self.sim.client(crate::topology::DRIVER, driver);
         self.driver = Some((bus, sender));
     }
 
@@ -249,14 +254,14 @@ impl Runner {
 
     /// Crashes a host: its software stops and its in-memory state is lost.
     pub fn crash(&mut self, host: &str) {
-        self.world.record("rig", EventKind::Control { action: "crash".into(), target: host.into() });
+        self.world.record_control("crash", host);
         self.sim.crash(host);
         self.crashed.insert(host.to_string());
     }
 
     /// Restarts a host's software from scratch.
     pub fn restart(&mut self, host: &str) {
-        self.world.record("rig", EventKind::Control { action: "restart".into(), target: host.into() });
+        self.world.record_control("restart", host);
         self.sim.bounce(host);
         self.crashed.remove(host);
     }
@@ -265,14 +270,14 @@ impl Runner {
     /// connection across the link drops on both sides, and no new one can be opened until the
     /// link is repaired.
     pub fn partition(&mut self, a: &str, b: &str) {
-        self.world.record("rig", EventKind::Control { action: "partition".into(), target: format!("{a}<->{b}") });
+        self.world.record_control("partition", &format!("{a}<->{b}"));
         self.sim.partition(a, b);
         self.world.sever(a, b);
         self.cut_links.insert((a.to_string(), b.to_string()));
     }
 
     pub fn repair(&mut self, a: &str, b: &str) {
-        self.world.record("rig", EventKind::Control { action: "repair".into(), target: format!("{a}<->{b}") });
+        self.world.record_control("repair", &format!("{a}<->{b}"));
         self.sim.repair(a, b);
         self.world.mend(a, b);
         self.cut_links.remove(&(a.to_string(), b.to_string()));
@@ -280,7 +285,7 @@ impl Runner {
 
     /// Holds messages between two hosts until released.
     pub fn hold(&mut self, a: &str, b: &str) {
-        self.world.record("rig", EventKind::Control { action: "hold".into(), target: format!("{a}<->{b}") });
+        self.world.record_control("hold", &format!("{a}<->{b}"));
         self.sim.hold(a, b);
         self.cut_links.insert((a.to_string(), b.to_string()));
         let pair = self.link_pair(a, b);
@@ -288,7 +293,7 @@ impl Runner {
     }
 
     pub fn release(&mut self, a: &str, b: &str) {
-        self.world.record("rig", EventKind::Control { action: "release".into(), target: format!("{a}<->{b}") });
+        self.world.record_control("release", &format!("{a}<->{b}"));
         // turmoil's release leaves the link healthy: held and partitioned are one link state.
         self.sim.release(a, b);
         self.cut_links.remove(&(a.to_string(), b.to_string()));
@@ -299,14 +304,9 @@ impl Runner {
     /// Heals every fault: disarms the cuts, releases and repairs every link, restarts every
     /// crashed host.
     pub fn heal(&mut self) {
-        self.world.record("rig", EventKind::Control { action: "heal".into(), target: "all".into() });
-        self.world.cuts.borrow_mut().heal();
-        self.world.heal_processes();
-        if let Some(rules) = self.world.proxy_rules.borrow().as_ref() {
-            rules.borrow_mut().reset();
-        }
+        self.world.record_control("heal", "all");
+        self.world.heal_faults();
         self.held.clear();
-        self.world.mend_all();
         for (a, b) in std::mem::take(&mut self.cut_links) {
             self.sim.release(a.as_str(), b.as_str());
             self.sim.repair(a.as_str(), b.as_str());

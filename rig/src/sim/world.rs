@@ -105,10 +105,21 @@ impl World {
         &self.services
     }
 
-    /// Disarms every process cut and ends every pause: part of healing the world.
-    pub fn heal_processes(&self) {
+    /// Heals what the world itself holds: disarms the service and process cuts, ends every
+    /// pause, resets the proxy's rules, and repairs every link.
+    pub fn heal_faults(&self) {
+        self.cuts.borrow_mut().heal();
         self.process_cuts.borrow_mut().heal();
         self.paused.borrow_mut().clear();
+        if let Some(rules) = self.proxy_rules.borrow().as_ref() {
+            rules.borrow_mut().reset();
+        }
+        self.mend_all();
+    }
+
+    /// Records that the runner changed the world (`crash`, `partition` ...) of `target`.
+    pub fn record_control(&self, action: &str, target: &str) {
+        self.record("rig", EventKind::Control { action: action.into(), target: target.into() });
     }
 
     /// Appends an event stamped with the current simulated time.

@@ -1,0 +1,303 @@
+//! Live runs: the same scenario files against real harness processes, in any language.
+//!
+//! The scenario's engine, doubles, queue and driver run in real time on one thread, the engine
+//! listening on a real socket and speaking the iii wire protocol, so a worker built on an iii SDK
+//! connects unchanged. The rig waits (bounded) until external workers have registered the
+//! functions the scenario invokes, runs the script through the same code as the simulation
+//! ([`crate::script`]), applies the same cuts (service cuts at the doubles, frame rules in the
+//! proxy's relay, `crash` as a dropped connection the worker must survive by reconnecting), and
+//! judges with the same oracles and expectations ([`crate::run::judge`]).
+//!
+//! What differs, and is said in the output: time is real, so a run takes as long as its
+//! timings (scaled only by an explicit `--time-scale`); nothing is seeded outside the rig, so a
+//! live trace is recorded the same way but never replays bit for bit; a run settles when every
+//! turn has ended and nothing has happened for a quiet period, since an external process's own
+//! timers cannot be seen.
+
+mod harness;
+mod net;
+mod plan;
+mod rigfns;
+mod runner;
+
+pub use harness::{serve_harness, HarnessProcess};
+pub use plan::{prepare_live, LiveScenario};
+pub use rigfns::{RIG_CONFIG, RIG_NOTE};
+
+use crate::bus::Bus;
+use crate::layout::RecordLayout;
+use crate::run::{judge, seeded_world, Ended, Judged, RunOutcome};
+use crate::scenario::{PolicyRun, Scenario, Step};
+use crate::script::{registered_functions, registered_since, run_script, Settled, WorldDriver};
+use crate::sim::hosts::worker;
+use crate::sim::world::World;
+use crate::topology::{self, Role, Topology, ENGINE, HARNESS};
+use crate::trace::EventKind;
+use net::{InMemory, Net};
+use rigfns::{RigFunctions, RunInfo, RIG};
+use runner::{Bounds, LiveRunner, Software};
+use std::cell::Cell;
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::time::Instant;
+
+/// Runs started by this process, for run ids.
+static RUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The engine's socket for external workers, bound once and served run after run.
+pub struct LiveListener {
+    listener: std::net::TcpListener,
+    address: SocketAddr,
+}
+
+impl LiveListener {
+    pub fn bind(address: SocketAddr) -> std::io::Result<Self> {
+        let listener = std::net::TcpListener::bind(address)?;
+        listener.set_nonblocking(true)?;
+        let address = listener.local_addr()?;
+        Ok(Self { listener, address })
+    }
+
+    pub fn address(&self) -> SocketAddr {
+        self.address
+    }
+
+    /// Where a worker of `host` connects.
+    pub fn url(&self, host: &str) -> String {
+        if host == HARNESS {
+            format!("ws://{}/", self.address)
+        } else {
+            format!("ws://{}/{host}", self.address)
+        }
+    }
+}
+
+/// How to run live.
+#[derive(Debug, Clone)]
+pub struct LiveOptions {
+    /// The `[policy.NAME]` section the external harness is judged by.
+    pub policy: String,
+    /// The seed of the rig's own draws (ids, handshake keys, proxy rule chances).
+    pub seed: u64,
+    /// The scale already applied to the scenario's timings, for `rig::config` and the report.
+    pub time_scale: f64,
+    /// How long to wait for external workers to register (at the start, after a restart), in
+    /// real milliseconds.
+    pub connect_timeout_ms: u64,
+    /// How long nothing must happen before a healed world whose turns have ended is settled.
+    pub quiet_ms: u64,
+    /// The command line that runs the same again, for the report.
+    pub command: String,
+}
+
+/// Runs one policy run of a prepared scenario live, against whatever workers connect to
+/// `listener`. `Err` when the run could not be set up at all (no runtime, no socket).
+pub fn run_live(
+    listener: &LiveListener,
+    prepared: &LiveScenario,
+    run: &PolicyRun,
+    options: &LiveOptions,
+) -> Result<RunOutcome, String> {
+    let scenario = &prepared.scenario;
+    let _span =
+        tracing::info_span!(target: "rig::trace", "live", scenario = %scenario.path.display(), policy = %run.policy)
+            .entered();
+    let started = Instant::now();
+    let proxy_worker = scenario.proxy.as_ref().map(|p| p.worker.clone());
+    let topology = Topology::new(&scenario.world.plan(external_functions(scenario), proxy_worker.clone()));
+    let external: BTreeSet<String> =
+        topology.hosts().iter().filter(|h| h.role == Role::Harness).map(|h| h.name.clone()).collect();
+    let mut hosts: BTreeSet<String> = topology
+        .hosts()
+        .iter()
+        .filter(|h| !matches!(h.role, Role::Engine | Role::Proxy))
+        .map(|h| h.name.clone())
+        .collect();
+    hosts.insert(RIG.to_string());
+    let world = seeded_world(scenario, options.seed);
+    let socket = listener.listener.try_clone().map_err(|e| format!("cannot share the listening socket: {e}"))?;
+    let net = Net::new(Rc::clone(&world), socket, hosts, external.clone(), proxy_worker);
+    let reference_notes = Rc::new(Cell::new(false));
+    let info = RunInfo {
+        run_id: format!("{}:{}", std::process::id(), RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)),
+        scenario: scenario.path.display().to_string(),
+        policy: run.policy.clone(),
+        time_scale: options.time_scale,
+        config: scenario.world.harness.clone(),
+        hosts: external.clone(),
+    };
+    let functions = RigFunctions {
+        world: Rc::clone(&world),
+        net: Rc::clone(&net),
+        run: info,
+        reference_notes: Rc::clone(&reference_notes),
+    };
+    let rig = rig_host(&world, &net, functions);
+    let layout = RecordLayout::default();
+    let bounds = Bounds {
+        ready_ms_max: options.connect_timeout_ms,
+        quiet_ms: options.quiet_ms,
+        duration_ms_max: scenario.world.network.duration_ms_max,
+    };
+    let mut runner =
+        LiveRunner::start(Rc::clone(&world), net, &topology, vec![(RIG.to_string(), rig)], layout.clone(), bounds)
+            .map_err(|e| format!("cannot start the live runtime: {e}"))?;
+    let mut failures = Vec::new();
+    let missing = wait_for_workers(&mut runner, &topology, listener, options.connect_timeout_ms);
+    let settled = match &missing {
+        Some(_) => Settled { healed_at_ms: runner.now_ms(), quiescent: false },
+        None => run_script(&mut runner, &topology, scenario, options.seed, &mut failures),
+    };
+    failures.extend(gone_workers(&world, &external));
+    let ended = Ended { at_ms: runner.now_ms(), steps: 0, settled, started };
+    drop(runner);
+    let name = worker_name(&world, HARNESS).map_or_else(|| "live".to_string(), |name| format!("live:{name}"));
+    let judged = Judged { name: &name, layout, reference_notes: reference_notes.get() };
+    let mut outcome = judge(&world, scenario, run, options.seed, &judged, ended, failures);
+    if let Some(missing) = missing {
+        // Nothing ran: what the oracles and expectations would say of an untouched world is noise.
+        (outcome.violations, outcome.failures, outcome.passed) = (Vec::new(), vec![missing], false);
+    }
+    outcome.live = Some(options.command.clone());
+    Ok(outcome)
+}
+
+/// The harness functions a scenario calls (by name after `{host}::`): what external workers
+/// must register before the script starts.
+fn external_functions(scenario: &Scenario) -> Vec<String> {
+    let mut hosts = vec![HARNESS];
+    if scenario.world.replacement {
+        hosts.push(topology::REPLACEMENT);
+    }
+    let invoked = scenario.steps.iter().filter_map(|step| match step {
+        Step::Invoke { call, .. } => Some(call.function.as_str()),
+        _ => None,
+    });
+    let dead_letters = scenario.world.queues.iter().filter_map(|(_, q)| q.dead_letter_function.as_deref());
+    let names: BTreeSet<String> = invoked
+        .chain(dead_letters)
+        .filter_map(|function| function.split_once("::"))
+        .filter(|(host, _)| hosts.contains(host))
+        .map(|(_, name)| name.to_string())
+        .collect();
+    names.into_iter().collect()
+}
+
+/// The host serving the rig's own functions for external harnesses.
+fn rig_host(world: &Rc<World>, net: &Rc<Net>, functions: RigFunctions) -> Software {
+    let (world, dial, provider) = (Rc::clone(world), InMemory(Rc::clone(net)), Rc::new(functions));
+    let names = vec![RIG_CONFIG.to_string(), RIG_NOTE.to_string()];
+    Rc::new(move || {
+        let bus = Bus::new(Rc::clone(&world.clock));
+        let running =
+            worker(Rc::clone(&world), dial.clone(), ENGINE.into(), RIG.into(), names.clone(), provider.clone(), bus);
+        Box::pin(async move { drop(running.await) })
+    })
+}
+
+/// Waits until the driver is connected and every function of the world is registered, the
+/// external workers' included; says what is missing and how to provide it if that takes longer
+/// than `within_ms`.
+fn wait_for_workers(
+    runner: &mut LiveRunner,
+    topology: &Topology,
+    listener: &LiveListener,
+    within_ms: u64,
+) -> Option<String> {
+    let mut everything = topology.registered_after_restart(ENGINE, &BTreeSet::new());
+    everything.extend([RIG_CONFIG.to_string(), RIG_NOTE.to_string()]);
+    let within = std::time::Duration::from_millis(within_ms);
+    if runner.wait_until_up(within, |r| r.driver_connected() && registered_since(r.world(), 0, &everything)) {
+        return None;
+    }
+    let registered = registered_functions(runner.world(), 0);
+    let mut lines = Vec::new();
+    for host in topology.hosts().iter().filter(|h| h.role == Role::Harness) {
+        let missing: Vec<&str> =
+            host.functions.iter().filter(|f| !registered.contains(*f)).map(String::as_str).collect();
+        if missing.is_empty() {
+            continue;
+        }
+        let seen = match worker_name(runner.world(), &host.name) {
+            Some(name) => {
+                format!("a worker connected as `{}` (it calls itself `{name}`) but did not register them", host.name)
+            }
+            None if connected(runner.world(), &host.name) => {
+                format!("a worker connected as `{}` but did not register them", host.name)
+            }
+            None => format!("no worker connected as `{}`", host.name),
+        };
+        lines.push(format!(
+            "no worker registered {} within {within_ms} ms ({seen}): start your harness process with its engine URL set to {} and have it register {}",
+            missing.join(", "),
+            listener.url(&host.name),
+            missing.join(", ")
+        ));
+    }
+    if lines.is_empty() {
+        let missing: Vec<&str> = everything.iter().filter(|f| !registered.contains(*f)).map(String::as_str).collect();
+        lines.push(format!(
+            "the rig's own hosts did not come up within {within_ms} ms (missing {})",
+            missing.join(", ")
+        ));
+    }
+    Some(lines.join("; "))
+}
+
+/// The engine's notes about an external worker: `worker_connected`, `worker_named`, ...
+fn worker_notes<'a>(world: &'a World, what: &'a str, host: &'a str) -> Vec<serde_json::Value> {
+    world
+        .trace()
+        .events()
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::Note { what: w, detail } if w == what && detail["peer"] == host && e.host == ENGINE => {
+                Some(detail.clone())
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+fn connected(world: &World, host: &str) -> bool {
+    !worker_notes(world, "worker_connected", host).is_empty()
+}
+
+/// What the external worker of `host` last called itself.
+fn worker_name(world: &World, host: &str) -> Option<String> {
+    let named = worker_notes(world, "worker_named", host);
+    named.last().and_then(|detail| detail["name"].as_str().map(str::to_string))
+}
+
+/// External workers that closed their connection themselves and were not connected at the end:
+/// a process that died or gave up, which says more than whatever failed after it.
+fn gone_workers(world: &World, external: &BTreeSet<String>) -> Vec<String> {
+    let mut gone = Vec::new();
+    for host in external {
+        let mut open = 0i64;
+        let mut last_close: Option<(u64, String)> = None;
+        for event in world.trace().events() {
+            let EventKind::Note { what, detail } = &event.kind else { continue };
+            if event.host != ENGINE || detail["peer"] != host.as_str() {
+                continue;
+            }
+            match what.as_str() {
+                "worker_connected" => open += 1,
+                "worker_disconnected" => {
+                    open -= 1;
+                    last_close = Some((event.at_ms, detail["why"].as_str().unwrap_or("?").to_string()));
+                }
+                _ => {}
+            }
+        }
+        if let (true, Some((at_ms, why))) = (open <= 0, last_close) {
+            if why == "closed by the worker" {
+                gone.push(format!(
+                    "the external worker `{host}` disconnected at {at_ms} ms ({why}) and was not connected again when the run ended"
+                ));
+            }
+        }
+    }
+    gone
+}

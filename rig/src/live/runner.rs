@@ -1,0 +1,327 @@
+//! The live runner: one run's world on real sockets, in real time.
+//!
+//! Everything of the run lives on one thread, in one tokio current-thread runtime, as the
+//! simulation's hosts do (the world is shared `Rc` state). Each of the rig's own hosts runs in a
+//! task set of its own, so crashing it drops everything it had started, as a crash does in the
+//! simulation. The runner drives the world only while the script waits, and advances the
+//! world's clock from the wall clock as it goes: live, a millisecond is a real one. The clock
+//! starts when the world is up (every worker registered), so the scenario's times count from
+//! there, as in the simulation, however long an external process took to connect.
+
+use super::net::{engine_host, InMemory, Net};
+use crate::bus::Bus;
+use crate::layout::RecordLayout;
+use crate::script::WorldDriver;
+use crate::sim::driver::{driver, DriverCall};
+use crate::sim::hosts::{queue_host, service_host};
+use crate::sim::world::World;
+use crate::sim::{Stop, WaitEnd};
+use crate::topology::{Role, Topology, ENGINE};
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+use tokio::task::{JoinHandle, LocalSet};
+
+/// How often the runner looks at the world while it waits, in real milliseconds.
+const LOOK_MS: u64 = 1;
+
+/// The software of one of the rig's own hosts, built afresh on every (re)start.
+pub type Software = Rc<dyn Fn() -> Pin<Box<dyn Future<Output = ()>>>>;
+
+/// The bounds of a live run, in real milliseconds.
+pub struct Bounds {
+    /// How long the world may take to come up, and a host to register again after a restart.
+    pub ready_ms_max: u64,
+    /// How long nothing must happen before a healed world whose turns have all ended counts as
+    /// settled.
+    pub quiet_ms: u64,
+    /// Past this, the run stops and reports the limit.
+    pub duration_ms_max: u64,
+}
+
+/// A live world and the hosts the rig runs in it.
+pub struct LiveRunner {
+    /// Declared before the runtime: dropped first, inside it (see `Drop`).
+    local: LocalSet,
+    runtime: tokio::runtime::Runtime,
+    world: Rc<World>,
+    net: Rc<Net>,
+    layout: RecordLayout,
+    bounds: Bounds,
+    software: BTreeMap<String, Software>,
+    running: BTreeMap<String, JoinHandle<()>>,
+    /// External hosts, whose software is the user's process.
+    external: BTreeSet<String>,
+    crashed: BTreeSet<String>,
+    driver: (Bus, mpsc::UnboundedSender<DriverCall>),
+    /// When the world's clock started (`None`: it stands at 0 until the world is up).
+    clock_started: Option<Instant>,
+}
+
+impl LiveRunner {
+    /// Starts the rig's hosts of `topology` (the engine, the doubles, the queue, the driver, and
+    /// `extra` hosts of the rig's own); harness hosts are left to external processes.
+    pub fn start(
+        world: Rc<World>,
+        net: Rc<Net>,
+        topology: &Topology,
+        extra: Vec<(String, Software)>,
+        layout: RecordLayout,
+        bounds: Bounds,
+    ) -> std::io::Result<Self> {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        let mut software: BTreeMap<String, Software> = extra.into_iter().collect();
+        let mut external = BTreeSet::new();
+        for host in topology.hosts() {
+            let functions: Vec<String> = host.functions.iter().cloned().collect();
+            let (world, dial, name) = (Rc::clone(&world), InMemory(Rc::clone(&net)), host.name.clone());
+            let target = host.dials.clone().unwrap_or_default();
+            let built: Software = match host.role {
+                Role::Engine => {
+                    let net = Rc::clone(&net);
+                    Rc::new(move || Box::pin(engine_host(Rc::clone(&net))))
+                }
+                Role::Service => Rc::new(move || {
+                    let host = service_host(&world, dial.clone(), &name, &target, &functions);
+                    Box::pin(async move { drop(host.await) })
+                }),
+                Role::Queue => Rc::new(move || {
+                    let host = queue_host(&world, dial.clone(), &name, &target, &functions);
+                    Box::pin(async move { drop(host.await) })
+                }),
+                Role::Harness => {
+                    external.insert(host.name.clone());
+                    continue;
+                }
+                Role::Proxy | Role::Driver => continue,
+            };
+            software.insert(host.name.clone(), built);
+        }
+        let (sender, calls) = mpsc::unbounded_channel();
+        let bus = Bus::new(Rc::clone(&world.clock));
+        let mut runner = Self {
+            local: LocalSet::new(),
+            runtime,
+            world,
+            net,
+            layout,
+            bounds,
+            software,
+            running: BTreeMap::new(),
+            external,
+            crashed: BTreeSet::new(),
+            driver: (bus, sender),
+            clock_started: None,
+        };
+        let names: Vec<String> = runner.software.keys().cloned().collect();
+        names.iter().for_each(|name| runner.start_host(name));
+        // The driver is the scenario itself: it never crashes, so it needs no task set of its own.
+        let dial = InMemory(Rc::clone(&runner.net));
+        runner.local.spawn_local(driver(Rc::clone(&runner.world), dial, runner.driver.0.clone(), calls));
+        Ok(runner)
+    }
+
+    /// Real milliseconds since the world's clock started.
+    fn elapsed_ms(&self) -> u64 {
+        self.clock_started.map_or(0, |started| u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX))
+    }
+
+    /// Waits, the clock standing at 0, until `ready` holds (then starts the clock) or `within`
+    /// passes in real time. Whether the world came up.
+    pub fn wait_until_up(&mut self, within: Duration, mut ready: impl FnMut(&Self) -> bool) -> bool {
+        let deadline = Instant::now() + within;
+        let up = self.drive(|runner| {
+            if ready(runner) {
+                return Some(true);
+            }
+            (Instant::now() >= deadline).then_some(false)
+        });
+        self.clock_started = Some(Instant::now());
+        up
+    }
+
+    /// Starts a host's software in a task set of its own; built inside it, so whatever it
+    /// spawns as it starts belongs to the host too.
+    fn start_host(&mut self, name: &str) {
+        let Some(software) = self.software.get(name).cloned() else { return };
+        let set = LocalSet::new();
+        set.spawn_local(async move { software().await });
+        self.running.insert(name.to_string(), self.local.spawn_local(set));
+    }
+
+    fn stop_host(&mut self, name: &str) {
+        if name == ENGINE {
+            self.net.engine_stopped();
+        }
+        if let Some(running) = self.running.remove(name) {
+            running.abort();
+        }
+    }
+
+    /// Runs the world in real time until `check` has an answer, looking every millisecond.
+    fn drive<T>(&self, mut check: impl FnMut(&Self) -> Option<T>) -> T {
+        self.local.block_on(&self.runtime, async {
+            loop {
+                self.world.clock.advance_to(self.elapsed_ms());
+                if let Some(answer) = check(self) {
+                    return answer;
+                }
+                tokio::time::sleep(Duration::from_millis(LOOK_MS)).await;
+            }
+        })
+    }
+
+    fn limit(&self) -> Option<Stop> {
+        let max = self.bounds.duration_ms_max;
+        (self.world.clock.now_ms() > max).then(|| {
+            let what = format!("run duration {max} ms");
+            self.world.record("rig", crate::trace::EventKind::Limit { what: what.clone() });
+            Stop::Limit(what)
+        })
+    }
+
+    /// Whether every turn in the store has ended: terminal, or held with a reason.
+    fn turns_settled(&self) -> bool {
+        let store = self.world.store.borrow();
+        let layout = &self.layout;
+        let settled = store
+            .records()
+            .filter(|(scope, _, _)| *scope == layout.turn_scope)
+            .all(|(_, _, record)| layout.is_terminal(record) || layout.is_held_with_reason(record));
+        settled
+    }
+}
+
+impl Drop for LiveRunner {
+    /// Ends the run: every task and socket is dropped inside the runtime that made them.
+    fn drop(&mut self) {
+        let _inside = self.runtime.enter();
+        drop(std::mem::take(&mut self.local));
+    }
+}
+
+impl WorldDriver for LiveRunner {
+    fn world(&self) -> &Rc<World> {
+        &self.world
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.world.clock.advance_to(self.elapsed_ms());
+        self.world.clock.now_ms()
+    }
+
+    fn ready_ms_max(&self) -> u64 {
+        self.bounds.ready_ms_max
+    }
+
+    fn driver_connected(&self) -> bool {
+        self.driver.0.is_connected()
+    }
+
+    fn invoke(&mut self, call: DriverCall) {
+        let _ = self.driver.1.send(call);
+    }
+
+    /// Live, nothing is ever known to be impossible (an external process may act at any
+    /// time), so a wait ends when `done` holds or at its deadline, never stalled.
+    fn run_until(&mut self, deadline_ms: Option<u64>, mut done: impl FnMut(&Self) -> bool) -> Result<WaitEnd, Stop> {
+        self.drive(|runner| {
+            if done(runner) {
+                return Some(Ok(WaitEnd::Met));
+            }
+            if deadline_ms.is_some_and(|deadline| runner.world.clock.now_ms() >= deadline) {
+                return Some(Ok(WaitEnd::Deadline));
+            }
+            runner.limit().map(Err)
+        })
+    }
+
+    /// Time passes in real time: the world runs meanwhile.
+    fn skip_to(&mut self, at_ms: u64) -> Result<(), Stop> {
+        self.run_until(Some(at_ms), |_| false).map(drop)
+    }
+
+    /// Settled live means: every turn has ended, no timer of the rig is pending, and nothing has
+    /// happened for the quiet period. An external harness's own timers cannot be seen, so a turn
+    /// that has not ended is given the whole liveness bound.
+    fn settle(&mut self, deadline_ms: u64) -> Result<bool, Stop> {
+        let (mut seen, mut quiet_since) = (self.world.activity(), self.world.clock.now_ms());
+        let quiet_ms = self.bounds.quiet_ms;
+        self.drive(|runner| {
+            let now = runner.world.clock.now_ms();
+            if runner.world.activity() != seen {
+                (seen, quiet_since) = (runner.world.activity(), now);
+            }
+            if now >= deadline_ms {
+                return Some(Ok(false));
+            }
+            if now.saturating_sub(quiet_since) >= quiet_ms
+                && runner.world.clock.next_deadline().is_none()
+                && runner.turns_settled()
+            {
+                return Some(Ok(true));
+            }
+            runner.limit().map(Err)
+        })
+    }
+
+    fn crashed(&self) -> &BTreeSet<String> {
+        &self.crashed
+    }
+
+    fn crash(&mut self, host: &str) {
+        self.world.record_control("crash", host);
+        if self.external.contains(host) {
+            self.net.crash_external(host);
+        } else {
+            self.stop_host(host);
+        }
+        self.crashed.insert(host.to_string());
+    }
+
+    fn restart(&mut self, host: &str) {
+        self.world.record_control("restart", host);
+        self.bring_back(host);
+    }
+
+    fn partition(&mut self, a: &str, b: &str) {
+        self.world.record_control("partition", &format!("{a}<->{b}"));
+        self.world.sever(a, b);
+    }
+
+    fn repair(&mut self, a: &str, b: &str) {
+        self.world.record_control("repair", &format!("{a}<->{b}"));
+        self.world.mend(a, b);
+    }
+
+    /// Refused before a live run starts ([`super::plan`]); a no-op should it ever get here.
+    fn hold(&mut self, a: &str, b: &str) {
+        tracing::warn!("live mode cannot hold {a}<->{b}");
+    }
+
+    fn release(&mut self, a: &str, b: &str) {
+        tracing::warn!("live mode cannot release {a}<->{b}");
+    }
+
+    fn heal(&mut self) {
+        self.world.record_control("heal", "all");
+        self.world.heal_faults();
+        for host in std::mem::take(&mut self.crashed) {
+            self.bring_back(&host);
+        }
+    }
+}
+
+impl LiveRunner {
+    fn bring_back(&mut self, host: &str) {
+        if self.external.contains(host) {
+            self.net.restart_external(host);
+        } else if !self.running.contains_key(host) {
+            self.start_host(host);
+        }
+        self.crashed.remove(host);
+    }
+}
