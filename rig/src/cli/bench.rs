@@ -13,6 +13,9 @@ pub struct BenchArgs {
     /// Seeds to run every scenario and policy under, `A..B`.
     #[arg(long, default_value = "0..200", value_parser = parse_seed_range)]
     pub seeds: std::ops::Range<u64>,
+    /// Also time a depth-1 sweep of this workload (none: skip it).
+    #[arg(long, default_value = "scenarios/workloads/multi-round.toml")]
+    pub sweep: Option<PathBuf>,
 }
 
 pub fn command(args: BenchArgs) -> ExitCode {
@@ -53,6 +56,9 @@ pub fn command(args: BenchArgs) -> ExitCode {
         "total: {all_runs} runs, {:.0} runs/s on one core, {failed} failed",
         all_runs as f64 / (all_wall_us as f64 / 1e6)
     );
+    if let Some(workload) = args.sweep.as_ref().filter(|w| w.exists()) {
+        failed += super::sweep::bench(workload);
+    }
     if let Some(peak) = peak_memory_kib() {
         out!("peak resident memory: {} MiB", peak / 1024);
     }

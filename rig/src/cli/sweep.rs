@@ -144,3 +144,24 @@ pub fn command(args: SweepArgs) -> ExitCode {
         ExitCode::SUCCESS
     }
 }
+
+/// Times a depth-1 sweep of `workload` under the reference harness, on one core, for `rig bench`;
+/// 1 if it found anything (a benchmark of a clean workload should stay clean), else 0.
+pub fn bench(workload: &Path) -> u64 {
+    let Ok(scenario) = rig::Scenario::load(workload) else {
+        err!("error: cannot load the sweep workload {}", workload.display());
+        return 1;
+    };
+    // Wall time, for the benchmark only.
+    let started = std::time::Instant::now();
+    let report = explore::sweep(&rig::reference(), &scenario, &SweepOptions::default());
+    let seconds = started.elapsed().as_secs_f64();
+    out!(
+        "sweep: {} depth 1 under reference: {} runs in {seconds:.2} s on one core ({:.0} runs/s), {} findings",
+        workload.display(),
+        report.runs.len() + 1,
+        (report.runs.len() + 1) as f64 / seconds,
+        report.findings.len()
+    );
+    u64::from(!report.findings.is_empty() || !report.baseline_fired.is_empty())
+}
