@@ -5,13 +5,15 @@
 //! owns no clock, socket or task, so the rig can host it on a simulated network and apply cuts
 //! around it, and a live mode can host the same logic on real sockets.
 
+mod effect;
 mod model;
 mod service;
 mod session;
 mod store;
 mod ticket;
 
-pub use model::ScriptedModel;
+pub use effect::{reconcile_functions, Effect, EffectService, Guarantees, Replay, ServiceConfig};
+pub use model::{RequestCheck, ScriptedModel, ScriptedReply};
 pub use service::{Call, Double, EffectRecord, Observation, ServiceError};
 pub use session::SessionService;
 pub use store::{LeaseView, StateStore};

@@ -1,37 +1,157 @@
 use crate::service::{Call, Double, Observation, ServiceError};
 use serde_json::{json, Value};
 use std::collections::VecDeque;
+use std::fmt;
+use std::rc::Rc;
+
+/// Checks a generation request against what a scripted reply expects of it: the expectations
+/// it fails, in words (none when it matches).
+pub type RequestCheck = Rc<dyn Fn(&Value) -> Vec<String>>;
+
+/// One scripted reply: what the model answers, what request it answers (if it says), and
+/// whether the run may leave it unused.
+#[derive(Clone)]
+pub struct ScriptedReply {
+    pub reply: Value,
+    pub expect: Option<RequestCheck>,
+    pub optional: bool,
+}
+
+impl ScriptedReply {
+    pub fn new(reply: Value) -> Self {
+        Self { reply, expect: None, optional: false }
+    }
+}
+
+impl fmt::Debug for ScriptedReply {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ScriptedReply")
+            .field("reply", &self.reply)
+            .field("expect", &self.expect.is_some())
+            .field("optional", &self.optional)
+            .finish()
+    }
+}
 
 /// A scripted model: answers each generation request with the next scripted reply.
 ///
-/// Scripted rather than generated so a run's model behaviour is part of the scenario file;
-/// when the script runs out it answers with a plain final text, so a turn can always end.
+/// Scripted rather than generated so a run's model behaviour is part of the scenario file. A
+/// reply may say what request it answers: a request that does not match is answered with a
+/// `contract_failure` error, the reply stays next in line, and the model notes `model_contract`
+/// with what did not match. When the script runs out the model answers with a plain final text,
+/// so a turn can always end; if there was a script, it notes the generation as unexpected. A
+/// scripted reply never asked for is reported unused at the end of the run.
 #[derive(Debug, Default, Clone)]
 pub struct ScriptedModel {
-    script: VecDeque<Value>,
+    script: VecDeque<ScriptedReply>,
+    /// How many generations were answered from the script.
+    consumed: usize,
+    scripted: bool,
 }
 
 impl ScriptedModel {
     pub const FUNCTIONS: &'static [&'static str] = &["model::generate"];
 
     pub fn new(script: impl IntoIterator<Item = Value>) -> Self {
-        Self { script: script.into_iter().collect() }
+        Self::scripted(script.into_iter().map(ScriptedReply::new))
+    }
+
+    pub fn scripted(script: impl IntoIterator<Item = ScriptedReply>) -> Self {
+        let script: VecDeque<ScriptedReply> = script.into_iter().collect();
+        Self { scripted: !script.is_empty(), script, consumed: 0 }
+    }
+
+    fn generate(&mut self, request: &Value, observed: &mut Vec<Observation>) -> Result<Value, ServiceError> {
+        let generation = self.consumed + 1;
+        let Some(next) = self.script.front() else {
+            if self.scripted {
+                observed.push(Observation::Note {
+                    what: "model_contract".into(),
+                    detail: json!({ "generation": generation, "problem": "unexpected: the script has no reply left" }),
+                });
+            }
+            return Ok(json!({ "text": "done" }));
+        };
+        let failed = next.expect.as_ref().map(|check| check(request)).unwrap_or_default();
+        if !failed.is_empty() {
+            observed.push(Observation::Note {
+                what: "model_contract".into(),
+                detail: json!({ "generation": generation, "problem": "the request does not match", "failed": failed }),
+            });
+            return Err(ServiceError::new(
+                "contract_failure",
+                format!("generation {generation}: the request does not match: {}", failed.join("; ")),
+            ));
+        }
+        self.consumed += 1;
+        Ok(self.script.pop_front().map(|next| next.reply).unwrap_or(Value::Null))
     }
 }
 
 impl Double for ScriptedModel {
-    fn name(&self) -> &'static str {
+    fn name(&self) -> &str {
         "model"
     }
 
-    fn functions(&self) -> &'static [&'static str] {
-        Self::FUNCTIONS
+    fn functions(&self) -> Vec<String> {
+        crate::service::owned(Self::FUNCTIONS)
     }
 
-    fn handle(&mut self, call: Call<'_>, _observed: &mut Vec<Observation>) -> Result<Value, ServiceError> {
+    fn handle(&mut self, call: Call<'_>, observed: &mut Vec<Observation>) -> Result<Value, ServiceError> {
         match call.function {
-            "model::generate" => Ok(self.script.pop_front().unwrap_or_else(|| json!({ "text": "done" }))),
+            "model::generate" => self.generate(call.payload, observed),
             other => Err(ServiceError::new("function_not_found", other)),
         }
+    }
+
+    fn unused(&self) -> Vec<String> {
+        self.script
+            .iter()
+            .enumerate()
+            .filter(|(_, reply)| !reply.optional)
+            .map(|(index, reply)| {
+                format!("scripted model reply #{} ({}) was never asked for", self.consumed + index + 1, reply.reply)
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn generate(model: &mut ScriptedModel, request: Value) -> (Result<Value, ServiceError>, Vec<Observation>) {
+        let mut seen = Vec::new();
+        let reply = model.handle(Call { function: "model::generate", payload: &request, now_ms: 0 }, &mut seen);
+        (reply, seen)
+    }
+
+    #[test]
+    fn a_reply_answers_only_the_request_it_expects() {
+        let expects_a_result: RequestCheck = Rc::new(|request: &Value| {
+            if request["messages"].as_array().is_some_and(|m| m.len() == 2) {
+                Vec::new()
+            } else {
+                vec!["messages: expected 2".to_string()]
+            }
+        });
+        let mut model = ScriptedModel::scripted([
+            ScriptedReply::new(json!({ "tool_calls": [] })),
+            ScriptedReply { expect: Some(expects_a_result), ..ScriptedReply::new(json!({ "text": "second" })) },
+            ScriptedReply { optional: true, ..ScriptedReply::new(json!({ "text": "spare" })) },
+        ]);
+        assert!(generate(&mut model, json!({ "messages": [1] })).0.is_ok());
+        let (refused, seen) = generate(&mut model, json!({ "messages": [1] }));
+        assert_eq!(refused.unwrap_err().code, "contract_failure");
+        assert!(matches!(&seen[..], [Observation::Note { what, .. }] if what == "model_contract"));
+        assert_eq!(model.unused().len(), 1, "the refused reply is still unused; the optional one does not count");
+        assert_eq!(generate(&mut model, json!({ "messages": [1, 2] })).0.unwrap(), json!({ "text": "second" }));
+        assert!(model.unused().is_empty());
+        generate(&mut model, json!({})).0.unwrap();
+        let (beyond, seen) = generate(&mut model, json!({}));
+        assert_eq!(beyond.unwrap(), json!({ "text": "done" }));
+        assert_eq!(seen.len(), 1, "a generation beyond the script is noted");
+        let (unscripted, seen) = generate(&mut ScriptedModel::new([]), json!({}));
+        assert_eq!((unscripted.unwrap(), seen.len()), (json!({ "text": "done" }), 0));
     }
 }

@@ -55,6 +55,10 @@ pub enum Observation {
     /// The rig needs every one: the fencing oracle checks each acceptance against the tokens
     /// granted so far, and counts rejections as the fence doing its job.
     Fenced { scope: String, key: String, domain: String, token: u64, accepted: bool },
+    /// The double's own account of a request its script did not provide for (a scripted model
+    /// reply that expected another request, a generation beyond the script). The rig records it
+    /// as a note from the double's host.
+    Note { what: String, detail: Value },
 }
 
 /// One line of the effect ledger: a request for an external effect and what became of it.
@@ -78,14 +82,24 @@ pub struct EffectRecord {
 /// A service the harness depends on.
 pub trait Double {
     /// The name the service is known by in scenario files and traces.
-    fn name(&self) -> &'static str;
+    fn name(&self) -> &str;
     /// The bus functions it serves.
-    fn functions(&self) -> &'static [&'static str];
+    fn functions(&self) -> Vec<String>;
     /// Handles one call. Observations are appended to `observed` only for what took effect.
     fn handle(&mut self, call: Call<'_>, observed: &mut Vec<Observation>) -> Result<Value, ServiceError>;
     /// Learns that the store granted `token` for the ownership domain `domain`: a service that
     /// enforces fencing raises its bar. Most services ignore it.
     fn observe_grant(&mut self, _domain: &str, _token: u64) {}
+    /// What the scenario scripted for this double that the run never used (a scripted model
+    /// reply nobody asked for), one line each. Most doubles script nothing.
+    fn unused(&self) -> Vec<String> {
+        Vec::new()
+    }
+}
+
+/// A service's function names as owned strings.
+pub(crate) fn owned(functions: &[&str]) -> Vec<String> {
+    functions.iter().map(|f| f.to_string()).collect()
 }
 
 /// A required string field of a payload.

@@ -2,7 +2,14 @@ use crate::service::{text_field, Call, Double, Observation, ServiceError};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 
-/// The session service: a session's message log and its status.
+/// The session service: a session's message log (its transcript) and its status.
+///
+/// An append may carry an `entry_key`: appending an entry under a key the log already holds
+/// leaves the log as it is and answers with the earlier entry (`duplicate: true`), so a harness
+/// can repeat an append whose outcome it does not know, or transcribe a resumed turn again,
+/// without duplicating anything. The rig reads transcripts in the iii session shape: a function
+/// call is a `{type: "function_call", id}` block in an entry's `content`, and its result an entry
+/// with `role: "function_result"` and `function_call_id`.
 #[derive(Debug, Default, Clone)]
 pub struct SessionService {
     sessions: BTreeMap<String, Session>,
@@ -38,12 +45,12 @@ impl SessionService {
 }
 
 impl Double for SessionService {
-    fn name(&self) -> &'static str {
+    fn name(&self) -> &str {
         "session"
     }
 
-    fn functions(&self) -> &'static [&'static str] {
-        Self::FUNCTIONS
+    fn functions(&self) -> Vec<String> {
+        crate::service::owned(Self::FUNCTIONS)
     }
 
     fn handle(&mut self, call: Call<'_>, _observed: &mut Vec<Observation>) -> Result<Value, ServiceError> {
@@ -52,6 +59,10 @@ impl Double for SessionService {
             "session::messages" => Ok(json!({ "entries": self.entries(session_id) })),
             "session::append" => {
                 let session = self.sessions.entry(session_id.to_string()).or_default();
+                let key = call.payload.pointer("/entry/entry_key").and_then(Value::as_str);
+                if let Some(earlier) = key.and_then(|key| session.entries.iter().find(|e| e["entry_key"] == key)) {
+                    return Ok(json!({ "entry_id": earlier["entry_id"], "duplicate": true }));
+                }
                 let entry_id = format!("e{}", session.entries.len() + 1);
                 let mut entry = call.payload.get("entry").cloned().unwrap_or(Value::Null);
                 if let Value::Object(fields) = &mut entry {
@@ -87,5 +98,15 @@ mod tests {
             service.handle(Call { function: "session::messages", payload: &read, now_ms: 0 }, &mut Vec::new()).unwrap();
         assert_eq!(messages["entries"][1]["content"], json!("hello"));
         assert_eq!(messages["entries"].as_array().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn an_append_under_a_known_key_is_kept_once() {
+        let mut service = SessionService::new();
+        let append = json!({"session_id": "s1", "entry": {"role": "function_result", "entry_key": "a1:result"}});
+        let call = Call { function: "session::append", payload: &append, now_ms: 0 };
+        assert_eq!(service.handle(call, &mut Vec::new()).unwrap(), json!({"entry_id": "e1"}));
+        assert_eq!(service.handle(call, &mut Vec::new()).unwrap(), json!({"entry_id": "e1", "duplicate": true}));
+        assert_eq!(service.entries("s1").len(), 1);
     }
 }

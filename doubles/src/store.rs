@@ -328,12 +328,12 @@ fn lease_observation(lease: &LeaseView) -> Observation {
 }
 
 impl Double for StateStore {
-    fn name(&self) -> &'static str {
+    fn name(&self) -> &str {
         "store"
     }
 
-    fn functions(&self) -> &'static [&'static str] {
-        Self::FUNCTIONS
+    fn functions(&self) -> Vec<String> {
+        crate::service::owned(Self::FUNCTIONS)
     }
 
     fn handle(&mut self, call: Call<'_>, observed: &mut Vec<Observation>) -> Result<Value, ServiceError> {

@@ -1,10 +1,7 @@
-use crate::service::{
-    optional_object_field, optional_text_field, text_field, u64_field, Call, Double, EffectRecord, Observation,
-    ServiceError,
-};
+use crate::effect::{Admission, EffectCore, EffectRequest, Guarantees};
+use crate::service::{optional_text_field, text_field, Call, Double, Observation, ServiceError};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
-use std::collections::BTreeMap;
 
 /// How a ticket service protects (or fails to protect) against duplicate and stale requests.
 /// Read from a scenario's `[world.tickets]` table; every field is optional.
@@ -28,6 +25,17 @@ impl Default for TicketConfig {
     }
 }
 
+impl TicketConfig {
+    pub fn guarantees(&self) -> Guarantees {
+        Guarantees {
+            idempotency: self.idempotency,
+            idempotency_window_ms: self.idempotency_window_ms,
+            lookup: self.lookup,
+            fencing: self.fencing,
+        }
+    }
+}
+
 /// A ticket the service created, in creation order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Ticket {
@@ -42,27 +50,18 @@ pub struct Ticket {
     pub created_at_ms: u64,
 }
 
-/// An idempotency key the service remembers.
-#[derive(Debug, Clone)]
-struct KeyMemory {
-    first_seen_ms: u64,
-    /// Index into `tickets`.
-    ticket: usize,
-}
-
 /// An external ticketing service: the kind of effect a harness must not duplicate.
 ///
 /// Depending on its [`TicketConfig`] it deduplicates by idempotency key (for a window),
 /// offers lookup by client reference, and rejects requests whose fencing token is older than
-/// the newest it has accepted or been told about for that ownership domain. Every create
-/// request lands in the effect ledger as one [`Observation::Effect`], rejected ones included.
+/// the newest it has accepted or been told about for that ownership domain (the effect
+/// services' shared core). Every create request lands in the effect ledger as one
+/// [`Observation::Effect`], rejected ones included.
 #[derive(Debug, Default, Clone)]
 pub struct TicketService {
     config: TicketConfig,
     tickets: Vec<Ticket>,
-    keys: BTreeMap<String, KeyMemory>,
-    /// The newest token known per ownership domain.
-    tokens: BTreeMap<String, u64>,
+    core: EffectCore,
 }
 
 impl TicketService {
@@ -91,85 +90,43 @@ impl TicketService {
     /// Tells the service that `token` exists for `domain` (e.g. a lease was granted in the
     /// store), raising the bar a fenced create must reach. Never lowers it.
     pub fn observe_token(&mut self, domain: &str, token: u64) {
-        let latest = self.tokens.entry(domain.to_string()).or_insert(token);
-        *latest = (*latest).max(token);
+        self.core.observe_token(domain, token);
     }
 
     /// The newest token the service knows for `domain`, accepted or observed.
     pub fn latest_token(&self, domain: &str) -> Option<u64> {
-        self.tokens.get(domain).copied()
+        self.core.latest_token(domain)
     }
 
     /// The ticket a key maps to, if the key is remembered at `now_ms`.
     fn remembered(&self, key: &str, now_ms: u64) -> Option<&Ticket> {
-        if !self.config.idempotency {
-            return None;
-        }
-        self.keys
-            .get(key)
-            .filter(|m| now_ms.saturating_sub(m.first_seen_ms) < self.config.idempotency_window_ms)
-            .map(|m| &self.tickets[m.ticket])
+        self.core.remembered(key, now_ms, &self.config.guarantees()).map(|index| &self.tickets[index])
     }
 
     fn create(&mut self, payload: &Value, now_ms: u64, observed: &mut Vec<Observation>) -> Result<Value, ServiceError> {
-        let action_id = text_field(payload, "action_id")?;
-        let key = optional_text_field(payload, "idempotency_key")?;
-        let reference = optional_text_field(payload, "client_reference")?;
-        let title = optional_text_field(payload, "title")?;
-        let fencing = match optional_object_field(payload, "fencing")? {
-            None => None,
-            Some(fencing) => {
-                let field = |e: ServiceError| ServiceError::bad_request(format!("fencing: {}", e.message));
-                Some((text_field(fencing, "domain").map_err(field)?, u64_field(fencing, "token").map_err(field)?))
-            }
+        let request = EffectRequest::read(payload)?;
+        // The title, where a harness sends it: at the top, or among the tool's arguments.
+        let title = match optional_text_field(payload, "title")? {
+            Some(title) => Some(title),
+            None => payload.get("args").map(|args| optional_text_field(args, "title")).transpose()?.flatten(),
         };
-        let mut ledger = |accepted: bool, reason: &str| {
-            observed.push(Observation::Effect(EffectRecord {
-                kind: Self::EFFECT_KIND.into(),
-                action_id: action_id.into(),
-                idempotency_key: key.map(Into::into),
-                fencing_token: fencing.map(|(_, token)| token),
-                fencing_domain: fencing.map(|(domain, _)| domain.to_string()),
-                accepted,
-                reason: reason.into(),
-            }))
-        };
-
-        if let Some((domain, token)) = fencing {
-            match self.latest_token(domain) {
-                Some(latest) if self.config.fencing && token < latest => {
-                    ledger(false, "stale token");
-                    return Err(ServiceError::new(
-                        "stale_token",
-                        format!("token {token} is older than token {latest} of {domain}"),
-                    ));
-                }
-                _ => self.observe_token(domain, token),
+        let guarantees = self.config.guarantees();
+        match self.core.admit(Self::EFFECT_KIND, &request, self.tickets.len(), now_ms, &guarantees, observed)? {
+            Admission::Duplicate(index) => Ok(json!({ "ticket_id": self.tickets[index].ticket_id, "duplicate": true })),
+            Admission::New(index) => {
+                let ticket_id = format!("T-{}", index + 1);
+                self.tickets.push(Ticket {
+                    ticket_id: ticket_id.clone(),
+                    action_id: request.action_id.into(),
+                    idempotency_key: request.key.map(Into::into),
+                    client_reference: request.reference.map(Into::into),
+                    fencing: request.fencing.map(|(domain, token)| (domain.into(), token)),
+                    title: title.map(Into::into),
+                    created_at_ms: now_ms,
+                });
+                Ok(json!({ "ticket_id": ticket_id, "duplicate": false }))
             }
         }
-
-        if let Some(existing) = key.and_then(|key| self.remembered(key, now_ms)) {
-            let ticket_id = existing.ticket_id.clone();
-            ledger(false, "duplicate key");
-            return Ok(json!({ "ticket_id": ticket_id, "duplicate": true }));
-        }
-
-        let index = self.tickets.len();
-        let ticket_id = format!("T-{}", index + 1);
-        self.tickets.push(Ticket {
-            ticket_id: ticket_id.clone(),
-            action_id: action_id.into(),
-            idempotency_key: key.map(Into::into),
-            client_reference: reference.map(Into::into),
-            fencing: fencing.map(|(domain, token)| (domain.into(), token)),
-            title: title.map(Into::into),
-            created_at_ms: now_ms,
-        });
-        if let (true, Some(key)) = (self.config.idempotency, key) {
-            self.keys.insert(key.into(), KeyMemory { first_seen_ms: now_ms, ticket: index });
-        }
-        ledger(true, "created");
-        Ok(json!({ "ticket_id": ticket_id, "duplicate": false }))
     }
 
     fn lookup(&self, payload: &Value) -> Result<Value, ServiceError> {
@@ -196,12 +153,12 @@ impl TicketService {
 }
 
 impl Double for TicketService {
-    fn name(&self) -> &'static str {
+    fn name(&self) -> &str {
         "tickets"
     }
 
-    fn functions(&self) -> &'static [&'static str] {
-        Self::FUNCTIONS
+    fn functions(&self) -> Vec<String> {
+        crate::service::owned(Self::FUNCTIONS)
     }
 
     fn observe_grant(&mut self, domain: &str, token: u64) {
@@ -221,6 +178,7 @@ impl Double for TicketService {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::service::EffectRecord;
 
     const HOUR: u64 = 3_600_000;
 
@@ -264,7 +222,7 @@ mod tests {
         let service = TicketService::default();
         assert_eq!(service.config(), &TicketConfig::default());
         assert_eq!(service.name(), "tickets");
-        assert_eq!(service.functions(), &["ticket::create", "ticket::lookup", "ticket::status"]);
+        assert_eq!(service.functions(), vec!["ticket::create", "ticket::lookup", "ticket::status"]);
     }
 
     #[test]
