@@ -4,7 +4,8 @@
 //! must be. Written as `PATH = VALUE` it compares the field's *text* (strings bare, everything
 //! else as compact JSON), so `step = 1`, `skipped = true` and `next_step = "null"` all work. A
 //! table says more: `{ ne = "running" }`, `{ ge = 1_800_000, lt = 1_801_000 }`,
-//! `{ absent = true }`, `{ one_of = ["completed", "held"] }`, `{ contains = "dead letter" }`;
+//! `{ absent = true }`, `{ one_of = ["completed", "held"] }`, `{ contains = "dead letter" }`,
+//! `{ len = 0 }`;
 //! every entry of the table must hold.
 
 use proxy::{lookup, value_text};
@@ -29,6 +30,9 @@ pub enum Test {
     OneOf(Vec<String>),
     /// The field is a string containing this text, or an array with an element of this text.
     Contains(String),
+    /// The field is an array (or object) of this many entries, or a string of this many
+    /// characters.
+    Len(usize),
 }
 
 impl Test {
@@ -48,6 +52,12 @@ impl Test {
                 Some(Value::Array(items)) => items.iter().any(|item| value_text(item) == *text),
                 _ => false,
             },
+            Test::Len(len) => match found {
+                Some(Value::Array(items)) => items.len() == *len,
+                Some(Value::Object(fields)) => fields.len() == *len,
+                Some(Value::String(text)) => text.chars().count() == *len,
+                _ => false,
+            },
         }
     }
 }
@@ -65,6 +75,7 @@ impl fmt::Display for Test {
             Test::Absent(false) => write!(f, "present"),
             Test::OneOf(texts) => write!(f, "one of [{}]", texts.join(", ")),
             Test::Contains(text) => write!(f, "contains {text}"),
+            Test::Len(len) => write!(f, "of length {len}"),
         }
     }
 }
@@ -82,7 +93,8 @@ pub struct Condition {
 pub struct ConditionError(String);
 
 /// The keys a condition table may hold.
-pub const TEST_NAMES: [&str; 10] = ["eq", "ne", "lt", "le", "gt", "ge", "absent", "present", "one_of", "contains"];
+pub const TEST_NAMES: [&str; 11] =
+    ["eq", "ne", "lt", "le", "gt", "ge", "absent", "present", "one_of", "contains", "len"];
 
 impl Condition {
     /// A condition that the field at `path` has the text `expected`.
@@ -190,6 +202,10 @@ fn test(path: &str, name: &str, operand: &toml::Value) -> Result<Test, Condition
         "absent" => Test::Absent(flag(operand)?),
         "present" => Test::Absent(!flag(operand)?),
         "contains" => Test::Contains(scalar_text(path, operand)?),
+        "len" => match operand {
+            toml::Value::Integer(n) if *n >= 0 => Test::Len(*n as usize),
+            _ => return Err(ConditionError(format!("`{path}`: `len` expects a whole number"))),
+        },
         "one_of" => match operand {
             toml::Value::Array(items) if !items.is_empty() => {
                 Test::OneOf(items.iter().map(|item| scalar_text(path, item)).collect::<Result<_, _>>()?)
@@ -240,6 +256,9 @@ mod tests {
         assert!(condition("reason", "{ contains = \"dead letter\" }").matches(&doc));
         assert!(condition("tags", "{ contains = \"b\" }").matches(&doc));
         assert!(!condition("status", "{ gt = 1 }").matches(&doc), "a string is no number");
+        assert!(condition("tags", "{ len = 2 }").matches(&doc));
+        assert!(condition("status", "{ len = 4 }").matches(&doc));
+        assert!(!condition("at_ms", "{ len = 0 }").matches(&doc), "a number has no length");
     }
 
     #[test]

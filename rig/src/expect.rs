@@ -2,7 +2,7 @@
 
 use crate::condition::{all_hold, Condition};
 use crate::trace::{Event, EventKind};
-use doubles::StateStore;
+use doubles::{SessionService, StateStore};
 use proxy::lookup;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
@@ -20,6 +20,12 @@ pub enum Expectation {
     Events(EventsExpectation),
     /// Accepted external effects by kind, from the ledger: exact counts, absent kinds zero.
     Effects(BTreeMap<String, u64>),
+    /// A session's transcript at the end of the run: exactly these entries, in order, each
+    /// meeting its conditions.
+    Transcript { session: String, entries: Vec<Vec<Condition>> },
+    /// The model script was followed: no generation request it did not expect, none beyond it,
+    /// and no scripted reply left unused.
+    ModelScript,
 }
 
 /// Counts and sameness over the trace events that match `conditions`.
@@ -38,7 +44,10 @@ pub struct EventsExpectation {
 /// Notes the rig's own components write (the queue, the proxy, the engine): what they saw, not a
 /// harness's account of itself.
 fn is_rig_note(what: &str) -> bool {
-    what.starts_with("queue_") || what.starts_with("proxy_") || matches!(what, "unreadable_frame" | "outbox_full")
+    what.starts_with("queue_")
+        || what.starts_with("proxy_")
+        || what.starts_with("model_")
+        || matches!(what, "unreadable_frame" | "outbox_full")
 }
 
 impl Expectation {
@@ -65,6 +74,10 @@ pub struct Observed<'a> {
     pub store: &'a StateStore,
     pub events: &'a [Event],
     pub effects: &'a BTreeMap<String, u64>,
+    /// The session service, whose transcripts `transcript` expectations read.
+    pub sessions: &'a SessionService,
+    /// What the doubles' scripts left unused (scripted model replies nobody asked for).
+    pub unused: &'a [String],
 }
 
 /// Counts accepted external effects by kind, from the ledger's events.
@@ -120,6 +133,10 @@ pub fn check(expectations: &[Expectation], observed: &Observed<'_>) -> Vec<Strin
                 }
             }
             Expectation::Events(events) => check_events(events, observed.events, &event_documents, &mut failures),
+            Expectation::Transcript { session, entries } => {
+                check_transcript(session, entries, observed.sessions.entries(session), &mut failures)
+            }
+            Expectation::ModelScript => check_model_script(observed, &mut failures),
             Expectation::Effects(expected) => {
                 let kinds: BTreeSet<&String> = expected.keys().chain(observed.effects.keys()).collect();
                 for kind in kinds {
@@ -133,6 +150,67 @@ pub fn check(expectations: &[Expectation], observed: &Observed<'_>) -> Vec<Strin
         }
     }
     failures
+}
+
+/// Shared expectations a known-bad policy must break, by kind: a failure for each kind none of
+/// whose expectations failed (the planted bug did not show).
+pub fn check_broken(broken: &[(String, Vec<Expectation>)], observed: &Observed<'_>) -> Vec<String> {
+    broken
+        .iter()
+        .filter(|(_, expectations)| check(expectations, observed).is_empty())
+        .map(|(kind, _)| {
+            format!("`[expect]` {kind} was expected to fail under this policy (it breaks it on purpose), and it held")
+        })
+        .collect()
+}
+
+fn check_transcript(session: &str, expected: &[Vec<Condition>], entries: &[Value], failures: &mut Vec<String>) {
+    let summary = || {
+        let roles: Vec<String> = entries.iter().map(|e| e["role"].as_str().unwrap_or("?").to_string()).collect();
+        format!("[{}]", roles.join(", "))
+    };
+    if entries.len() != expected.len() {
+        failures.push(format!(
+            "transcript {session}: expected {} entries, found {} {}",
+            expected.len(),
+            entries.len(),
+            summary()
+        ));
+        return;
+    }
+    for (index, (conditions, entry)) in expected.iter().zip(entries).enumerate() {
+        let failed = failed_conditions(conditions, entry);
+        if !failed.is_empty() {
+            failures.push(format!("transcript {session} entry #{}: {} (entry {entry})", index + 1, failed.join("; ")));
+        }
+    }
+}
+
+/// The model's own notes of requests its script did not provide for, and replies left unused.
+fn check_model_script(observed: &Observed<'_>, failures: &mut Vec<String>) {
+    for event in observed.events {
+        if let EventKind::Note { what, detail } = &event.kind {
+            if what == "model_contract" {
+                failures.push(format!(
+                    "model script: generation {} at {} ms: {}",
+                    detail["generation"],
+                    event.at_ms,
+                    {
+                        let failed: Vec<String> = detail["failed"]
+                            .as_array()
+                            .map(|f| f.iter().map(|c| c.as_str().unwrap_or_default().to_string()).collect())
+                            .unwrap_or_default();
+                        if failed.is_empty() {
+                            detail["problem"].as_str().unwrap_or_default().to_string()
+                        } else {
+                            format!("{}: {}", detail["problem"].as_str().unwrap_or_default(), failed.join("; "))
+                        }
+                    }
+                ));
+            }
+        }
+    }
+    failures.extend(observed.unused.iter().map(|line| format!("model script: {line}")));
 }
 
 fn check_events(expected: &EventsExpectation, events: &[Event], documents: &[Value], failures: &mut Vec<String>) {

@@ -38,7 +38,9 @@ pub use bus::{Action, Answer, Bus, ErrorBody, Invocation, InvokeError, Provider}
 pub use clock::{within, Clock, Elapsed};
 pub use condition::{Condition, Test};
 pub use cut::{Interrupt, INTERRUPT_POINTS};
-pub use harness::{HarnessConfig, HarnessEnv, HarnessFactory, Policy, ProcessControl, ReferenceHarness};
+pub use harness::{
+    Binding, BindingPoint, HarnessConfig, HarnessEnv, HarnessFactory, Policy, ProcessControl, ReferenceHarness, Tool,
+};
 pub use layout::{ActionClass, RecordLayout};
 pub use live::{
     prepare_live, run_live, serve_harness, HarnessProcess, LiveListener, LiveOptions, LiveScenario, RIG_CONFIG,

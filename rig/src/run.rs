@@ -13,7 +13,7 @@ use crate::sim::world::World;
 use crate::sim::Runner;
 use crate::topology::{Role, Topology};
 use crate::trace::{EventKind, Trace};
-use doubles::{ScriptedModel, SessionService, StateStore};
+use doubles::{ScriptedModel, ScriptedReply, SessionService, StateStore};
 use serde_json::Value;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
@@ -171,11 +171,14 @@ pub(crate) fn judge(
     let Ended { at_ms: ended_at_ms, steps, settled, started } = ended;
     let trace = world.take_trace();
     let store = world.store.borrow();
+    let sessions = world.session.borrow();
+    let unused = world.unused_script();
     let queues = world.queues.borrow();
     let layout = &harness.layout;
     let violations = oracle::check(&Evidence {
         events: trace.events(),
         store: &store,
+        sessions: &sessions,
         layout,
         dead_letters: queues.unresolved_dead_letters(),
         effect_functions: scenario.world.services.effect_functions(),
@@ -190,10 +193,16 @@ pub(crate) fn judge(
     let rpc = world.rpc.borrow().clone();
     let applicable: Vec<_> =
         run.expectations.iter().filter(|e| harness.reference_notes || !e.reads_harness_notes()).cloned().collect();
-    failures.extend(expect::check(
-        &applicable,
-        &Observed { rpc: &rpc, store: &store, events: trace.events(), effects: &effects },
-    ));
+    let observed = Observed {
+        rpc: &rpc,
+        store: &store,
+        events: trace.events(),
+        effects: &effects,
+        sessions: &sessions,
+        unused: &unused,
+    };
+    failures.extend(expect::check(&applicable, &observed));
+    failures.extend(expect::check_broken(&run.broken, &observed));
     let state = store.records().map(|(s, k, v)| (s.to_string(), k.to_string(), v.clone())).collect();
     let actions = action_statuses(&store, layout);
     RunOutcome {
@@ -289,10 +298,13 @@ pub(crate) fn seeded_world(scenario: &Scenario, seed: u64) -> Rc<World> {
         session.seed_message(session_id, message.clone());
     }
     let store = Rc::new(RefCell::new(store));
-    let services = setup.services.build(Rc::clone(&store), session, ScriptedModel::new(setup.model.iter().cloned()));
+    let session = Rc::new(RefCell::new(session));
+    let model = ScriptedModel::scripted(setup.model.iter().map(scripted_reply));
+    let services = setup.services.build(Rc::clone(&store), Rc::clone(&session), model);
     let world = World::new(
         seed,
         store,
+        session,
         services,
         CutTable::new(scenario.cuts.iter().cloned()),
         ProcessCutTable::new(scenario.interrupts.iter().cloned()),
@@ -305,6 +317,18 @@ pub(crate) fn seeded_world(scenario: &Scenario, seed: u64) -> Rc<World> {
         *world.proxy_rules.borrow_mut() = Some(Rc::new(RefCell::new(rules)));
     }
     world
+}
+
+/// A scenario's scripted reply as the model double takes it: the conditions on the request it
+/// answers become its check.
+fn scripted_reply(reply: &crate::scenario::ModelReply) -> ScriptedReply {
+    let conditions = reply.expect.clone();
+    let expect: Option<doubles::RequestCheck> = (!conditions.is_empty()).then(|| {
+        Rc::new(move |request: &Value| {
+            conditions.iter().filter(|c| !c.matches(request)).map(|c| c.explain(request)).collect::<Vec<_>>()
+        }) as doubles::RequestCheck
+    });
+    ScriptedReply { reply: reply.reply.clone(), expect, optional: reply.optional }
 }
 
 /// Starts every host of the topology on the simulated network.

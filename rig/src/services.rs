@@ -1,14 +1,21 @@
 //! The doubles a world is made of: the one place that knows each service's host, its functions,
-//! the effects it produces and how an action is reconciled with it. Validation, the wiring of a
-//! run and the oracles all read it from here.
+//! the effects it produces, how an action is reconciled with it, and the tools it offers a
+//! harness. Validation, the wiring of a run, the harness's tool table and the oracles all read
+//! it from here.
 //!
 //! Adding a double takes its state machine in `doubles/` (and its export there), and an entry
-//! here; a double with settings of its own also gets a key in the scenario file's `[world]`.
+//! here; a double with settings of its own also gets a key in the scenario file's `[world]`. An
+//! effect service needs no code at all: a scenario declares it (`[world.service.NAME]`).
 
+use crate::harness::Tool;
 use crate::topology::{MODEL, SESSION, STORE, TICKETS};
-use doubles::{Double, ScriptedModel, SessionService, StateStore, TicketConfig, TicketService};
+use doubles::{
+    reconcile_functions, Double, EffectService, Replay, ScriptedModel, ServiceConfig, SessionService, StateStore,
+    TicketConfig, TicketService,
+};
+use serde_json::json;
 use std::cell::RefCell;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
 
 /// A double as a world holds it: shared, because it outlives every host that serves it.
@@ -20,21 +27,26 @@ pub type SharedDouble = Rc<RefCell<dyn Double>>;
 pub struct Services {
     /// The ticket service, an external effect service with a ledger.
     pub tickets: Option<TicketConfig>,
+    /// The services the scenario declared, by name (each its own host).
+    pub declared: BTreeMap<String, ServiceConfig>,
 }
 
 /// How the oracles recognise effects and reconciliations on the wire.
 #[derive(Debug, Clone, Default)]
 pub struct EffectFunctions {
     /// Functions whose calls request an external effect (one ledger line each).
-    pub effects: BTreeSet<&'static str>,
+    pub effects: BTreeSet<String>,
     /// Functions that ask a service whether an action happened, with the payload field naming
     /// the action (its idempotency key or client reference).
-    pub reconciliations: Vec<(&'static str, &'static str)>,
+    pub reconciliations: Vec<(String, &'static str)>,
 }
 
 fn names(functions: &[&str]) -> Vec<String> {
     functions.iter().map(|f| f.to_string()).collect()
 }
+
+/// The ticket service's namespace (`ticket::create`, `ticket::status`, ...).
+const TICKET_SERVICE: &str = "ticket";
 
 impl Services {
     /// Every service host of the world with the functions it serves.
@@ -47,38 +59,88 @@ impl Services {
         if self.tickets.is_some() {
             hosts.push((TICKETS.to_string(), names(TicketService::FUNCTIONS)));
         }
+        hosts.extend(self.declared.iter().map(|(name, config)| (name.clone(), config.functions(name))));
         hosts
     }
 
     /// The kinds of external effect this world's services can produce.
-    pub fn effect_kinds(&self) -> BTreeSet<&'static str> {
-        self.tickets.iter().map(|_| TicketService::EFFECT_KIND).collect()
+    pub fn effect_kinds(&self) -> BTreeSet<String> {
+        let tickets = self.tickets.iter().map(|_| TicketService::EFFECT_KIND.to_string());
+        tickets.chain(self.declared.iter().filter_map(|(name, config)| config.effect_kind(name))).collect()
     }
 
     /// The effect and reconciliation functions of this world's services.
     pub fn effect_functions(&self) -> EffectFunctions {
         let mut functions = EffectFunctions::default();
         if self.tickets.is_some() {
-            functions.effects.insert(TicketService::EFFECT_FUNCTION);
-            functions.reconciliations.extend(TicketService::RECONCILE_FUNCTIONS);
+            functions.effects.insert(TicketService::EFFECT_FUNCTION.to_string());
+            functions
+                .reconciliations
+                .extend(TicketService::RECONCILE_FUNCTIONS.map(|(f, field)| (f.to_string(), field)));
+        }
+        for (name, config) in &self.declared {
+            if let Some(effect) = config.effect_function(name) {
+                functions.effects.insert(effect);
+                functions.reconciliations.extend(reconcile_functions(name));
+            }
         }
         functions
+    }
+
+    /// The tools a harness in this world may dispatch: what each service documents.
+    pub fn tools(&self) -> Vec<Tool> {
+        let mut tools = Vec::new();
+        if let Some(tickets) = &self.tickets {
+            let ticket_tool = |name: &str, description: &str, replay_safe| Tool {
+                name: name.replace("::", "."),
+                function: name.to_string(),
+                description: description.to_string(),
+                parameters: json!({ "type": "object", "properties": { "title": { "type": "string" } } }),
+                replay_safe,
+                service: TICKET_SERVICE.to_string(),
+                idempotency: tickets.idempotency,
+                idempotency_window_ms: tickets.idempotency_window_ms,
+                lookup: tickets.lookup,
+            };
+            tools.push(ticket_tool(TicketService::EFFECT_FUNCTION, "Open a ticket.", false));
+            tools.push(ticket_tool("ticket::lookup", "Look up the ticket opened for this call.", true));
+        }
+        for (name, config) in &self.declared {
+            let (Some(tool), Some(function)) = (config.effect_kind(name), config.effect_function(name)) else {
+                continue;
+            };
+            tools.push(Tool {
+                name: tool,
+                function,
+                description: config.description.clone(),
+                parameters: config.parameters.clone(),
+                replay_safe: config.replay == Replay::Safe,
+                service: name.clone(),
+                idempotency: config.idempotency,
+                idempotency_window_ms: config.idempotency_window_ms,
+                lookup: config.lookup,
+            });
+        }
+        tools
     }
 
     /// Builds the doubles, by host: the store, session and model given, the rest from settings.
     pub fn build(
         &self,
         store: Rc<RefCell<StateStore>>,
-        session: SessionService,
+        session: Rc<RefCell<SessionService>>,
         model: ScriptedModel,
     ) -> Vec<(String, SharedDouble)> {
         let mut doubles: Vec<(String, SharedDouble)> = vec![
             (STORE.into(), store as SharedDouble),
-            (SESSION.into(), Rc::new(RefCell::new(session))),
+            (SESSION.into(), session as SharedDouble),
             (MODEL.into(), Rc::new(RefCell::new(model))),
         ];
         if let Some(tickets) = &self.tickets {
             doubles.push((TICKETS.into(), Rc::new(RefCell::new(TicketService::new(tickets.clone())))));
+        }
+        for (name, config) in &self.declared {
+            doubles.push((name.clone(), Rc::new(RefCell::new(EffectService::new(name, config.clone())))));
         }
         doubles
     }

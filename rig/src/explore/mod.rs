@@ -71,7 +71,12 @@ pub(crate) fn workload(scenario: &Scenario, keep_cuts: bool) -> Scenario {
 
 /// A policy run with nothing to expect: only the oracles judge.
 pub(crate) fn bare_run(policy: &str) -> PolicyRun {
-    PolicyRun { policy: policy.to_string(), expected_violations: BTreeSet::new(), expectations: Vec::new() }
+    PolicyRun {
+        policy: policy.to_string(),
+        expected_violations: BTreeSet::new(),
+        expectations: Vec::new(),
+        broken: Vec::new(),
+    }
 }
 
 /// The oracles a run tripped, by name, plus `limit` when it hit one.

@@ -132,6 +132,10 @@ impl HarnessEnv {
     }
 }
 
+/// The system prompt unless a scenario's `[world] system_prompt` says otherwise.
+pub const DEFAULT_SYSTEM_PROMPT: &str =
+    "You are a durable agent harness. Use the tools offered when the task needs them.";
+
 /// The harness's timeouts and limits, as a scenario's `[world]` sets them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HarnessConfig {
@@ -149,9 +153,68 @@ pub struct HarnessConfig {
     pub lease_ttl_ms: u64,
     /// Deadline of an effect request.
     pub tool_timeout_ms: u64,
-    /// What the ticket service guarantees, as documented to the harness: it decides how far a
-    /// negative reconciliation can be trusted.
-    pub tickets: doubles::TicketConfig,
+    /// The tools the harness may dispatch, as the world's services document them.
+    pub tools: Vec<Tool>,
+    /// The system prompt every generation request carries.
+    pub system_prompt: String,
+    /// The functions bound to the harness's hook points and lifecycle triggers.
+    pub bindings: Vec<Binding>,
+}
+
+/// A tool the harness may dispatch, as its service documents it to the harness and the harness
+/// offers it to the model.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Tool {
+    /// The name the model calls it by (`ticket.create`).
+    pub name: String,
+    /// The service function a call of it invokes (`ticket::create`).
+    pub function: String,
+    /// What the model is told it does, and the JSON schema of its arguments.
+    pub description: String,
+    pub parameters: serde_json::Value,
+    /// Whether it is safe to run again after an interruption (`replay: 'safe'`).
+    pub replay_safe: bool,
+    /// The service's namespace: it answers `{service}::status` (by idempotency key) and
+    /// `{service}::lookup` (by client reference) about an action.
+    pub service: String,
+    /// What the service guarantees: they decide how far a negative reconciliation can be trusted.
+    pub idempotency: bool,
+    pub idempotency_window_ms: u64,
+    pub lookup: bool,
+}
+
+/// Where a binding attaches to the harness.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BindingPoint {
+    /// A hook consulted before a tool call runs: it may let it continue, change its arguments,
+    /// hold it for a release, or deny it.
+    PreTrigger,
+    /// Told once a turn's terminal state is durable.
+    TurnCompleted,
+}
+
+impl BindingPoint {
+    pub const ALL: [BindingPoint; 2] = [BindingPoint::PreTrigger, BindingPoint::TurnCompleted];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            BindingPoint::PreTrigger => "pre-trigger",
+            BindingPoint::TurnCompleted => "turn-completed",
+        }
+    }
+}
+
+/// A function bound to a hook point or a lifecycle trigger of the harness.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Binding {
+    pub trigger: BindingPoint,
+    /// The function invoked.
+    pub function: String,
+    /// For hooks: the tool functions it is consulted for (empty: every tool).
+    pub functions: Vec<String>,
+    /// For hooks: lower runs first; equal priorities run in the order they were bound.
+    pub priority: i64,
 }
 
 impl Default for HarnessConfig {
@@ -165,7 +228,9 @@ impl Default for HarnessConfig {
             terminalize_backoff_ms: 100,
             lease_ttl_ms: 0,
             tool_timeout_ms: 30_000,
-            tickets: doubles::TicketConfig::default(),
+            tools: Vec::new(),
+            system_prompt: DEFAULT_SYSTEM_PROMPT.to_string(),
+            bindings: Vec::new(),
         }
     }
 }

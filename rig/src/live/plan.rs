@@ -211,12 +211,17 @@ fn scale_scenario(scenario: &Scenario, scale: f64) -> Scenario {
         &mut harness.tool_timeout_ms,
         &mut harness.terminalize_backoff_ms,
         &mut harness.lease_ttl_ms,
-        &mut harness.tickets.idempotency_window_ms,
     ] {
         s(ms);
     }
+    for tool in &mut harness.tools {
+        s(&mut tool.idempotency_window_ms);
+    }
     if let Some(tickets) = &mut world.services.tickets {
         s(&mut tickets.idempotency_window_ms);
+    }
+    for service in world.services.declared.values_mut() {
+        s(&mut service.idempotency_window_ms);
     }
     for (_, queue) in &mut world.queues {
         s(&mut queue.timeout_ms);

@@ -102,7 +102,9 @@ pub fn config_json(config: &HarnessConfig) -> Value {
         "terminalize_backoff_ms": config.terminalize_backoff_ms,
         "lease_ttl_ms": config.lease_ttl_ms,
         "tool_timeout_ms": config.tool_timeout_ms,
-        "tickets": config.tickets,
+        "tools": config.tools,
+        "system_prompt": config.system_prompt,
+        "bindings": config.bindings,
     })
 }
 
@@ -119,7 +121,9 @@ pub fn config_from_json(value: &Value) -> Result<HarnessConfig, String> {
         terminalize_backoff_ms: number("terminalize_backoff_ms")?,
         lease_ttl_ms: number("lease_ttl_ms")?,
         tool_timeout_ms: number("tool_timeout_ms")?,
-        tickets: serde_json::from_value(value["tickets"].clone()).map_err(|e| format!("`tickets`: {e}"))?,
+        tools: serde_json::from_value(value["tools"].clone()).map_err(|e| format!("`tools`: {e}"))?,
+        system_prompt: value["system_prompt"].as_str().ok_or("`system_prompt`: expected a string")?.to_string(),
+        bindings: serde_json::from_value(value["bindings"].clone()).map_err(|e| format!("`bindings`: {e}"))?,
     })
 }
 

@@ -8,7 +8,7 @@
 use crate::layout::{ActionClass, RecordLayout};
 use crate::services::EffectFunctions;
 use crate::trace::{Event, EventKind};
-use doubles::StateStore;
+use doubles::{SessionService, StateStore};
 use serde::Serialize;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -38,7 +38,8 @@ pub enum Oracle {
     Ledger,
     /// A reply about a turn never contradicts the durable state it reports on.
     TruthfulReply,
-    /// A finished turn has no action whose outcome is still unsettled.
+    /// A finished turn has no action whose outcome is still unsettled, and its session's
+    /// transcript no function call without a result.
     CallsClosed,
 }
 
@@ -85,6 +86,8 @@ pub struct Violation {
 pub struct Evidence<'a> {
     pub events: &'a [Event],
     pub store: &'a StateStore,
+    /// The session service: the transcripts, as the harness left them.
+    pub sessions: &'a SessionService,
     pub layout: &'a RecordLayout,
     /// Dead letters no handler took, as `(queue, message_id, data)`.
     pub dead_letters: Vec<(&'a str, &'a str, &'a Value)>,
@@ -435,11 +438,39 @@ fn truthful_reply(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
     }
 }
 
+/// The function calls of a transcript that no function result answers, in order.
+fn dangling_calls(transcript: &[Value]) -> Vec<&str> {
+    let answered: BTreeSet<&str> = transcript
+        .iter()
+        .filter(|entry| entry["role"] == "function_result")
+        .filter_map(|entry| entry["function_call_id"].as_str())
+        .collect();
+    transcript
+        .iter()
+        .filter_map(|entry| entry["content"].as_array())
+        .flatten()
+        .filter(|block| block["type"] == "function_call")
+        .filter_map(|block| block["id"].as_str())
+        .filter(|id| !answered.contains(id))
+        .collect()
+}
+
 fn calls_closed(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
     let layout = evidence.layout;
     for (scope, key, record) in evidence.store.records() {
         if scope != layout.turn_scope || !layout.is_terminal(record) {
             continue;
+        }
+        // A transcript that keeps a call open poisons every later request made from it.
+        for call in dangling_calls(evidence.sessions.entries(key)) {
+            violations.push(violation(
+                Oracle::CallsClosed,
+                format!(
+                    "turn {key}/{} is `{}` while its session's transcript has function call `{call}` with no result",
+                    layout.turn_id(record),
+                    layout.status(record)
+                ),
+            ));
         }
         for (action_id, entry) in layout.actions(record) {
             if layout.classify(entry) != ActionClass::Complete {

@@ -75,14 +75,19 @@ fn rpc(at_ms: u64, result: Value) -> Event {
 }
 
 fn tickets() -> crate::services::EffectFunctions {
-    crate::services::Services { tickets: Some(Default::default()) }.effect_functions()
+    crate::services::Services { tickets: Some(Default::default()), ..Default::default() }.effect_functions()
 }
 
 fn judge(events: &[Event], store: &StateStore) -> Vec<Oracle> {
+    judge_with_sessions(events, store, &doubles::SessionService::new())
+}
+
+fn judge_with_sessions(events: &[Event], store: &StateStore, sessions: &doubles::SessionService) -> Vec<Oracle> {
     let layout = RecordLayout::default();
     let evidence = Evidence {
         events,
         store,
+        sessions,
         layout: &layout,
         dead_letters: Vec::new(),
         effect_functions: tickets(),
@@ -231,9 +236,11 @@ fn stranded_catches_input_never_admitted_and_dead_letters_nobody_took() {
     let layout = RecordLayout::default();
     let data = json!({"session_id": "s1"});
     let store = StateStore::new();
+    let sessions = doubles::SessionService::new();
     let evidence = Evidence {
         events: &[],
         store: &store,
+        sessions: &sessions,
         layout: &layout,
         dead_letters: vec![("harness-turn", "m1", &data)],
         effect_functions: tickets(),
@@ -295,4 +302,23 @@ fn calls_closed_catches_a_finished_turn_with_an_unsettled_action() {
     assert!(judge(&[], &finished("failed")).is_empty());
     assert_eq!(judge(&[], &finished("started")), vec![Oracle::CallsClosed]);
     assert_eq!(judge(&[], &finished("unknown")), vec![Oracle::CallsClosed]);
+}
+
+#[test]
+fn calls_closed_catches_a_finished_turn_whose_transcript_keeps_a_call_open() {
+    let store = store_with("harness_turn", "s1", json!({"turn_id": "t1", "status": "completed", "calls": {}}));
+    let mut sessions = doubles::SessionService::new();
+    let call = json!({"role": "assistant", "content": [{"type": "function_call", "id": "call-1"}, {"type": "text"}]});
+    sessions.seed_message("s1", call);
+    assert_eq!(judge_with_sessions(&[], &store, &sessions), vec![Oracle::CallsClosed]);
+    sessions.seed_message("s1", json!({"role": "function_result", "function_call_id": "call-1"}));
+    assert!(judge_with_sessions(&[], &store, &sessions).is_empty());
+    let running = store_with(
+        "harness_turn",
+        "s1",
+        json!({"turn_id": "t1", "status": "held", "held_reason": "a hook", "calls": {}}),
+    );
+    let mut open = doubles::SessionService::new();
+    open.seed_message("s1", json!({"content": [{"type": "function_call", "id": "call-1"}]}));
+    assert!(judge_with_sessions(&[], &running, &open).is_empty(), "a held turn may keep its call open");
 }

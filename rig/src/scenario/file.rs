@@ -102,6 +102,27 @@ pub struct WorldSpec {
     pub tool_timeout_ms: u64,
     /// A second harness worker, `replacement`, for harness switches (`replacement::import` ...).
     pub replacement: bool,
+    /// The system prompt every generation request carries.
+    pub system_prompt: String,
+    /// Services the scenario declares, by name; each adds a host of that name.
+    pub service: BTreeMap<String, doubles::ServiceConfig>,
+    /// Functions bound to the harness's hook points and lifecycle triggers.
+    #[serde(rename = "binding")]
+    pub bindings: Vec<Spanned<BindingSpec>>,
+}
+
+/// A function bound to a hook point (`pre-trigger`) or a lifecycle trigger (`turn-completed`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BindingSpec {
+    pub trigger: Spanned<String>,
+    pub function: Spanned<String>,
+    /// For hooks: the tool functions it is consulted for (none: every tool).
+    #[serde(default)]
+    pub functions: Vec<Spanned<String>>,
+    /// For hooks: lower runs first.
+    #[serde(default)]
+    pub priority: i64,
 }
 
 impl Default for WorldSpec {
@@ -129,11 +150,15 @@ impl Default for WorldSpec {
             lease_ttl_ms: harness.lease_ttl_ms,
             tool_timeout_ms: harness.tool_timeout_ms,
             replacement: false,
+            system_prompt: harness.system_prompt,
+            service: BTreeMap::new(),
+            bindings: Vec::new(),
         }
     }
 }
 
-/// One scripted model reply: a final text, or tool calls to make.
+/// One scripted model reply: a final text, tool calls to make, or frames streamed to the
+/// caller; with what request it answers, and whether the run may leave it unused.
 #[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ModelReplySpec {
@@ -141,12 +166,26 @@ pub struct ModelReplySpec {
     pub text: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_calls: Option<Vec<ToolCallSpec>>,
+    /// The reply as a stream of frames (`text_delta` with `delta`, `tool_call` with `tool` and
+    /// `args`, ...), each sent to the caller before the reply itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frames: Option<Vec<Value>>,
+    /// Conditions on the generation request this reply answers.
+    #[serde(default, skip_serializing)]
+    pub expect: BTreeMap<String, Spanned<toml::Value>>,
+    /// The run may leave this reply unused (otherwise a reply never asked for fails the run).
+    #[serde(default, skip_serializing)]
+    pub optional: bool,
 }
 
 /// A tool call in a scripted model reply.
 #[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ToolCallSpec {
+    /// The call's id, as a model names its function calls (`call-1`); the harness's action id
+    /// stands in when it has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
     pub tool: String,
     #[serde(default)]
     pub args: Value,
@@ -339,6 +378,9 @@ pub struct ExpectSpec {
     pub events: Vec<Spanned<EventExpectSpec>>,
     /// External effects by kind, counted from the ledger: exact counts, absent kinds zero.
     pub effects: Option<BTreeMap<Spanned<String>, u64>>,
+    /// Sessions' transcripts at the end of the run, by session id: every entry, in order, each
+    /// with the conditions it must meet.
+    pub transcript: BTreeMap<String, Vec<BTreeMap<String, Spanned<toml::Value>>>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -368,6 +410,10 @@ pub struct PolicySpec {
     /// The oracles this (known-bad) policy must trip; any other violation fails the run.
     #[serde(default)]
     pub violations: Vec<Spanned<String>>,
+    /// The kinds of the shared `[expect]` this (known-bad) policy must break: at least one
+    /// expectation of each fails, every other shared expectation holds.
+    #[serde(default)]
+    pub breaks: Vec<Spanned<String>>,
     #[serde(default)]
     pub expect: ExpectSpec,
 }

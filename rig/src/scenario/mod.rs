@@ -8,13 +8,13 @@ mod file;
 use crate::condition::Condition;
 use crate::cut::{Count, Interrupt, ProcessCut, ServiceCut, ServiceFault, Trigger, INTERRUPT_POINTS};
 use crate::expect::{EventsExpectation, Expectation};
-use crate::harness::{HarnessConfig, Policy};
+use crate::harness::{Binding, BindingPoint, HarnessConfig, Policy};
 use crate::oracle::Oracle;
 use crate::services::Services;
 use crate::sim::{DriverCall, NetworkConfig};
 use crate::suggest::did_you_mean;
 use crate::topology::{self, Plan, Role, Topology};
-use file::{CountSpec, CutAction, CutSpec, ExpectSpec, ScenarioFile, StepSpec, WorldSpec};
+use file::{BindingSpec, CountSpec, CutAction, CutSpec, ExpectSpec, ScenarioFile, StepSpec, WorldSpec};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
@@ -57,7 +57,8 @@ pub struct WorldSetup {
     pub effects_per_action_max: u64,
     pub records: Vec<(String, String, Value)>,
     pub messages: Vec<(String, Value)>,
-    pub model: Vec<Value>,
+    /// The scripted model's replies, in order.
+    pub model: Vec<ModelReply>,
     /// Queues defined at start; when there are any, the world has a queue worker.
     pub queues: Vec<(String, crate::queue::QueueConfig)>,
     /// The optional services, with their settings.
@@ -77,6 +78,15 @@ impl WorldSetup {
         }
         Plan { services, queue: !self.queues.is_empty(), harness_workers, harness_functions, proxy_worker }
     }
+}
+
+/// One scripted model reply, with the conditions on the request it answers.
+#[derive(Debug, Clone)]
+pub struct ModelReply {
+    pub reply: Value,
+    pub expect: Vec<Condition>,
+    /// The run may leave it unused.
+    pub optional: bool,
 }
 
 /// One step of the script.
@@ -105,6 +115,9 @@ pub struct PolicyRun {
     pub policy: String,
     pub expected_violations: BTreeSet<Oracle>,
     pub expectations: Vec<Expectation>,
+    /// Shared expectations this known-bad policy must break, by kind: at least one of each
+    /// kind must fail.
+    pub broken: Vec<(String, Vec<Expectation>)>,
 }
 
 /// A scenario that could not be loaded: where, and what was expected.
@@ -124,7 +137,9 @@ struct Vocabulary {
     functions: BTreeSet<String>,
     /// Functions of this world's doubles: what cuts and `calls` count.
     service_functions: BTreeSet<String>,
-    effect_kinds: BTreeSet<&'static str>,
+    effect_kinds: BTreeSet<String>,
+    /// Functions the harness's tools invoke: what a hook may be consulted for.
+    tool_functions: BTreeSet<String>,
 }
 
 impl Vocabulary {
@@ -138,7 +153,8 @@ impl Vocabulary {
             .filter(|h| h.role == Role::Service)
             .flat_map(|h| h.functions.iter().cloned())
             .collect();
-        Self { topology, functions, service_functions, effect_kinds: world.services.effect_kinds() }
+        let tool_functions = world.harness.tools.iter().map(|t| t.function.clone()).collect();
+        Self { topology, functions, service_functions, effect_kinds: world.services.effect_kinds(), tool_functions }
     }
 }
 
@@ -157,11 +173,14 @@ impl Scenario {
     /// Validates a scenario from its text; `path` names it in errors and reports.
     pub fn parse(path: &Path, source: &str) -> Result<Self, ScenarioError> {
         let at = Locator { path, source };
-        let parsed: ScenarioFile =
+        let mut parsed: ScenarioFile =
             toml::from_str(source).map_err(|e| at.error(e.span().unwrap_or(0..0), e.message()))?;
-        let world = world_setup(&at, parsed.world)?;
+        let bindings = std::mem::take(&mut parsed.world.bindings);
+        let mut world = world_setup(&at, parsed.world)?;
         let proxy_worker = parsed.proxy.as_ref().map(|p| p.get_ref().worker.get_ref().clone());
         let vocabulary = Vocabulary::new(&world, proxy_worker);
+        world.harness.bindings =
+            bindings.into_iter().map(|b| compile_binding(&at, &vocabulary, b)).collect::<Result<_, _>>()?;
         check_queues(&at, &vocabulary, &world)?;
         let proxy = parsed.proxy.map(|spec| compile_proxy(&at, &vocabulary.topology, spec)).transpose()?;
         let cuts = parsed
@@ -185,7 +204,12 @@ impl Scenario {
             .collect();
         let context = ExpectContext { at: &at, vocabulary: &vocabulary, rpc_names: &rpc_names };
         check_awaits(&context, &steps)?;
-        let shared = compile_expect(&context, parsed.expect)?;
+        let mut shared = compile_expect(&context, parsed.expect)?;
+        if !world.model.is_empty() {
+            // Whoever scripts the model is held to the script: no request it did not expect, no
+            // generation beyond it, no scripted reply left unused.
+            shared.push((ExpectKind::Model, Expectation::ModelScript));
+        }
         let runs = compile_policies(&context, parsed.policy, &shared)?;
         Ok(Scenario {
             path: path.to_path_buf(),
@@ -261,18 +285,9 @@ fn world_setup(at: &Locator, spec: WorldSpec) -> Result<WorldSetup, ScenarioErro
             ),
         ));
     }
-    let model = spec
-        .model
-        .into_iter()
-        .map(|reply| {
-            if reply.text.is_none() && reply.tool_calls.is_none() {
-                return Err(
-                    at.error(at.find("[[world.model]]"), "a `[[world.model]]` reply needs `text` or `tool_calls`")
-                );
-            }
-            Ok(serde_json::to_value(reply).expect("model replies serialize"))
-        })
-        .collect::<Result<_, _>>()?;
+    let model = spec.model.into_iter().map(|reply| model_reply(at, reply)).collect::<Result<_, _>>()?;
+    check_declared_services(at, &spec.service)?;
+    let services = Services { tickets: spec.tickets.clone(), declared: spec.service };
     Ok(WorldSetup {
         harness: HarnessConfig {
             session_timeout_ms: spec.session_timeout_ms,
@@ -283,7 +298,10 @@ fn world_setup(at: &Locator, spec: WorldSpec) -> Result<WorldSetup, ScenarioErro
             terminalize_backoff_ms: spec.terminalize_backoff_ms,
             lease_ttl_ms: spec.lease_ttl_ms,
             tool_timeout_ms: spec.tool_timeout_ms,
-            tickets: spec.tickets.clone().unwrap_or_default(),
+            tools: services.tools(),
+            system_prompt: spec.system_prompt,
+            // Bound once the world's functions are known (`compile_binding`).
+            bindings: Vec::new(),
         },
         network: NetworkConfig {
             tick_ms: spec.tick_ms,
@@ -298,9 +316,95 @@ fn world_setup(at: &Locator, spec: WorldSpec) -> Result<WorldSetup, ScenarioErro
         messages: spec.messages.into_iter().map(|m| (m.session_id, m.message)).collect(),
         model,
         queues: spec.queue.into_iter().collect(),
-        services: Services { tickets: spec.tickets },
+        services,
         replacement: spec.replacement,
     })
+}
+
+/// A scripted reply: its text, tool calls or frames, and the conditions on what it answers.
+fn model_reply(at: &Locator, spec: file::ModelReplySpec) -> Result<ModelReply, ScenarioError> {
+    if spec.text.is_none() && spec.tool_calls.is_none() && spec.frames.is_none() {
+        return Err(
+            at.error(at.find("[[world.model]]"), "a `[[world.model]]` reply needs `text`, `tool_calls` or `frames`")
+        );
+    }
+    let reply = serde_json::to_value(&spec).expect("model replies serialize");
+    Ok(ModelReply { reply, expect: conditions(at, spec.expect)?, optional: spec.optional })
+}
+
+/// Host names a declared service may not take: the world's own.
+const RESERVED_HOSTS: [&str; 10] = [
+    topology::ENGINE,
+    topology::PROXY,
+    topology::DRIVER,
+    topology::STORE,
+    topology::SESSION,
+    topology::MODEL,
+    topology::TICKETS,
+    topology::QUEUE,
+    topology::HARNESS,
+    topology::REPLACEMENT,
+];
+
+/// A declared service is named like a host and its functions like function names, and its
+/// plain functions do not shadow its effect or reconciliation functions.
+fn check_declared_services(
+    at: &Locator,
+    declared: &BTreeMap<String, doubles::ServiceConfig>,
+) -> Result<(), ScenarioError> {
+    let word = |text: &str| {
+        !text.is_empty() && text.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_')
+    };
+    for (name, config) in declared {
+        let span = at.find(&format!("service.{name}"));
+        if RESERVED_HOSTS.contains(&name.as_str()) {
+            return Err(at.error(span, &format!("`{name}` is a host of every world; name the service something else")));
+        }
+        let own = config.functions.keys().map(String::as_str).chain(config.effect.as_deref());
+        if let Some(bad) = std::iter::once(name.as_str()).chain(own).find(|n| !word(n)) {
+            return Err(at.error(
+                span,
+                &format!(
+                    "`{bad}`: expected a name of lowercase letters, digits, `-` and `_` (functions are `{name}::NAME`)"
+                ),
+            ));
+        }
+        let shadows = |f: &String| ["status", "lookup"].contains(&f.as_str()) || config.effect.as_ref() == Some(f);
+        if let Some(shadow) = config.functions.keys().find(|f| config.effect.is_some() && shadows(f)) {
+            return Err(at.error(
+                span,
+                &format!("`{name}::{shadow}` is the effect or a reconciliation function of the service; name it something else"),
+            ));
+        }
+        if config.effect.is_none() && config.functions.is_empty() {
+            return Err(at.error(span, &format!("service `{name}` serves nothing: give it an `effect` or `functions`")));
+        }
+    }
+    Ok(())
+}
+
+/// A binding of a function of this world to a hook point or lifecycle trigger of the harness;
+/// a hook's `functions` are tool functions of this world.
+fn compile_binding(
+    at: &Locator,
+    vocabulary: &Vocabulary,
+    spec: Spanned<BindingSpec>,
+) -> Result<Binding, ScenarioError> {
+    let spec = spec.into_inner();
+    let trigger = BindingPoint::ALL.into_iter().find(|t| t.name() == spec.trigger.get_ref()).ok_or_else(|| {
+        at.unknown(spec.trigger.span(), "trigger", spec.trigger.get_ref(), BindingPoint::ALL.iter().map(|t| t.name()))
+    })?;
+    let function = known_name(at, "function", &vocabulary.functions, &spec.function)?;
+    let tools: BTreeSet<String> = vocabulary.tool_functions.clone();
+    let functions =
+        spec.functions.iter().map(|f| known_name(at, "tool function", &tools, f)).collect::<Result<_, _>>()?;
+    if trigger != BindingPoint::PreTrigger && !spec.functions.is_empty() {
+        return Err(at.error(
+            spec.function.span(),
+            "`functions` selects the tool calls a `pre-trigger` hook is consulted for; a lifecycle binding takes none",
+        ));
+    }
+    Ok(Binding { trigger, function, functions, priority: spec.priority })
 }
 
 /// A queue's dead-letter handler must be a function of this world.
@@ -579,19 +683,22 @@ fn scope_key(at: &Locator, text: &str) -> Result<(String, String), ScenarioError
         .ok_or_else(|| at.error(at.find(text), &format!("`{text}`: expected \"scope/key\"")))
 }
 
-fn compile_expect(context: &ExpectContext, spec: ExpectSpec) -> Result<Vec<Expectation>, ScenarioError> {
+fn compile_expect(context: &ExpectContext, spec: ExpectSpec) -> Result<Vec<(ExpectKind, Expectation)>, ScenarioError> {
     let at = context.at;
     let mut expectations = Vec::new();
     for (name, table) in spec.rpc {
-        expectations.push(Expectation::Rpc { name: context.rpc_name(&name)?, conditions: conditions(at, table)? });
+        expectations.push((
+            ExpectKind::Rpc,
+            Expectation::Rpc { name: context.rpc_name(&name)?, conditions: conditions(at, table)? },
+        ));
     }
     for (record, table) in spec.state {
         let (scope, key) = scope_key(at, &record)?;
-        expectations.push(Expectation::State { scope, key, conditions: conditions(at, table)? });
+        expectations.push((ExpectKind::State, Expectation::State { scope, key, conditions: conditions(at, table)? }));
     }
     for record in spec.absent {
         let (scope, key) = scope_key(at, &record)?;
-        expectations.push(Expectation::Absent { scope, key });
+        expectations.push((ExpectKind::Absent, Expectation::Absent { scope, key }));
     }
     for (function, count) in spec.calls {
         let function = known_name(at, "service function", &context.vocabulary.service_functions, &function)?;
@@ -599,11 +706,8 @@ fn compile_expect(context: &ExpectContext, spec: ExpectSpec) -> Result<Vec<Expec
             Condition::equals("kind", "call").expect("valid path"),
             Condition::equals("function", function).expect("valid path"),
         ];
-        expectations.push(Expectation::Events(EventsExpectation {
-            conditions,
-            count: Some(count),
-            ..Default::default()
-        }));
+        let counted = EventsExpectation { conditions, count: Some(count), ..Default::default() };
+        expectations.push((ExpectKind::Calls, Expectation::Events(counted)));
     }
     for events in spec.events {
         let span = events.span();
@@ -617,25 +721,32 @@ fn compile_expect(context: &ExpectContext, spec: ExpectSpec) -> Result<Vec<Expec
             return Err(at.error(span, "`count` is exact; give it alone, or give `count_min` and/or `count_max`"));
         }
         let before_rpc = events.before_rpc.as_ref().map(|name| context.rpc_name(name)).transpose()?;
-        expectations.push(Expectation::Events(EventsExpectation {
-            conditions: conditions(at, events.conditions)?,
-            count: events.count,
-            count_min: events.count_min,
-            count_max: events.count_max,
-            same: events.same,
-            before_rpc,
-        }));
+        expectations.push((
+            ExpectKind::Events,
+            Expectation::Events(EventsExpectation {
+                conditions: conditions(at, events.conditions)?,
+                count: events.count,
+                count_min: events.count_min,
+                count_max: events.count_max,
+                same: events.same,
+                before_rpc,
+            }),
+        ));
     }
     if let Some(effects) = spec.effects {
         let kinds = &context.vocabulary.effect_kinds;
         let mut counts = BTreeMap::new();
         for (kind, count) in effects {
             if !kinds.contains(kind.get_ref().as_str()) {
-                return Err(at.unknown(kind.span(), "effect kind", kind.get_ref(), kinds.iter().copied()));
+                return Err(at.unknown(kind.span(), "effect kind", kind.get_ref(), kinds.iter().map(String::as_str)));
             }
             counts.insert(kind.into_inner(), count);
         }
-        expectations.push(Expectation::Effects(counts));
+        expectations.push((ExpectKind::Effects, Expectation::Effects(counts)));
+    }
+    for (session, entries) in spec.transcript {
+        let entries = entries.into_iter().map(|table| conditions(at, table)).collect::<Result<_, _>>()?;
+        expectations.push((ExpectKind::Transcript, Expectation::Transcript { session, entries }));
     }
     Ok(expectations)
 }
@@ -643,7 +754,7 @@ fn compile_expect(context: &ExpectContext, spec: ExpectSpec) -> Result<Vec<Expec
 fn compile_policies(
     context: &ExpectContext,
     policies: Spanned<BTreeMap<String, file::PolicySpec>>,
-    shared: &[Expectation],
+    shared: &[(ExpectKind, Expectation)],
 ) -> Result<Vec<PolicyRun>, ScenarioError> {
     let at = context.at;
     let policy_span = policies.span();
@@ -665,11 +776,86 @@ fn compile_policies(
                     .ok_or_else(|| at.unknown(v.span(), "oracle", v.get_ref(), Oracle::ALL.iter().map(|o| o.name())))
             })
             .collect::<Result<_, _>>()?;
-        let mut expectations = shared.to_vec();
-        expectations.extend(compile_expect(context, spec.expect)?);
-        runs.push(PolicyRun { policy: name, expected_violations, expectations });
+        let breaks =
+            spec.breaks.iter().map(|kind| broken_kind(at, shared, kind)).collect::<Result<BTreeSet<_>, _>>()?;
+        let (broken, kept): (Vec<_>, Vec<_>) = shared.iter().cloned().partition(|(kind, _)| breaks.contains(kind));
+        let mut expectations: Vec<Expectation> = kept.into_iter().map(|(_, e)| e).collect();
+        expectations.extend(compile_expect(context, spec.expect)?.into_iter().map(|(_, e)| e));
+        let broken = breaks
+            .iter()
+            .map(|kind| {
+                let of_kind = broken.iter().filter(|(k, _)| k == kind).map(|(_, e)| e.clone()).collect();
+                (kind.name().to_string(), of_kind)
+            })
+            .collect();
+        runs.push(PolicyRun { policy: name, expected_violations, expectations, broken });
     }
     Ok(runs)
+}
+
+/// The kinds of expectation a file's `[expect]` holds, as a policy's `breaks` names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum ExpectKind {
+    Rpc,
+    State,
+    Absent,
+    Calls,
+    Events,
+    Effects,
+    Transcript,
+    /// The model script was followed (implied when the world scripts model replies).
+    Model,
+}
+
+impl ExpectKind {
+    const ALL: [ExpectKind; 8] = [
+        ExpectKind::Rpc,
+        ExpectKind::State,
+        ExpectKind::Absent,
+        ExpectKind::Calls,
+        ExpectKind::Events,
+        ExpectKind::Effects,
+        ExpectKind::Transcript,
+        ExpectKind::Model,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            ExpectKind::Rpc => "rpc",
+            ExpectKind::State => "state",
+            ExpectKind::Absent => "absent",
+            ExpectKind::Calls => "calls",
+            ExpectKind::Events => "events",
+            ExpectKind::Effects => "effects",
+            ExpectKind::Transcript => "transcript",
+            ExpectKind::Model => "model",
+        }
+    }
+}
+
+/// A kind a known-bad policy breaks: it must name shared expectations the file has.
+fn broken_kind(
+    at: &Locator,
+    shared: &[(ExpectKind, Expectation)],
+    name: &Spanned<String>,
+) -> Result<ExpectKind, ScenarioError> {
+    let kinds = ExpectKind::ALL.iter().map(|k| k.name());
+    let kind = ExpectKind::ALL
+        .into_iter()
+        .find(|k| k.name() == name.get_ref())
+        .ok_or_else(|| at.unknown(name.span(), "expectation kind", name.get_ref(), kinds))?;
+    if !shared.iter().any(|(k, _)| *k == kind) {
+        let what = if kind == ExpectKind::Model {
+            "scripts no model replies"
+        } else {
+            "has no such expectation in `[expect]`"
+        };
+        return Err(at.error(
+            name.span(),
+            &format!("`breaks` names `{}`, but the file {what}: there is nothing for the policy to break", kind.name()),
+        ));
+    }
+    Ok(kind)
 }
 
 #[cfg(test)]

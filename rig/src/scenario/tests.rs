@@ -151,3 +151,67 @@ fn proxy_rules_may_be_optional() {
     let bad = source.replace("action = \"drop\"", "action = \"dorp\"");
     assert!(parse(&bad).is_err());
 }
+
+const RECORDER: &str = "[world.service.recorder]\neffect = \"record\"\n[world.service.hooks]\nfunctions = { hold = { decision = \"hold\" } }\n";
+
+#[test]
+fn declared_services_are_hosts_with_their_functions_effects_and_tools() {
+    let source = format!("{RECORDER}{TURN}[expect]\neffects = {{ \"recorder.record\" = 1 }}\ncalls = {{ \"hooks::hold\" = 1 }}\n[policy.reference]\n");
+    let scenario = parse(&source).unwrap();
+    let tools: Vec<&str> = scenario.world.harness.tools.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(tools, vec!["recorder.record"], "a plain function is no tool");
+    assert!(error(&format!("{RECORDER}{TURN}[expect]\neffects = {{ \"recorder.recrd\" = 1 }}\n[policy.reference]\n"))
+        .message
+        .contains("did you mean `recorder.record`"));
+    let e = error("[world.service.store]\neffect = \"x\"\n[policy.reference]\n");
+    assert!(e.message.contains("host of every world"), "{e}");
+    let e = error("[world.service.recorder]\neffect = \"record\"\nfunctions = { status = {} }\n[policy.reference]\n");
+    assert!(e.message.contains("reconciliation function"), "{e}");
+    let e = error("[world.service.recorder]\neffct = \"record\"\n[policy.reference]\n");
+    assert!(e.message.contains("effct"), "{e}");
+    assert!(error("[world.service.idle]\n[policy.reference]\n").message.contains("serves nothing"));
+}
+
+#[test]
+fn bindings_name_a_trigger_and_functions_of_the_world() {
+    let bind = |trigger: &str, function: &str, functions: &str| {
+        format!("{RECORDER}[[world.binding]]\ntrigger = \"{trigger}\"\nfunction = \"{function}\"\nfunctions = {functions}\n[policy.reference]\n")
+    };
+    let scenario = parse(&bind("pre-trigger", "hooks::hold", "[\"recorder::record\"]")).unwrap();
+    assert_eq!(scenario.world.harness.bindings[0].functions, vec!["recorder::record"]);
+    let e = error(&bind("pre-triger", "hooks::hold", "[]"));
+    assert!(e.message.contains("did you mean `pre-trigger`"), "{e}");
+    assert_eq!(e.line, 6, "{e}");
+    assert!(error(&bind("pre-trigger", "hooks::hld", "[]")).message.contains("did you mean `hooks::hold`"));
+    assert!(error(&bind("pre-trigger", "hooks::hold", "[\"recorder::recor\"]"))
+        .message
+        .contains("unknown tool function"));
+    assert!(error(&bind("turn-completed", "hooks::hold", "[\"recorder::record\"]")).message.contains("lifecycle"));
+}
+
+#[test]
+fn a_known_bad_policy_breaks_kinds_the_shared_expectations_have() {
+    let model = "[[world.model]]\ntext = \"hi\"\nexpect = { \"messages.0.role\" = \"user\" }\n";
+    let source = |breaks: &str| {
+        format!("{model}{TURN}[expect]\nrpc.turn = {{ outcome = \"ok\" }}\n[policy.reference]\n[policy.stale-context]\nbreaks = {breaks}\n")
+    };
+    let scenario = parse(&source("[\"model\", \"rpc\"]")).unwrap();
+    let bad = scenario.run_of("stale-context").unwrap();
+    let broken: Vec<&str> = bad.broken.iter().map(|(kind, _)| kind.as_str()).collect();
+    assert_eq!((broken, bad.expectations.len()), (vec!["rpc", "model"], 0));
+    assert_eq!(scenario.run_of("reference").unwrap().expectations.len(), 2, "the model script is expected too");
+    let e = error(&source("[\"transcrpt\"]"));
+    assert!(e.message.contains("did you mean `transcript`"), "{e}");
+    assert!(error(&source("[\"events\"]")).message.contains("nothing for the policy to break"));
+    let e = error(&format!("{TURN}[policy.reference]\nbreaks = [\"model\"]\n"));
+    assert!(e.message.contains("scripts no model replies"), "{e}");
+}
+
+#[test]
+fn a_scripted_reply_needs_something_to_say_and_checkable_expectations() {
+    assert!(error("[[world.model]]\noptional = true\n[policy.reference]\n").message.contains("`frames`"));
+    let e = error("[[world.model]]\ntext = \"hi\"\nexpect = { messages = { lenght = 1 } }\n[policy.reference]\n");
+    assert!(e.message.contains("did you mean `len`"), "{e}");
+    let transcript = format!("{TURN}[[expect.transcript.s1]]\nrole = {{ on_of = [\"user\"] }}\n[policy.reference]\n");
+    assert!(error(&transcript).message.contains("did you mean `one_of`"));
+}

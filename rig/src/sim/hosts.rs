@@ -156,7 +156,10 @@ impl ServiceHost {
         Rc::new(Self { world, host: host.to_string(), double })
     }
 
-    fn apply(&self, call: &Invocation, caller: Option<&str>) -> Result<Value, ErrorBody> {
+    /// Hands the call to the double. A reply carrying `frames` to a caller that named a
+    /// `stream_to` function is streamed: each frame goes there first, as a fire-and-forget call
+    /// (`{stream_id, seq, frame}`), and the reply says how many were sent (`streamed`).
+    fn apply(&self, call: &Invocation, caller: Option<&str>, bus: &Bus) -> Result<Value, ErrorBody> {
         let mut observed = Vec::new();
         let now_ms = self.world.clock.now_ms();
         let reply = self
@@ -164,12 +167,24 @@ impl ServiceHost {
             .borrow_mut()
             .handle(Call { function: &call.function_id, payload: &call.data, now_ms }, &mut observed);
         self.world.record_observations(&self.host, caller, &call.invocation_id, observed);
-        reply.map_err(|e| ErrorBody { code: e.code, message: e.message })
+        let mut reply = reply.map_err(|e| ErrorBody { code: e.code, message: e.message })?;
+        if let (Some(stream_to), Some(frames)) = (call.data["stream_to"].as_str(), reply.get("frames").cloned()) {
+            let frames = frames.as_array().cloned().unwrap_or_default();
+            for (seq, frame) in frames.iter().enumerate() {
+                let data = serde_json::json!({ "stream_id": call.data["stream_id"], "seq": seq, "frame": frame });
+                bus.send_void(stream_to, data);
+            }
+            if let Some(fields) = reply.as_object_mut() {
+                fields.remove("frames");
+                fields.insert("streamed".into(), serde_json::json!(frames.len()));
+            }
+        }
+        Ok(reply)
     }
 }
 
 impl Provider for ServiceHost {
-    fn invoke(self: Rc<Self>, call: Invocation, _bus: Bus) -> Pin<Box<dyn Future<Output = Answer>>> {
+    fn invoke(self: Rc<Self>, call: Invocation, bus: Bus) -> Pin<Box<dyn Future<Output = Answer>>> {
         Box::pin(async move {
             let world = &self.world;
             let caller = world.caller_of(&call.invocation_id);
@@ -185,7 +200,7 @@ impl Provider for ServiceHost {
             );
             let fault = world.cuts.borrow_mut().decide(&call.function_id, &call.data);
             let Some((cut, fault)) = fault else {
-                return Some(self.apply(&call, caller.as_deref()));
+                return Some(self.apply(&call, caller.as_deref(), &bus));
             };
             world.record(
                 &self.host,
@@ -195,17 +210,17 @@ impl Provider for ServiceHost {
                 ServiceFault::Timeout => None,
                 ServiceFault::Reject { code, message } => Some(Err(ErrorBody { code, message })),
                 ServiceFault::LostAck => {
-                    let _ = self.apply(&call, caller.as_deref());
+                    let _ = self.apply(&call, caller.as_deref(), &bus);
                     None
                 }
                 ServiceFault::Delay { ms } => {
-                    let reply = self.apply(&call, caller.as_deref());
+                    let reply = self.apply(&call, caller.as_deref(), &bus);
                     world.clock.sleep(ms).await;
                     Some(reply)
                 }
                 ServiceFault::CrashCaller { after } => {
                     if after {
-                        let _ = self.apply(&call, caller.as_deref());
+                        let _ = self.apply(&call, caller.as_deref(), &bus);
                     }
                     // The driver is the scenario itself and never crashes.
                     if let Some(caller) = caller.as_deref().filter(|c| *c != crate::topology::DRIVER) {
@@ -214,12 +229,12 @@ impl Provider for ServiceHost {
                     None
                 }
                 ServiceFault::CrashService => {
-                    let _ = self.apply(&call, caller.as_deref());
+                    let _ = self.apply(&call, caller.as_deref(), &bus);
                     world.request_bounce(&self.host);
                     None
                 }
                 ServiceFault::PauseCaller { ms } => {
-                    let reply = self.apply(&call, caller.as_deref());
+                    let reply = self.apply(&call, caller.as_deref(), &bus);
                     if let Some(caller) = caller.as_deref() {
                         use crate::harness::ProcessControl;
                         world.pause(caller, world.clock.now_ms().saturating_add(ms));

@@ -9,7 +9,7 @@ use crate::queue::Queues;
 use crate::services::SharedDouble;
 use crate::streams::component_stream;
 use crate::trace::{Event, EventKind, Trace};
-use doubles::{Observation, StateStore};
+use doubles::{Observation, SessionService, StateStore};
 use proxy::SharedRules;
 use rand_chacha::ChaCha8Rng;
 use serde_json::Value;
@@ -31,6 +31,8 @@ pub struct World {
     pub process_cuts: RefCell<ProcessCutTable>,
     paused: RefCell<BTreeMap<String, u64>>,
     pub store: Rc<RefCell<StateStore>>,
+    /// The session service, whose transcripts oracles and expectations read.
+    pub session: Rc<RefCell<SessionService>>,
     /// Every double by the host that serves it, the store included.
     services: Vec<(String, SharedDouble)>,
     streams: RefCell<BTreeMap<String, Rc<RefCell<ChaCha8Rng>>>>,
@@ -75,6 +77,7 @@ impl World {
     pub fn new(
         seed: u64,
         store: Rc<RefCell<StateStore>>,
+        session: Rc<RefCell<SessionService>>,
         services: Vec<(String, SharedDouble)>,
         cuts: CutTable,
         process_cuts: ProcessCutTable,
@@ -88,6 +91,7 @@ impl World {
             process_cuts: RefCell::new(process_cuts),
             paused: RefCell::default(),
             store,
+            session,
             services,
             streams: RefCell::default(),
             rpc: RefCell::default(),
@@ -103,6 +107,11 @@ impl World {
     /// The doubles by the host that serves them.
     pub fn services(&self) -> &[(String, SharedDouble)] {
         &self.services
+    }
+
+    /// What the doubles' scripts left unused at this point, one line each.
+    pub fn unused_script(&self) -> Vec<String> {
+        self.services.iter().flat_map(|(_, double)| double.borrow().unused()).collect()
     }
 
     /// Heals what the world itself holds: disarms the service and process cuts, ends every
@@ -163,6 +172,7 @@ impl World {
                 Observation::Fenced { scope, key, domain, token, accepted } => {
                     self.record(host, EventKind::Fenced { scope, key, domain, token, accepted })
                 }
+                Observation::Note { what, detail } => self.record(host, EventKind::Note { what, detail }),
                 Observation::Effect(effect) => self.record(
                     host,
                     EventKind::Effect {

@@ -9,8 +9,10 @@
 //! again with backoff, and what stays unknown is held for a person, with its owner and the true
 //! reason.
 
+use super::transcript::action_id;
 use super::{Policy, StepFailure, Stop, Worker};
 use crate::bus::{Bus, ErrorBody, InvokeError};
+use crate::harness::Tool;
 use serde_json::{json, Value};
 use std::rc::Rc;
 
@@ -19,21 +21,6 @@ const ROUNDS_MAX: u32 = 8;
 /// The most times one action is sent; each further send follows a reconciliation that found it
 /// did not happen.
 const SENDS_MAX: u32 = 3;
-
-/// A tool the harness can dispatch: the service function it calls and whether it is safe to
-/// run again after an interruption (`replay: 'safe'` in the durable-harness model).
-struct Tool {
-    function: &'static str,
-    replay_safe: bool,
-}
-
-fn tool(name: &str) -> Option<Tool> {
-    match name {
-        "ticket.create" => Some(Tool { function: "ticket::create", replay_safe: false }),
-        "ticket.lookup" => Some(Tool { function: "ticket::lookup", replay_safe: true }),
-        _ => None,
-    }
-}
 
 /// What reconciliation with the receiving service found out.
 enum Reconciled {
@@ -84,6 +71,7 @@ impl Worker {
     /// Runs the turn from its durable record: a recorded model reply is reused, completed
     /// actions never run again, and the record is written after every round.
     pub(super) async fn drive(self: &Rc<Self>, bus: &Bus, mut record: Value) -> Result<(Value, Value), Stop> {
+        self.transcribe_input(bus, &record).await;
         for _ in 0..ROUNDS_MAX {
             let reply = match record.get("reply").filter(|r| !r.is_null()) {
                 Some(reply) => reply.clone(),
@@ -98,17 +86,19 @@ impl Worker {
                 record["reply"] = reply.clone();
                 self.write(bus, &record).await?;
             }
+            self.transcribe_calls(bus, &record).await;
             for (index, call) in calls.iter().enumerate() {
-                let action_id = format!("{}:{}:{index}", record["turn_id"].as_str().unwrap_or(""), record["step"]);
+                let action_id = action_id(&record, index);
                 self.run_action(bus, &mut record, &action_id, call).await?;
             }
+            self.transcribe_results(bus, &record, false).await;
             record["step"] = json!(record["step"].as_u64().unwrap_or(0) + 1);
             record["reply"] = Value::Null;
             self.write(bus, &record).await?;
         }
         let error =
             InvokeError::Rejected(ErrorBody::new("rounds_exhausted", format!("more than {ROUNDS_MAX} model rounds")));
-        Err(Stop::Failed(StepFailure { during: "turn", error }))
+        Err(Stop::Failed(StepFailure { during: "turn".into(), error }))
     }
 
     /// Runs one tool action to a recorded outcome.
@@ -120,16 +110,18 @@ impl Worker {
         call: &Value,
     ) -> Result<(), Stop> {
         let session_id = record["session_id"].as_str().unwrap_or("").to_string();
-        let Some(tool) = call["tool"].as_str().and_then(tool) else {
+        let Some(tool) = call["tool"].as_str().and_then(|name| self.tool(name)) else {
             record["calls"][action_id] = json!({ "tool": call["tool"], "status": "failed", "error": "unknown tool" });
             return self.write(bus, record).await;
         };
         match status(&record["calls"][action_id]) {
             "complete" | "failed" => return Ok(()),
             "held" => return Err(Stop::Held { reason: format!("action {action_id} is held") }),
-            "" => {
+            "" | "released" => {
+                // Hooks see the call first; a held or denied call goes no further.
+                let Some(args) = self.pass_hooks(bus, record, action_id, &tool, call).await? else { return Ok(()) };
                 let intent = json!({
-                    "tool": call["tool"], "args": call["args"], "idempotency_key": self.new_key(),
+                    "tool": call["tool"], "args": args, "idempotency_key": self.new_key(),
                     "client_reference": action_id, "status": "started", "owner": self.env.host,
                     "token": self.lease_token(&session_id), "intent_at_ms": self.now(),
                     "replay": if tool.replay_safe { "safe" } else { "unsafe" },
@@ -157,9 +149,9 @@ impl Worker {
             let entry = &record["calls"][action_id];
             let request = json!({
                 "action_id": action_id, "idempotency_key": entry["idempotency_key"], "client_reference": entry["client_reference"],
-                "title": entry["args"]["title"], "fencing": self.effect_fence(&session_id),
+                "args": entry["args"], "fencing": self.effect_fence(&session_id),
             });
-            let error = match bus.invoke(tool.function, request, self.env.config.tool_timeout_ms).await {
+            let error = match bus.invoke(&tool.function, request, self.env.config.tool_timeout_ms).await {
                 Ok(result) => {
                     self.env.checkpoint("after_acceptance", action_id).await;
                     record["calls"][action_id]["status"] = json!("complete");
@@ -169,7 +161,7 @@ impl Worker {
                     return Ok(());
                 }
                 Err(InvokeError::Rejected(body)) if body.code == "stale_token" => {
-                    return Err(self.stop_for(&session_id, tool.function, InvokeError::Rejected(body)));
+                    return Err(self.stop_for(&session_id, &tool.function, InvokeError::Rejected(body)));
                 }
                 Err(error) => error,
             };
@@ -199,6 +191,11 @@ impl Worker {
     /// Whether this policy reconciles an outcome-unknown action before sending it again.
     fn reconciles(&self) -> bool {
         !matches!(self.policy, Policy::ReplayUnfinished | Policy::FreshKey)
+    }
+
+    /// The tool of this name, as the world's services document it.
+    pub(super) fn tool(&self, name: &str) -> Option<Tool> {
+        self.env.config.tools.iter().find(|tool| tool.name == name).cloned()
     }
 
     fn new_key(&self) -> String {
@@ -301,44 +298,48 @@ impl Worker {
     /// then by its client reference. A negative key check is conclusive only within the
     /// service's memory window.
     async fn reconcile(&self, bus: &Bus, entry: &Value) -> Reconciled {
-        let guarantees = &self.env.config.tickets;
+        let Some(tool) = entry["tool"].as_str().and_then(|name| self.tool(name)) else {
+            return Reconciled::Ambiguous("no service of this world documents the tool".into());
+        };
         let timeout = self.env.config.tool_timeout_ms;
         let mut key_unknown = false;
         let mut unreachable = None;
-        if guarantees.idempotency {
-            match bus.invoke("ticket::status", json!({ "idempotency_key": entry["idempotency_key"] }), timeout).await {
-                Ok(found) if found["known"] == json!(true) => {
-                    return Reconciled::Complete(
-                        json!({ "ticket_id": found["ticket_id"], "reconciled_by": "idempotency key" }),
-                    )
-                }
+        // What the service says it found, as the action's result.
+        let found = |mut answer: Value, by: &str| {
+            if let Some(fields) = answer.as_object_mut() {
+                fields.remove("known");
+                fields.remove("found");
+                fields.insert("reconciled_by".into(), json!(by));
+            }
+            Reconciled::Complete(answer)
+        };
+        if tool.idempotency {
+            let status = format!("{}::status", tool.service);
+            match bus.invoke(&status, json!({ "idempotency_key": entry["idempotency_key"] }), timeout).await {
+                Ok(answer) if answer["known"] == json!(true) => return found(answer, "idempotency key"),
                 Ok(_) => key_unknown = true,
                 Err(error) => unreachable = Some(error.to_string()),
             }
         }
-        if guarantees.lookup {
+        if tool.lookup {
             let lookup = json!({ "client_reference": entry["client_reference"] });
-            match bus.invoke("ticket::lookup", lookup, timeout).await {
-                Ok(found) if found["found"] == json!(true) => {
-                    return Reconciled::Complete(
-                        json!({ "ticket_id": found["ticket_id"], "reconciled_by": "client reference" }),
-                    )
-                }
+            match bus.invoke(&format!("{}::lookup", tool.service), lookup, timeout).await {
+                Ok(answer) if answer["found"] == json!(true) => return found(answer, "client reference"),
                 Ok(_) => return Reconciled::NotExecuted,
                 Err(error) => unreachable = Some(error.to_string()),
             }
         }
         let age_ms = self.now().saturating_sub(entry["intent_at_ms"].as_u64().unwrap_or(0));
-        if key_unknown && age_ms < guarantees.idempotency_window_ms {
+        if key_unknown && age_ms < tool.idempotency_window_ms {
             return Reconciled::NotExecuted;
         }
         if let Some(error) = unreachable {
             return Reconciled::Unreachable(error);
         }
-        Reconciled::Ambiguous(if guarantees.idempotency {
+        Reconciled::Ambiguous(if tool.idempotency {
             format!(
                 "the service no longer remembers the key ({age_ms} ms since the intent, window {} ms) and offers no lookup",
-                guarantees.idempotency_window_ms
+                tool.idempotency_window_ms
             )
         } else {
             "the service offers neither idempotency keys nor lookup by reference".to_string()

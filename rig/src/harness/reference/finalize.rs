@@ -41,10 +41,16 @@ impl Intent {
 
 /// What finalising a terminal record shows on the session.
 fn presentation(terminal: &Value) -> (Value, &'static str) {
+    // Keyed by the turn, so a presentation repeated after a confirmed terminal write is kept once.
+    let entry_key =
+        format!("{}:{}", terminal["turn_id"].as_str().unwrap_or(""), terminal["status"].as_str().unwrap_or(""));
     if terminal["status"] == json!("completed") {
-        (json!({ "role": "assistant", "text": terminal["result"]["text"] }), "idle")
+        (json!({ "role": "assistant", "text": terminal["result"]["text"], "entry_key": entry_key }), "idle")
     } else {
-        (json!({ "role": "system", "kind": "error", "text": terminal["result_error"] }), "error")
+        (
+            json!({ "role": "system", "kind": "error", "text": terminal["result_error"], "entry_key": entry_key }),
+            "error",
+        )
     }
 }
 
@@ -99,6 +105,7 @@ impl Worker {
                 return self.hold_record(bus, request, terminal, &reason).await;
             }
         }
+        self.transcribe_results(bus, &terminal, true).await;
         match self.finalize(bus, &terminal).await {
             Ok(result) => Ok(result),
             Err(error) => self.unfinalized(bus, request, Intent::Record(terminal), &error),
@@ -221,6 +228,7 @@ impl Worker {
                     break;
                 }
             }
+            self.transcribe_results(bus, &terminal, true).await;
             if self.finalize(bus, &terminal).await.is_ok() {
                 self.note("terminalized", json!({ "turn_id": request.turn_id, "attempt": attempt }));
                 outcome = Some((attempt, "recorded"));
@@ -260,6 +268,7 @@ impl Worker {
         let _ = bus
             .invoke("session::set-status", json!({ "session_id": session_id, "status": session_status }), timeout)
             .await;
+        self.announce(bus, terminal).await;
         let reseed = self.reseed_queued_input(bus, terminal).await;
         let mut result = json!({
             "session_id": session_id, "turn_id": terminal["turn_id"], "status": terminal["status"],
@@ -337,7 +346,7 @@ impl Worker {
 
     /// Admits a new turn whose record is written: the input it consumed leaves the queue of
     /// input, and the turn goes to the turn queue (an exhausted enqueue holds it, with why).
-    async fn admit(&self, bus: &Bus, mut turn: Value) -> Value {
+    pub(super) async fn admit(&self, bus: &Bus, mut turn: Value) -> Value {
         let timeout = self.env.config.session_timeout_ms;
         for key in turn["input_keys"].as_array().cloned().unwrap_or_default() {
             let _ = bus.invoke("state::delete", json!({ "scope": QUEUE_SCOPE, "key": key }), timeout).await;

@@ -25,11 +25,24 @@
 //! - `no-fencing`: leases without tokens on writes and effects.
 //! - `assume-failed`: an effect request with no result is recorded as failed, never reconciled.
 //! - `close-unsettled`: a failing turn is closed without settling its actions first.
+//! - `results-only-when-answered`: a tool result enters the transcript only when the service
+//!   answered the call; an outcome found by reconciliation leaves the call open there.
+//! - `stale-context`: every generation of a turn is sent the messages read when it first asked,
+//!   so tool results are never fed back to the model.
+//! - `entry-per-delta`: a streamed reply's text enters the transcript delta by delta, one
+//!   message each.
+//! - `hold-drops-mutations`: a hook that holds a call loses its own changes to the arguments.
+//! - `release-original-arguments`: a released call runs with the model's arguments, whatever
+//!   the hooks changed.
 
 mod actions;
 mod finalize;
+mod generation;
+mod hooks;
 mod ownership;
+mod public;
 mod switch;
+mod transcript;
 
 use crate::bus::{Answer, Bus, ErrorBody, Invocation, InvokeError, Provider};
 use crate::harness::{HarnessEnv, HarnessFactory};
@@ -58,10 +71,15 @@ pub enum Policy {
     NoFencing,
     AssumeFailed,
     CloseUnsettled,
+    ResultsOnlyWhenAnswered,
+    StaleContext,
+    EntryPerDelta,
+    HoldDropsMutations,
+    ReleaseOriginalArguments,
 }
 
 impl Policy {
-    pub const ALL: [Policy; 9] = [
+    pub const ALL: [Policy; 14] = [
         Policy::Swallow,
         Policy::Propagate,
         Policy::Reference,
@@ -71,6 +89,11 @@ impl Policy {
         Policy::NoFencing,
         Policy::AssumeFailed,
         Policy::CloseUnsettled,
+        Policy::ResultsOnlyWhenAnswered,
+        Policy::StaleContext,
+        Policy::EntryPerDelta,
+        Policy::HoldDropsMutations,
+        Policy::ReleaseOriginalArguments,
     ];
 
     pub fn name(self) -> &'static str {
@@ -84,6 +107,11 @@ impl Policy {
             Policy::NoFencing => "no-fencing",
             Policy::AssumeFailed => "assume-failed",
             Policy::CloseUnsettled => "close-unsettled",
+            Policy::ResultsOnlyWhenAnswered => "results-only-when-answered",
+            Policy::StaleContext => "stale-context",
+            Policy::EntryPerDelta => "entry-per-delta",
+            Policy::HoldDropsMutations => "hold-drops-mutations",
+            Policy::ReleaseOriginalArguments => "release-original-arguments",
         }
     }
 
@@ -144,7 +172,7 @@ struct TurnRequest {
 /// A step of the turn that failed, and how.
 #[derive(Debug, Clone)]
 struct StepFailure {
-    during: &'static str,
+    during: String,
     error: InvokeError,
 }
 
@@ -176,6 +204,8 @@ struct Worker {
     /// Sessions whose turn (by id) has a terminalisation pending in the background: a
     /// redelivery of that turn must not run it again.
     pending_terminal: RefCell<BTreeMap<String, String>>,
+    /// Generations asked and the frames of streamed replies, in memory.
+    generations: generation::Generations,
 }
 
 impl Worker {
@@ -187,6 +217,7 @@ impl Worker {
             leases: RefCell::default(),
             tokens: RefCell::default(),
             pending_terminal: RefCell::default(),
+            generations: generation::Generations::default(),
         })
     }
 
@@ -289,20 +320,6 @@ impl Worker {
         Ok(record)
     }
 
-    /// Reads the session's messages and asks the model for the current step.
-    async fn ask_model(&self, bus: &Bus, record: &Value) -> Result<Value, StepFailure> {
-        let session_id = &record["session_id"];
-        let timeout = self.env.config.session_timeout_ms;
-        let messages = bus
-            .invoke("session::messages", json!({ "session_id": session_id }), timeout)
-            .await
-            .map_err(|error| StepFailure { during: "session::messages", error })?;
-        let prompt = json!({ "session_id": session_id, "turn_id": record["turn_id"], "step": record["step"], "messages": messages["entries"] });
-        bus.invoke("model::generate", prompt, self.env.config.model_timeout_ms)
-            .await
-            .map_err(|error| StepFailure { during: "model::generate", error })
-    }
-
     async fn get_turn(&self, bus: &Bus, session_id: &str) -> Result<Option<Value>, InvokeError> {
         let record = bus
             .invoke("state::get", json!({ "scope": TURN_SCOPE, "key": session_id }), self.env.config.session_timeout_ms)
@@ -333,7 +350,7 @@ impl Worker {
         }
     }
 
-    fn stop_for(&self, session_id: &str, during: &'static str, error: InvokeError) -> Stop {
+    fn stop_for(&self, session_id: &str, during: &str, error: InvokeError) -> Stop {
         match &error {
             InvokeError::Rejected(body) if body.code == "stale_token" => {
                 self.note(
@@ -343,7 +360,7 @@ impl Worker {
                 self.forget_lease(session_id);
                 Stop::FencedOut
             }
-            _ => Stop::Failed(StepFailure { during, error }),
+            _ => Stop::Failed(StepFailure { during: during.to_string(), error }),
         }
     }
 
@@ -434,6 +451,10 @@ impl Provider for Worker {
                 },
                 "import" => self.import(&bus, &call.data).await,
                 "dead-letter" => self.dead_letter(&bus, &call.data).await,
+                "status" => self.status(&bus, &call.data).await,
+                "send" => self.send(&bus, &call.data).await,
+                "resolve" => self.resolve(&bus, &call.data).await,
+                "stream" => self.take_frame(&call.data),
                 _ => Err(ErrorBody::new("function_not_found", call.function_id)),
             })
         })

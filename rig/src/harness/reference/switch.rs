@@ -79,7 +79,7 @@ impl Worker {
         }
         match self.recover(bus, &mut record).await {
             Err(Stop::FencedOut) => return Ok(self.fenced_out(&request)),
-            Err(Stop::Failed(failure)) => return Err(error_body(failure.during, &failure.error)),
+            Err(Stop::Failed(failure)) => return Err(error_body(&failure.during, &failure.error)),
             _ => {}
         }
         let actions = classify(&record, &self.env.host);

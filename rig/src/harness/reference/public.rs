@@ -1,0 +1,158 @@
+//! The harness's public functions beyond `turn`: `{host}::status` (where a session stands),
+//! `{host}::send` (a user message, starting a turn or queued behind the running one), and the
+//! `turn-completed` lifecycle trigger, told to the functions bound to it once a turn's terminal
+//! state is durable.
+
+use super::{error_body, is_terminal, Worker, QUEUE_SCOPE, TURN_SCOPE};
+use crate::bus::{Bus, ErrorBody};
+use crate::harness::BindingPoint;
+use serde_json::{json, Value};
+use std::rc::Rc;
+
+/// Where `send` remembers what it answered for an idempotency key.
+const SEND_SCOPE: &str = "harness_send";
+
+/// The flags of a `send` reply.
+fn sent(session_id: &str, turn_id: &Value, queued: bool) -> Value {
+    json!({
+        "session_id": session_id, "turn_id": turn_id, "accepted": true,
+        "queued": queued, "merged": false, "deduplicated": false,
+    })
+}
+
+impl Worker {
+    async fn list(&self, bus: &Bus, scope: &str) -> Result<Vec<Value>, ErrorBody> {
+        let listed = bus.invoke("state::list", json!({ "scope": scope }), self.env.config.session_timeout_ms).await;
+        match listed {
+            Ok(Value::Array(entries)) => Ok(entries),
+            Ok(_) => Ok(Vec::new()),
+            Err(error) => Err(error_body("state::list", &error)),
+        }
+    }
+
+    /// `{host}::status {session_id}`: the session's turn, the calls it has not settled, the
+    /// messages queued behind it and the child sessions it started.
+    pub(super) async fn status(&self, bus: &Bus, data: &Value) -> Result<Value, ErrorBody> {
+        let session_id =
+            data["session_id"].as_str().ok_or_else(|| ErrorBody::new("bad_request", "missing `session_id`"))?;
+        let record = self.get_turn(bus, session_id).await.map_err(|e| error_body("get_turn", &e))?;
+        let record = record.unwrap_or_else(|| json!({ "status": "none" }));
+        let pending: Vec<Value> = record["calls"]
+            .as_object()
+            .map(|calls| {
+                calls
+                    .iter()
+                    .filter(|(_, entry)| !matches!(entry["status"].as_str(), Some("complete" | "failed")))
+                    .map(|(id, entry)| json!({ "id": id, "tool": entry["tool"], "status": entry["status"], "reason": entry["held_reason"] }))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let of_session = |entry: &&Value| entry["value"]["session_id"] == json!(session_id);
+        let queued: Vec<Value> = self
+            .list(bus, QUEUE_SCOPE)
+            .await?
+            .iter()
+            .filter(of_session)
+            .map(|e| e["value"]["message"].clone())
+            .collect();
+        let children: Vec<Value> = self
+            .list(bus, TURN_SCOPE)
+            .await?
+            .iter()
+            .filter(|e| e["value"]["parent_session_id"] == json!(session_id))
+            .map(|e| e["key"].clone())
+            .collect();
+        Ok(json!({
+            "session_id": session_id, "turn_id": record["turn_id"], "status": record["status"], "step": record["step"],
+            "pending_calls": pending, "queued": queued, "children": children,
+        }))
+    }
+
+    /// `{host}::send {session_id, message, idempotency_key?}`: starts a turn on the message, or
+    /// queues it when a turn of the session is under way (it is admitted when that turn ends).
+    /// The reply's flags say which (`queued`), and whether the key had been sent before
+    /// (`deduplicated`: nothing new happened). This harness never merges a message into a
+    /// running turn (`merged` is always false).
+    pub(super) async fn send(self: &Rc<Self>, bus: &Bus, data: &Value) -> Result<Value, ErrorBody> {
+        let session_id =
+            data["session_id"].as_str().ok_or_else(|| ErrorBody::new("bad_request", "missing `session_id`"))?;
+        if data["message"].is_null() {
+            return Err(ErrorBody::new("bad_request", "missing `message`"));
+        }
+        let lock = self.session_lock(session_id);
+        let _guard = lock.lock().await;
+        if let Err(not_owner) = self.ensure_ownership(bus, session_id).await {
+            return Err(ErrorBody::new(
+                "not_owner",
+                not_owner["reason"].as_str().unwrap_or("not the owner").to_string(),
+            ));
+        }
+        let result = self.owned_send(bus, session_id, data).await;
+        self.hand_back(bus, session_id).await;
+        result
+    }
+
+    async fn owned_send(&self, bus: &Bus, session_id: &str, data: &Value) -> Result<Value, ErrorBody> {
+        let timeout = self.env.config.session_timeout_ms;
+        let remembered = data["idempotency_key"].as_str().map(|key| format!("{session_id}/{key}"));
+        if let Some(key) = &remembered {
+            let earlier = bus.invoke("state::get", json!({ "scope": SEND_SCOPE, "key": key }), timeout).await;
+            match earlier.map_err(|e| error_body("state::get", &e))? {
+                Value::Null => {}
+                mut reply => {
+                    reply["deduplicated"] = json!(true);
+                    return Ok(reply);
+                }
+            }
+        }
+        let current = self.get_turn(bus, session_id).await.map_err(|e| error_body("get_turn", &e))?;
+        let reply = match current.filter(|record| !is_terminal(record)) {
+            Some(record) => {
+                // A turn is under way: the message waits for it in the queue of input.
+                let entry = json!({ "session_id": session_id, "message": data["message"] });
+                let key = format!("{session_id}:{}", self.env.new_id());
+                let write = json!({ "scope": QUEUE_SCOPE, "key": key, "value": entry });
+                bus.invoke("state::set", write, timeout).await.map_err(|e| error_body("state::set", &e))?;
+                sent(session_id, &record["turn_id"], true)
+            }
+            None => self.start_turn(bus, session_id, &data["message"]).await?,
+        };
+        if let Some(key) = remembered {
+            let write = json!({ "scope": SEND_SCOPE, "key": key, "value": reply });
+            bus.invoke("state::set", write, timeout).await.map_err(|e| error_body("state::set", &e))?;
+        }
+        Ok(reply)
+    }
+
+    /// A new turn on `message`: the message enters the transcript, the turn record is written,
+    /// and the turn goes to the turn queue.
+    async fn start_turn(&self, bus: &Bus, session_id: &str, message: &Value) -> Result<Value, ErrorBody> {
+        let turn_id = format!("t-{}", self.env.new_id());
+        let previous = self.get_turn(bus, session_id).await.ok().flatten();
+        let turn_count = previous.as_ref().map_or(0, |r| r["turn_count"].as_u64().unwrap_or(0));
+        let key = Some(format!("{turn_id}:message"));
+        if !self.append_entry(bus, &json!(session_id), key, message.clone()).await {
+            return Err(ErrorBody::new("unavailable", "the message could not be written to the session"));
+        }
+        let turn = json!({
+            "session_id": session_id, "turn_id": turn_id, "status": "running", "step": 0, "turn_count": turn_count,
+            "depth": 0, "abort": false, "calls": {}, "created_at": self.now(), "updated_at": self.now(),
+        });
+        self.put_turn(bus, &turn).await.map_err(|e| error_body("put_turn", &e))?;
+        let admitted = self.admit(bus, turn).await;
+        if admitted["admitted"] != json!(true) {
+            return Err(ErrorBody::new("unavailable", format!("the turn could not be queued: {}", admitted["error"])));
+        }
+        Ok(sent(session_id, &json!(turn_id), false))
+    }
+
+    /// Tells every function bound to `turn-completed` that a turn ended (its terminal state is
+    /// durable): at least once, with the same payload every time.
+    pub(super) async fn announce(&self, bus: &Bus, terminal: &Value) {
+        let payload = json!({ "session_id": terminal["session_id"], "turn_id": terminal["turn_id"], "status": terminal["status"] });
+        let bound = self.env.config.bindings.iter().filter(|b| b.trigger == BindingPoint::TurnCompleted);
+        for binding in bound {
+            let _ = bus.invoke(&binding.function, payload.clone(), self.env.config.session_timeout_ms).await;
+        }
+    }
+}

@@ -1,0 +1,126 @@
+//! The session transcript of tool use: the model's function calls and their results, written to
+//! the session so the next generation is sent what the tools did.
+//!
+//! The durable turn record is the source of truth; the transcript is written from it, under a
+//! key per entry (the round's calls, each action's result, each admitted input), so writing it
+//! again (a retry after an unknown outcome, a turn resumed after a crash) leaves one entry each.
+//! A call is closed by a result once its action settles, whether the service answered or
+//! reconciliation found out; a turn that ends with a call never run closes it with an error
+//! result, so no transcript keeps a call open.
+
+use super::{Policy, Worker};
+use crate::bus::Bus;
+use serde_json::{json, Value};
+
+/// The id of the `index`-th tool call of the record's current round: its action id, and the
+/// function call's id in the transcript.
+pub(super) fn action_id(record: &Value, index: usize) -> String {
+    format!("{}:{}:{index}", record["turn_id"].as_str().unwrap_or(""), record["step"])
+}
+
+/// The id the transcript gives the `index`-th call of the current round: the model's own call id
+/// when it gave one, else the action id.
+pub(super) fn call_id(record: &Value, index: usize) -> String {
+    match record["reply"]["tool_calls"][index]["id"].as_str() {
+        Some(id) => id.to_string(),
+        None => action_id(record, index),
+    }
+}
+
+/// The tool calls of the record's current round, as the recorded reply lists them.
+fn round_calls(record: &Value) -> Vec<Value> {
+    record["reply"]["tool_calls"].as_array().cloned().unwrap_or_default()
+}
+
+/// What a settled action's result shows the model: the service's `content` when it gives one,
+/// else the whole result as text; and whether it is an error.
+fn result_content(result: &Value) -> (Value, bool) {
+    let content = match &result["content"] {
+        Value::Array(_) => result["content"].clone(),
+        _ => json!([{ "type": "text", "text": result.to_string() }]),
+    };
+    (content, result["is_error"] == json!(true))
+}
+
+impl Worker {
+    /// Appends `entry` to the session's transcript, under `key` when given. A keyed append is
+    /// retried while it fails (the session keeps one entry per key); whether it got through.
+    pub(super) async fn append_entry(
+        &self,
+        bus: &Bus,
+        session_id: &Value,
+        key: Option<String>,
+        mut entry: Value,
+    ) -> bool {
+        let keyed = key.is_some();
+        if let Some(key) = key {
+            entry["entry_key"] = json!(key);
+        }
+        let attempts = if keyed { self.env.config.terminalize_attempts.max(1) } else { 1 };
+        let append = json!({ "session_id": session_id, "entry": entry });
+        let mut last_error = String::new();
+        for attempt in 1..=attempts {
+            match bus.invoke("session::append", append.clone(), self.env.config.session_timeout_ms).await {
+                Ok(_) => return true,
+                Err(error) => last_error = error.to_string(),
+            }
+            if attempt < attempts {
+                self.env.clock.sleep(self.deferred_backoff(attempt)).await;
+            }
+        }
+        self.note("transcript_append_failed", json!({ "entry_key": entry["entry_key"], "error": last_error }));
+        false
+    }
+
+    /// Writes the input a turn was admitted from (queued messages) to the transcript.
+    pub(super) async fn transcribe_input(&self, bus: &Bus, record: &Value) {
+        let inputs = record["input"].as_array().cloned().unwrap_or_default();
+        for (index, message) in inputs.into_iter().enumerate() {
+            let from = record["input_keys"][index].as_str().map_or_else(|| index.to_string(), str::to_string);
+            let key = format!("{}:input:{from}", record["turn_id"].as_str().unwrap_or(""));
+            self.append_entry(bus, &record["session_id"], Some(key), message).await;
+        }
+    }
+
+    /// Writes the current round's function calls to the transcript, as one assistant entry.
+    pub(super) async fn transcribe_calls(&self, bus: &Bus, record: &Value) {
+        let calls = round_calls(record);
+        if calls.is_empty() {
+            return;
+        }
+        let blocks: Vec<Value> = calls
+            .iter()
+            .enumerate()
+            .map(|(index, call)| {
+                json!({ "type": "function_call", "id": call_id(record, index), "function_id": call["tool"], "arguments": call["args"] })
+            })
+            .collect();
+        let key = format!("{}:{}:calls", record["turn_id"].as_str().unwrap_or(""), record["step"]);
+        self.append_entry(bus, &record["session_id"], Some(key), json!({ "role": "assistant", "content": blocks }))
+            .await;
+    }
+
+    /// Writes a result for every call of the current round whose action has settled; when the
+    /// turn is `closing`, a call whose action never ran gets an error result instead.
+    pub(super) async fn transcribe_results(&self, bus: &Bus, record: &Value, closing: bool) {
+        for (index, call) in round_calls(record).iter().enumerate() {
+            let id = action_id(record, index);
+            let action = &record["calls"][&id];
+            let (content, is_error) = match action["status"].as_str() {
+                Some("complete") => result_content(&action["result"]),
+                Some("failed") => (json!([{ "type": "text", "text": action["error"] }]), true),
+                _ if closing => (json!([{ "type": "text", "text": "not run: the turn ended before it ran" }]), true),
+                _ => continue,
+            };
+            if self.policy == Policy::ResultsOnlyWhenAnswered && !action["result"]["reconciled_by"].is_null() {
+                // The bug: an outcome found by reconciliation never reaches the transcript.
+                continue;
+            }
+            let entry = json!({
+                "role": "function_result", "function_call_id": call_id(record, index), "function_id": call["tool"],
+                "content": content, "is_error": is_error,
+            });
+            self.append_entry(bus, &record["session_id"], Some(format!("{id}:result")), entry).await;
+        }
+    }
+}
