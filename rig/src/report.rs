@@ -228,6 +228,9 @@ fn snapshot_body(outcome: &RunOutcome) -> String {
     for failure in &outcome.failures {
         let _ = writeln!(text, "failure: {failure}");
     }
+    for broken in &outcome.broke {
+        let _ = writeln!(text, "broken on purpose: {broken}");
+    }
     let effects: Vec<String> = outcome.effects.iter().map(|(kind, n)| format!("{kind}={n}")).collect();
     let _ = writeln!(text, "effects: [{}]", effects.join(", "));
     if !outcome.actions.is_empty() {

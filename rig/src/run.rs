@@ -36,6 +36,9 @@ pub struct RunOutcome {
     pub violations: Vec<Violation>,
     pub expected_violations: Vec<Oracle>,
     pub failures: Vec<String>,
+    /// How the expectations a known-bad policy breaks on purpose failed, one line each: the
+    /// planted bug as the run showed it.
+    pub broke: Vec<String>,
     pub rpc: BTreeMap<String, Value>,
     pub state: Vec<(String, String, Value)>,
     /// Every recorded action at the end of the run: complete, held or unsettled, with owners.
@@ -202,7 +205,8 @@ pub(crate) fn judge(
         unused: &unused,
     };
     failures.extend(expect::check(&applicable, &observed));
-    failures.extend(expect::check_broken(&run.broken, &observed));
+    let broke = expect::broken(&run.broken, &observed);
+    failures.extend(expect::check_broken(&broke));
     let state = store.records().map(|(s, k, v)| (s.to_string(), k.to_string(), v.clone())).collect();
     let actions = action_statuses(&store, layout);
     RunOutcome {
@@ -219,6 +223,7 @@ pub(crate) fn judge(
         violations,
         expected_violations: run.expected_violations.iter().copied().collect(),
         failures,
+        broke: broke.into_iter().flat_map(|(_, failed)| failed).collect(),
         rpc,
         state,
         actions,
