@@ -3,7 +3,7 @@
 //! `turn-completed` lifecycle trigger, told to the functions bound to it once a turn's terminal
 //! state is durable.
 
-use super::{error_body, is_terminal, Worker, QUEUE_SCOPE, TURN_SCOPE};
+use super::{error_body, is_terminal, TurnRequest, Worker, QUEUE_SCOPE, TURN_SCOPE};
 use crate::bus::{Bus, ErrorBody};
 use crate::harness::BindingPoint;
 use serde_json::{json, Value};
@@ -79,49 +79,73 @@ impl Worker {
         if data["message"].is_null() {
             return Err(ErrorBody::new("bad_request", "missing `message`"));
         }
-        let lock = self.session_lock(session_id);
-        let _guard = lock.lock().await;
-        if let Err(not_owner) = self.ensure_ownership(bus, session_id).await {
-            return Err(ErrorBody::new(
-                "not_owner",
-                not_owner["reason"].as_str().unwrap_or("not the owner").to_string(),
-            ));
-        }
-        let result = self.owned_send(bus, session_id, data).await;
-        self.hand_back(bus, session_id).await;
-        result
-    }
-
-    async fn owned_send(&self, bus: &Bus, session_id: &str, data: &Value) -> Result<Value, ErrorBody> {
         let timeout = self.env.config.session_timeout_ms;
         let remembered = data["idempotency_key"].as_str().map(|key| format!("{session_id}/{key}"));
         if let Some(key) = &remembered {
             let earlier = bus.invoke("state::get", json!({ "scope": SEND_SCOPE, "key": key }), timeout).await;
-            match earlier.map_err(|e| error_body("state::get", &e))? {
-                Value::Null => {}
-                mut reply => {
-                    reply["deduplicated"] = json!(true);
-                    return Ok(reply);
-                }
+            let mut earlier = earlier.map_err(|e| error_body("state::get", &e))?;
+            if !earlier.is_null() {
+                earlier["deduplicated"] = json!(true);
+                return Ok(earlier);
             }
         }
-        let current = self.get_turn(bus, session_id).await.map_err(|e| error_body("get_turn", &e))?;
-        let reply = match current.filter(|record| !is_terminal(record)) {
-            Some(record) => {
-                // A turn is under way: the message waits for it in the queue of input.
-                let entry = json!({ "session_id": session_id, "message": data["message"] });
-                let key = format!("{session_id}:{}", self.env.new_id());
-                let write = json!({ "scope": QUEUE_SCOPE, "key": key, "value": entry });
-                bus.invoke("state::set", write, timeout).await.map_err(|e| error_body("state::set", &e))?;
-                sent(session_id, &record["turn_id"], true)
+        // Queueing behind a running turn takes no lock: the running turn holds it to its end.
+        let reply = match self.queue_behind(bus, session_id, data, false).await? {
+            Some(reply) => reply,
+            None => {
+                let lock = self.session_lock(session_id);
+                let _guard = lock.lock().await;
+                if let Err(not_owner) = self.ensure_ownership(bus, session_id).await {
+                    let reason = not_owner["reason"].as_str().unwrap_or("not the owner").to_string();
+                    return Err(ErrorBody::new("not_owner", reason));
+                }
+                // A turn may have started while this worker waited for the session.
+                let reply = match self.queue_behind(bus, session_id, data, true).await {
+                    Ok(Some(reply)) => Ok(reply),
+                    Ok(None) => self.start_turn(bus, session_id, &data["message"]).await,
+                    Err(error) => Err(error),
+                };
+                self.hand_back(bus, session_id).await;
+                reply?
             }
-            None => self.start_turn(bus, session_id, &data["message"]).await?,
         };
         if let Some(key) = remembered {
             let write = json!({ "scope": SEND_SCOPE, "key": key, "value": reply });
             bus.invoke("state::set", write, timeout).await.map_err(|e| error_body("state::set", &e))?;
         }
         Ok(reply)
+    }
+
+    /// Queues the message behind the session's turn if one is under way (`None` if not). When
+    /// that turn ended while the message was being queued, its finalisation may have drained the
+    /// queue of input before the message was in it: the message is admitted here.
+    async fn queue_behind(
+        &self,
+        bus: &Bus,
+        session_id: &str,
+        data: &Value,
+        locked: bool,
+    ) -> Result<Option<Value>, ErrorBody> {
+        let current = self.get_turn(bus, session_id).await.map_err(|e| error_body("get_turn", &e))?;
+        let Some(record) = current.filter(|record| !is_terminal(record)) else { return Ok(None) };
+        let entry = json!({ "session_id": session_id, "message": data["message"] });
+        let key = format!("{session_id}:{}", self.env.new_id());
+        let write = json!({ "scope": QUEUE_SCOPE, "key": key, "value": entry });
+        let timeout = self.env.config.session_timeout_ms;
+        bus.invoke("state::set", write, timeout).await.map_err(|e| error_body("state::set", &e))?;
+        if let Ok(Some(now)) = self.get_turn(bus, session_id).await {
+            if now["turn_id"] == record["turn_id"] && is_terminal(&now) {
+                let turn_id = now["turn_id"].as_str().unwrap_or_default().to_string();
+                let request = TurnRequest { session_id: session_id.to_string(), turn_id, step: 0 };
+                let lock = self.session_lock(session_id);
+                let _guard = if locked { None } else { Some(lock.lock().await) };
+                // Read again under the lock: the finalisation that held it may have admitted a
+                // successor since, and a stale record would admit the input a second time.
+                let now = if locked { Some(now) } else { self.get_turn(bus, session_id).await.ok().flatten() };
+                self.finish_admission(bus, &request, now.as_ref()).await;
+            }
+        }
+        Ok(Some(sent(session_id, &record["turn_id"], true)))
     }
 
     /// A new turn on `message`: the message enters the transcript, the turn record is written,
@@ -134,9 +158,13 @@ impl Worker {
         if !self.append_entry(bus, &json!(session_id), key, message.clone()).await {
             return Err(ErrorBody::new("unavailable", "the message could not be written to the session"));
         }
+        // Like a turn admitted from queued input, it names the turn it follows (itself when it
+        // follows none), so a worker's recovery sweep enqueues it if this worker dies first.
+        let predecessor = previous.as_ref().map_or_else(|| json!(turn_id), |r| r["turn_id"].clone());
         let turn = json!({
             "session_id": session_id, "turn_id": turn_id, "status": "running", "step": 0, "turn_count": turn_count,
-            "depth": 0, "abort": false, "calls": {}, "created_at": self.now(), "updated_at": self.now(),
+            "depth": 0, "abort": false, "calls": {}, "predecessor": predecessor,
+            "created_at": self.now(), "updated_at": self.now(),
         });
         self.put_turn(bus, &turn).await.map_err(|e| error_body("put_turn", &e))?;
         let admitted = self.admit(bus, turn).await;
