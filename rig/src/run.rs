@@ -349,7 +349,8 @@ fn harness_env(world: &Rc<World>, host: &str, config: &crate::harness::HarnessCo
     HarnessEnv {
         host: host.to_string(),
         clock: Rc::clone(&world.clock),
-        rng: world.stream(host),
+        // Its own stream: ids the harness draws do not shift when the bus draws one more invocation id.
+        rng: world.stream(&format!("{host}/harness")),
         config: config.clone(),
         note: Rc::new(move |what, detail| note_world.note_event(&note_host, what, detail)),
         process: Rc::clone(world) as Rc<dyn crate::harness::ProcessControl>,

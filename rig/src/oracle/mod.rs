@@ -40,10 +40,17 @@ pub enum Oracle {
     TruthfulReply,
     /// A finished turn has no action whose outcome is still unsettled.
     CallsClosed,
+    /// No worker sends an effect request for a session after a cancellation of it was recorded.
+    Cancellation,
+    /// No turn, and no tree of a turn and the turns it delegated to, consumes more than the hard
+    /// limits of its budget (model rounds, tool calls, effects, child turns, wall time).
+    Budget,
+    /// No two workers own a turn in the same epoch.
+    OneOwner,
 }
 
 impl Oracle {
-    pub const ALL: [Oracle; 9] = [
+    pub const ALL: [Oracle; 12] = [
         Oracle::Effects,
         Oracle::Fencing,
         Oracle::BlindReplay,
@@ -53,6 +60,9 @@ impl Oracle {
         Oracle::Ledger,
         Oracle::TruthfulReply,
         Oracle::CallsClosed,
+        Oracle::Cancellation,
+        Oracle::Budget,
+        Oracle::OneOwner,
     ];
 
     pub fn name(self) -> &'static str {
@@ -66,6 +76,9 @@ impl Oracle {
             Oracle::Ledger => "ledger",
             Oracle::TruthfulReply => "truthful-reply",
             Oracle::CallsClosed => "calls-closed",
+            Oracle::Cancellation => "cancellation",
+            Oracle::Budget => "budget",
+            Oracle::OneOwner => "one-owner",
         }
     }
 
@@ -110,6 +123,9 @@ pub fn check(evidence: &Evidence<'_>) -> Vec<Violation> {
     ledger(evidence, &mut violations);
     truthful_reply(evidence, &mut violations);
     calls_closed(evidence, &mut violations);
+    cancellation(evidence, &mut violations);
+    budget(evidence, &mut violations);
+    one_owner(evidence, &mut violations);
     violations
 }
 
@@ -263,7 +279,11 @@ fn liveness(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
         format!("{settled_ms} ms after the faults were healed")
     };
     for (scope, key, record) in evidence.store.records() {
-        if scope != layout.turn_scope || layout.is_terminal(record) || layout.is_held_with_reason(record) {
+        if scope != layout.turn_scope
+            || layout.is_terminal(record)
+            || layout.is_held_with_reason(record)
+            || layout.is_parked(record)
+        {
             continue;
         }
         violations.push(violation(
@@ -454,6 +474,222 @@ fn calls_closed(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
                 ));
             }
         }
+    }
+}
+
+/// The session each recorded action belongs to, from the committed turn records.
+fn action_sessions<'a>(evidence: &Evidence<'a>) -> BTreeMap<&'a str, &'a str> {
+    let mut sessions = BTreeMap::new();
+    for event in evidence.events {
+        if let EventKind::Commit { scope, key, value, .. } = &event.kind {
+            if *scope == evidence.layout.turn_scope {
+                for (action, _) in evidence.layout.actions(value) {
+                    sessions.insert(action, key.as_str());
+                }
+            }
+        }
+    }
+    sessions
+}
+
+/// The scope where a harness keeps control commands, by session.
+pub const CONTROL_SCOPE: &str = "harness_control";
+
+fn cancellation(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
+    // Frames from one worker reach the engine in the order it sent them, so the order of their
+    // arrival says whether an effect was sent after the cancellation was recorded.
+    let mut arrival: BTreeMap<&str, usize> = BTreeMap::new();
+    for (position, event) in evidence.events.iter().enumerate() {
+        if let EventKind::Frame { direction: "in", frame: "invokefunction", invocation_id: Some(id), .. } = &event.kind
+        {
+            arrival.entry(id.as_str()).or_insert(position);
+        }
+    }
+    let sessions = action_sessions(evidence);
+    let mut cancelled_at: BTreeMap<&str, (usize, u64)> = BTreeMap::new();
+    for event in evidence.events {
+        match &event.kind {
+            EventKind::Call { function, payload, invocation_id: Some(id), .. }
+                if payload["scope"] == CONTROL_SCOPE && function.starts_with("state::") =>
+            {
+                let records_cancel = payload["value"]["commands"].as_object().is_some_and(|commands| {
+                    commands.values().any(|c| matches!(c["command"].as_str(), Some("cancel" | "stop")))
+                });
+                if let (true, Some(session), Some(&at)) =
+                    (records_cancel, payload["key"].as_str(), arrival.get(id.as_str()))
+                {
+                    cancelled_at.entry(session).or_insert((at, event.at_ms));
+                }
+            }
+            EventKind::Call { function, payload, invocation_id: Some(id), .. }
+                if evidence.effect_functions.effects.contains(function.as_str()) =>
+            {
+                let action = payload["action_id"].as_str().unwrap_or("");
+                let Some(session) = sessions.get(action) else { continue };
+                let (Some(&(cancel, cancel_ms)), Some(&sent)) = (cancelled_at.get(session), arrival.get(id.as_str()))
+                else {
+                    continue;
+                };
+                if sent > cancel {
+                    violations.push(violation(
+                        Oracle::Cancellation,
+                        format!(
+                            "`{function}` for action `{action}` of session {session} was sent after its cancellation was recorded (at {cancel_ms} ms), and reached the service at {} ms",
+                            event.at_ms
+                        ),
+                    ));
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// What a turn consumed, as the services saw it.
+#[derive(Default, Clone, Copy)]
+struct Consumed {
+    model_rounds: u64,
+    tool_calls: u64,
+    effects: u64,
+    child_turns: u64,
+    wall_ms: u64,
+}
+
+impl Consumed {
+    const DIMENSIONS: [&'static str; 5] = ["model_rounds", "tool_calls", "effects", "child_turns", "wall_ms"];
+
+    fn get(&self, dimension: &str) -> u64 {
+        match dimension {
+            "model_rounds" => self.model_rounds,
+            "tool_calls" => self.tool_calls,
+            "effects" => self.effects,
+            "child_turns" => self.child_turns,
+            _ => self.wall_ms,
+        }
+    }
+
+    fn add(&mut self, other: &Consumed) {
+        self.model_rounds += other.model_rounds;
+        self.tool_calls += other.tool_calls;
+        self.effects += other.effects;
+        self.child_turns += other.child_turns;
+        self.wall_ms = self.wall_ms.max(other.wall_ms);
+    }
+}
+
+fn budget(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
+    let layout = evidence.layout;
+    // Every turn's latest record, when it began, and its actions; then what it consumed.
+    let mut latest: BTreeMap<String, &Value> = BTreeMap::new();
+    let mut began: BTreeMap<String, u64> = BTreeMap::new();
+    let mut action_turn: BTreeMap<&str, String> = BTreeMap::new();
+    for event in evidence.events {
+        if let EventKind::Commit { scope, value, .. } = &event.kind {
+            if *scope == layout.turn_scope && !value.is_null() {
+                let turn = layout.turn_id(value).to_string();
+                began.entry(turn.clone()).or_insert(event.at_ms);
+                for (action, _) in layout.actions(value) {
+                    action_turn.insert(action, turn.clone());
+                }
+                latest.insert(turn, value);
+            }
+        }
+    }
+    for (_, _, record) in evidence.store.records() {
+        latest.entry(layout.turn_id(record).to_string()).or_insert(record);
+    }
+    if !latest.values().any(|r| !r[&layout.budget_field].is_null()) {
+        return;
+    }
+    let mut consumed: BTreeMap<String, Consumed> = BTreeMap::new();
+    let mut touch = |turn: &str, at_ms: u64, f: &dyn Fn(&mut Consumed)| {
+        let entry = consumed.entry(turn.to_string()).or_default();
+        f(entry);
+        entry.wall_ms = entry.wall_ms.max(at_ms.saturating_sub(began.get(turn).copied().unwrap_or(at_ms)));
+    };
+    for event in evidence.events {
+        match &event.kind {
+            EventKind::Call { function, payload, .. } if function == "model::generate" => {
+                if let Some(turn) = payload["turn_id"].as_str() {
+                    touch(turn, event.at_ms, &|c| c.model_rounds += 1);
+                }
+            }
+            EventKind::Call { function, payload, .. }
+                if evidence.effect_functions.effects.contains(function.as_str()) =>
+            {
+                if let Some(turn) = payload["action_id"].as_str().and_then(|a| action_turn.get(a)) {
+                    touch(turn, event.at_ms, &|_| {});
+                }
+            }
+            EventKind::Effect { action, accepted: true, .. } => {
+                if let Some(turn) = action_turn.get(action.as_str()) {
+                    touch(turn, event.at_ms, &|c| c.effects += 1);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut children: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (turn, record) in &latest {
+        if let Some(parent) = record[&layout.parent_field]["turn_id"].as_str() {
+            children.entry(parent.to_string()).or_default().push(turn.clone());
+        }
+    }
+    for turn in action_turn.values() {
+        consumed.entry(turn.clone()).or_default().tool_calls += 1;
+    }
+    for (parent, kids) in &children {
+        consumed.entry(parent.clone()).or_default().child_turns += kids.len() as u64;
+    }
+    // A tree's consumption: the turn's own and that of every turn it delegated to.
+    fn tree(
+        turn: &str,
+        consumed: &BTreeMap<String, Consumed>,
+        children: &BTreeMap<String, Vec<String>>,
+        depth: u32,
+    ) -> Consumed {
+        let mut total = consumed.get(turn).copied().unwrap_or_default();
+        if depth < 16 {
+            for child in children.get(turn).into_iter().flatten() {
+                total.add(&tree(child, consumed, children, depth + 1));
+            }
+        }
+        total
+    }
+    for (turn, record) in &latest {
+        for dimension in Consumed::DIMENSIONS {
+            let Some(hard) = layout.hard_limit(record, dimension) else { continue };
+            let used = tree(turn, &consumed, &children, 0).get(dimension);
+            if used > hard {
+                let scope = if children.contains_key(turn) { " with the turns it delegated to" } else { "" };
+                violations.push(violation(
+                    Oracle::Budget,
+                    format!("turn {turn}{scope} consumed {used} {dimension}, over its hard limit of {hard}"),
+                ));
+            }
+        }
+    }
+}
+
+fn one_owner(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
+    let layout = evidence.layout;
+    let mut owners: BTreeMap<(String, u64), BTreeSet<String>> = BTreeMap::new();
+    for event in evidence.events {
+        let EventKind::Commit { scope, value, .. } = &event.kind else { continue };
+        let (Some(epoch), Some(owner)) = (value[&layout.epoch_field].as_u64(), value[&layout.owner_field].as_str())
+        else {
+            continue;
+        };
+        if *scope == layout.turn_scope {
+            owners.entry((layout.turn_id(value).to_string(), epoch)).or_default().insert(owner.to_string());
+        }
+    }
+    for ((turn, epoch), owners) in owners.into_iter().filter(|(_, o)| o.len() > 1) {
+        let owners: Vec<String> = owners.into_iter().collect();
+        violations.push(violation(
+            Oracle::OneOwner,
+            format!("turn {turn} had {} owners in epoch {epoch}: {}", owners.len(), owners.join(", ")),
+        ));
     }
 }
 

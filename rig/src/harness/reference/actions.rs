@@ -9,6 +9,7 @@
 //! again with backoff, and what stays unknown is held for a person, with its owner and the true
 //! reason.
 
+use super::budget::Spend;
 use super::{Policy, StepFailure, Stop, Worker};
 use crate::bus::{Bus, ErrorBody, InvokeError};
 use serde_json::{json, Value};
@@ -85,9 +86,15 @@ impl Worker {
     /// actions never run again, and the record is written after every round.
     pub(super) async fn drive(self: &Rc<Self>, bus: &Bus, mut record: Value) -> Result<(Value, Value), Stop> {
         for _ in 0..ROUNDS_MAX {
+            let session_id = record["session_id"].as_str().unwrap_or_default().to_string();
             let reply = match record.get("reply").filter(|r| !r.is_null()) {
                 Some(reply) => reply.clone(),
-                None => self.ask_model(bus, &record).await.map_err(Stop::Failed)?,
+                None => {
+                    // A safe point: before a model call.
+                    self.check_control(&session_id)?;
+                    self.spend(bus, &mut record, Spend::ModelRound).await?;
+                    self.ask_model(bus, &record).await.map_err(Stop::Failed)?
+                }
             };
             let calls: Vec<Value> = reply["tool_calls"].as_array().cloned().unwrap_or_default();
             if calls.is_empty() {
@@ -120,6 +127,10 @@ impl Worker {
         call: &Value,
     ) -> Result<(), Stop> {
         let session_id = record["session_id"].as_str().unwrap_or("").to_string();
+        if call["tool"] == json!("agent.delegate") {
+            self.check_control(&session_id)?;
+            return self.delegate(bus, record, action_id, call).await;
+        }
         let Some(tool) = call["tool"].as_str().and_then(tool) else {
             record["calls"][action_id] = json!({ "tool": call["tool"], "status": "failed", "error": "unknown tool" });
             return self.write(bus, record).await;
@@ -128,6 +139,9 @@ impl Worker {
             "complete" | "failed" => return Ok(()),
             "held" => return Err(Stop::Held { reason: format!("action {action_id} is held") }),
             "" => {
+                // A safe point: before a tool is dispatched.
+                self.check_control(&session_id)?;
+                self.spend(bus, record, Spend::ToolCall).await?;
                 let intent = json!({
                     "tool": call["tool"], "args": call["args"], "idempotency_key": self.new_key(),
                     "client_reference": action_id, "status": "started", "owner": self.env.host,
@@ -153,6 +167,8 @@ impl Worker {
                 record["calls"][action_id]["reconciled"] = json!(false);
                 self.write(bus, record).await?;
             }
+            self.check_control(&session_id)?;
+            self.spend(bus, record, Spend::EffectDispatch).await?;
             self.env.checkpoint("before_submission", action_id).await;
             let entry = &record["calls"][action_id];
             let request = json!({
@@ -164,9 +180,14 @@ impl Worker {
                     self.env.checkpoint("after_acceptance", action_id).await;
                     record["calls"][action_id]["status"] = json!("complete");
                     record["calls"][action_id]["result"] = result;
+                    record["calls"][action_id]["completed_at_ms"] = json!(self.now());
+                    if !tool.replay_safe {
+                        self.count(record, "effects", 1);
+                    }
                     self.write(bus, record).await?;
                     self.env.checkpoint("after_completion", action_id).await;
-                    return Ok(());
+                    // A safe point: after a tool's outcome is recorded.
+                    return self.check_control(&session_id);
                 }
                 Err(InvokeError::Rejected(body)) if body.code == "stale_token" => {
                     return Err(self.stop_for(&session_id, tool.function, InvokeError::Rejected(body)));

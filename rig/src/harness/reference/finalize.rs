@@ -121,7 +121,7 @@ impl Worker {
     }
 
     /// Writes `record` as held for a person, with its reason.
-    async fn hold_record(
+    pub(super) async fn hold_record(
         self: &Rc<Self>,
         bus: &Bus,
         request: &TurnRequest,
@@ -260,6 +260,10 @@ impl Worker {
         let _ = bus
             .invoke("session::set-status", json!({ "session_id": session_id, "status": session_status }), timeout)
             .await;
+        if self.controls.borrow().contains_key(session_id.as_str().unwrap_or_default()) {
+            // Commands waiting on this turn learn how it ended.
+            let _ = self.settle_commands(bus, session_id.as_str().unwrap_or_default(), Some(terminal)).await;
+        }
         let reseed = self.reseed_queued_input(bus, terminal).await;
         let mut result = json!({
             "session_id": session_id, "turn_id": terminal["turn_id"], "status": terminal["status"],

@@ -25,8 +25,14 @@
 //! - `no-fencing`: leases without tokens on writes and effects.
 //! - `assume-failed`: an effect request with no result is recorded as failed, never reconciled.
 //! - `close-unsettled`: a failing turn is closed without settling its actions first.
+//! - `in-memory-cancel`: a cancellation is kept in memory only, lost with the worker.
+//! - `reset-on-retry`: a turn's budget counts start over whenever it is taken up again.
+//! - `mint-child-budget`: a delegated child gets a budget of its own instead of a share.
+//! - `resume-without-cas`: a resume claims the paused turn with a plain write.
 
 mod actions;
+mod budget;
+mod control;
 mod finalize;
 mod ownership;
 mod switch;
@@ -58,10 +64,14 @@ pub enum Policy {
     NoFencing,
     AssumeFailed,
     CloseUnsettled,
+    InMemoryCancel,
+    ResetOnRetry,
+    MintChildBudget,
+    ResumeWithoutCas,
 }
 
 impl Policy {
-    pub const ALL: [Policy; 9] = [
+    pub const ALL: [Policy; 13] = [
         Policy::Swallow,
         Policy::Propagate,
         Policy::Reference,
@@ -71,6 +81,10 @@ impl Policy {
         Policy::NoFencing,
         Policy::AssumeFailed,
         Policy::CloseUnsettled,
+        Policy::InMemoryCancel,
+        Policy::ResetOnRetry,
+        Policy::MintChildBudget,
+        Policy::ResumeWithoutCas,
     ];
 
     pub fn name(self) -> &'static str {
@@ -84,6 +98,10 @@ impl Policy {
             Policy::NoFencing => "no-fencing",
             Policy::AssumeFailed => "assume-failed",
             Policy::CloseUnsettled => "close-unsettled",
+            Policy::InMemoryCancel => "in-memory-cancel",
+            Policy::ResetOnRetry => "reset-on-retry",
+            Policy::MintChildBudget => "mint-child-budget",
+            Policy::ResumeWithoutCas => "resume-without-cas",
         }
     }
 
@@ -163,6 +181,8 @@ enum Stop {
     Held { reason: String },
     /// A newer owner holds the session: this worker must not write anything more.
     FencedOut,
+    /// A control command (`kind`, by its idempotency key) takes effect at this safe point.
+    Control { kind: String, key: String },
 }
 
 /// One reference harness worker, started afresh on every (re)start of its host.
@@ -176,6 +196,11 @@ struct Worker {
     /// Sessions whose turn (by id) has a terminalisation pending in the background: a
     /// redelivery of that turn must not run it again.
     pending_terminal: RefCell<BTreeMap<String, String>>,
+    /// Control commands accepted per session and not applied yet: `(kind, idempotency key)`.
+    controls: RefCell<BTreeMap<String, (String, String)>>,
+    /// One lock per session for control commands, apart from the turn's: a command is recorded
+    /// while the turn runs, and takes effect at the turn's next safe point.
+    control_locks: RefCell<BTreeMap<String, Rc<tokio::sync::Mutex<()>>>>,
 }
 
 impl Worker {
@@ -187,6 +212,8 @@ impl Worker {
             leases: RefCell::default(),
             tokens: RefCell::default(),
             pending_terminal: RefCell::default(),
+            controls: RefCell::default(),
+            control_locks: RefCell::default(),
         })
     }
 
@@ -200,6 +227,10 @@ impl Worker {
 
     fn session_lock(&self, session_id: &str) -> Rc<tokio::sync::Mutex<()>> {
         Rc::clone(self.session_locks.borrow_mut().entry(session_id.to_string()).or_default())
+    }
+
+    fn control_lock(&self, session_id: &str) -> Rc<tokio::sync::Mutex<()>> {
+        Rc::clone(self.control_locks.borrow_mut().entry(session_id.to_string()).or_default())
     }
 
     /// Ownership covers a call's work: once it is done, however it ended, the lease is handed
@@ -251,6 +282,11 @@ impl Worker {
                 json!({ "session_id": request.session_id, "turn_id": request.turn_id, "delivered_step": request.step, "step": record["step"] }),
             );
         }
+        self.load_commands(bus, &request.session_id, &request.turn_id).await;
+        let mut record = record;
+        if let Err(stop) = self.resume_budget(bus, &mut record).await {
+            return self.stopped(bus, &request, stop).await;
+        }
         self.finish(bus, &request, record).await
     }
 
@@ -258,9 +294,24 @@ impl Worker {
     async fn finish(self: &Rc<Self>, bus: &Bus, request: &TurnRequest, record: Value) -> Result<Value, ErrorBody> {
         match self.drive(bus, record).await {
             Ok((record, reply)) => self.complete(bus, request, record, reply).await,
-            Err(Stop::Failed(failure)) => self.fail_turn(bus, request, failure).await,
-            Err(Stop::Held { reason }) => self.hold_turn(bus, request, &reason).await,
-            Err(Stop::FencedOut) => Ok(self.fenced_out(request)),
+            Err(stop) => self.stopped(bus, request, stop).await,
+        }
+    }
+
+    /// Finalises a turn by how driving it stopped.
+    async fn stopped(self: &Rc<Self>, bus: &Bus, request: &TurnRequest, stop: Stop) -> Result<Value, ErrorBody> {
+        match stop {
+            Stop::Failed(failure) => self.fail_turn(bus, request, failure).await,
+            Stop::Held { reason } => self.hold_turn(bus, request, &reason).await,
+            Stop::FencedOut => Ok(self.fenced_out(request)),
+            Stop::Control { kind, key } => {
+                self.apply_control(bus, &request.session_id, &kind, &key).await?;
+                let record = self.get_turn(bus, &request.session_id).await.ok().flatten().unwrap_or(Value::Null);
+                Ok(json!({
+                    "session_id": request.session_id, "turn_id": request.turn_id, "status": record["status"],
+                    "skipped": false, "next_step": null, "control": kind, "cancellation": record["cancellation"],
+                }))
+            }
         }
     }
 
@@ -314,6 +365,10 @@ impl Worker {
     /// is unknown.
     async fn put_turn(&self, bus: &Bus, record: &Value) -> Result<(), InvokeError> {
         let mut write = json!({ "scope": TURN_SCOPE, "key": record["session_id"], "value": record });
+        if !matches!(self.policy, Policy::Unguarded | Policy::NoFencing) {
+            // The store refuses to reopen an ended turn: a late or stale writer cannot undo it.
+            write["guard"] = json!({ "key": "turn_id", "status": "status", "final": TERMINAL });
+        }
         if let Some(fence) = self.store_fence(record["session_id"].as_str().unwrap_or_default()) {
             write["fence"] = fence;
         }
@@ -433,6 +488,7 @@ impl Provider for Worker {
                     None => Err(ErrorBody::new("bad_request", "missing `session_id`")),
                 },
                 "import" => self.import(&bus, &call.data).await,
+                command if control::COMMANDS.contains(&command) => self.command(&bus, command, &call.data).await,
                 "dead-letter" => self.dead_letter(&bus, &call.data).await,
                 _ => Err(ErrorBody::new("function_not_found", call.function_id)),
             })
