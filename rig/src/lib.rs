@@ -26,6 +26,7 @@ mod services;
 mod sim;
 mod streams;
 mod suggest;
+pub mod timeline;
 mod topology;
 mod trace;
 
