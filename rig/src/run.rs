@@ -69,9 +69,22 @@ impl RunOutcome {
         self.actions.iter().filter(|a| a.class != "complete")
     }
 
-    /// The shell command that replays this run.
+    /// The shell command that replays this run, from any folder: the installed `rig`
+    /// (`cargo install --path rig`) on the scenario's absolute path.
     pub fn repro(&self) -> String {
-        format!("cargo run --release -p rig -- run {} --policy {} --seed {}", self.scenario, self.policy, self.seed)
+        let path = std::path::Path::new(&self.scenario);
+        let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+        format!("rig run {} --policy {} --seed {}", shell_word(&absolute.to_string_lossy()), self.policy, self.seed)
+    }
+}
+
+/// `text` as one shell word: as it is when it is plain, single-quoted otherwise.
+fn shell_word(text: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "/._-+:@,=".contains(c);
+    if !text.is_empty() && text.chars().all(plain) {
+        text.to_string()
+    } else {
+        format!("'{}'", text.replace('\'', "'\\''"))
     }
 }
 
