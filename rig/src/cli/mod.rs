@@ -1,7 +1,7 @@
 //! What every command shares: output that survives closed streams, exit codes, loading the
 //! scenario files, choosing the runs.
 
-use rig::{PolicyRun, Scenario};
+use rig::{PolicyRun, RunOutcome, Scenario};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -23,6 +23,8 @@ macro_rules! err {
 // Declared after the macros above, which they use.
 pub mod bench;
 pub mod matrix;
+pub mod parallel;
+pub mod progress;
 pub mod run;
 
 /// Exit codes other tools rely on.
@@ -95,6 +97,40 @@ pub fn selected_runs<'a>(
         ));
     }
     Ok(selected)
+}
+
+/// One run to do: a scenario, one of its policies, a seed. Shared by reference with the worker
+/// threads; the run itself happens on one of them.
+#[derive(Clone, Copy)]
+pub struct RunJob<'a> {
+    /// The position of (scenario, policy) in the selection the job came from.
+    pub pair: usize,
+    pub scenario: &'a Scenario,
+    pub policy_run: &'a PolicyRun,
+    pub seed: u64,
+}
+
+impl RunJob<'_> {
+    pub fn run(self) -> RunOutcome {
+        rig::run(self.scenario, self.policy_run, self.seed)
+    }
+}
+
+/// Every run of the selection under every seed, in the order they are reported: scenario by
+/// scenario, policy by policy, seed by seed.
+pub fn run_jobs<'a>(selected: &[(&'a Scenario, &'a PolicyRun)], seeds: &std::ops::Range<u64>) -> Vec<RunJob<'a>> {
+    let mut jobs = Vec::new();
+    for (pair, (scenario, policy_run)) in selected.iter().enumerate() {
+        jobs.extend(seeds.clone().map(|seed| RunJob { pair, scenario, policy_run, seed }));
+    }
+    jobs
+}
+
+/// Creates an output file before any run starts, so a bad path is bad input, not an hour of
+/// runs thrown away at the end.
+pub fn create_output(path: &Path, what: &str) -> Result<std::fs::File, ExitCode> {
+    std::fs::File::create(path)
+        .map_err(|error| bad_input(&format!("cannot write the {what} {}: {error}", path.display())))
 }
 
 /// Every scenario file under the given paths, sorted and each once, so runs are listed in a
