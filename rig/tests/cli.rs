@@ -105,12 +105,7 @@ fn matrix_shards_partition_the_runs_and_junit_names_failures() {
     // Three policies times seven seeds, dealt to two shards.
     assert_eq!(count("1/2") + count("2/2"), 21);
 
-    let source =
-        std::fs::read_to_string(workspace().join("scenarios/incident-001/finalization/write-timeout.toml")).unwrap();
-    let path = scratch(
-        "matrix-swapped.toml",
-        &source.replace("[policy.reference]\n", "[policy.reference]\nviolations = [\"liveness\"]\n"),
-    );
+    let path = failing_scenario("matrix-swapped.toml");
     let junit = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli/junit.xml");
     let out = rig(&[
         "matrix",

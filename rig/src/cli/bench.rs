@@ -1,10 +1,8 @@
 //! `rig bench`: runs per second and simulated-to-wall time per scenario file, on one core and
 //! on all of them.
 
-use super::parallel::{for_each_ordered, Jobs};
-use super::progress::Progress;
-use super::{load_scenarios, parse_seed_range, run_jobs, EXIT_BAD_INPUT, EXIT_FAILED};
-use rig::report;
+use super::parallel::Jobs;
+use super::{load_scenarios, parse_seed_range, run_all, run_jobs, EXIT_BAD_INPUT, EXIT_FAILED};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -46,23 +44,15 @@ pub fn command(args: BenchArgs) -> ExitCode {
     );
     out!("{:<64} {:>6} {:>11} {:>9} {:>11} {:>10}", "scenario", "runs", "wall/run", "runs/s", "sim/run", "sim/wall");
     let mut costs: Vec<Cost> = scenarios.iter().map(|_| Cost::default()).collect();
-    let progress = Progress::new(jobs.len());
     let clock = std::time::Instant::now();
-    for_each_ordered(
-        jobs,
-        workers,
-        |job| (job.pair, job.run()),
-        |_, (_, outcome)| progress.completed((!outcome.passed).then(|| report::failure_line(outcome)).as_deref()),
-        |_, (pair, outcome)| {
-            let cost = &mut costs[file_of[pair]];
-            cost.runs += 1;
-            cost.wall_us += outcome.wall_us.max(1);
-            cost.sim_ms += outcome.sim_ms;
-            cost.failed += u64::from(!outcome.passed);
-        },
-    );
+    run_all(jobs, workers, |pair, outcome| {
+        let cost = &mut costs[file_of[pair]];
+        cost.runs += 1;
+        cost.wall_us += outcome.wall_us.max(1);
+        cost.sim_ms += outcome.sim_ms;
+        cost.failed += u64::from(!outcome.passed);
+    });
     let elapsed_us = u64::try_from(clock.elapsed().as_micros()).unwrap_or(u64::MAX).max(1);
-    progress.finish();
     for (scenario, cost) in scenarios.iter().zip(&costs) {
         let runs = cost.runs.max(1);
         out!(

@@ -1,10 +1,9 @@
 //! `rig matrix`: many seeds, one shard of them, for CI.
 
-use super::parallel::{for_each_ordered, map_ordered, Jobs};
-use super::progress::Progress;
+use super::parallel::{map_ordered, Jobs};
 use super::{
-    bad_input, create_output, load_scenarios, parse_seed_range, run_jobs, selected_runs, RunJob, EXIT_BAD_INPUT,
-    EXIT_FAILED,
+    bad_input, create_output, load_scenarios, parse_seed_range, run_all, run_jobs, selected_runs, RunJob,
+    EXIT_BAD_INPUT, EXIT_FAILED,
 };
 use rig::report::{self, MatrixCase};
 use rig::{timeline, RunOutcome};
@@ -81,25 +80,15 @@ pub fn command(args: MatrixArgs) -> ExitCode {
         .map(|(scenario, policy_run)| MatrixCase::new(scenario.path.display().to_string(), policy_run.policy.clone()))
         .collect();
     let mut digest = Sha256::new();
-    let progress = Progress::new(jobs.len());
     let workers = args.jobs.workers();
-    for_each_ordered(
-        jobs,
-        workers,
-        |job| (job.pair, job.run()),
-        |_, (_, outcome)| progress.completed((!outcome.passed).then(|| report::failure_line(outcome)).as_deref()),
-        |_, (pair, outcome)| {
-            cases[pair].record(&outcome);
-            digest.update(
-                format!(
-                    "{}\t{}\t{}\t{}\t{}\n",
-                    outcome.scenario, outcome.policy, outcome.seed, outcome.passed, outcome.trace_hash
-                )
-                .as_bytes(),
-            );
-        },
-    );
-    progress.finish();
+    run_all(jobs, workers, |pair, outcome| {
+        cases[pair].record(&outcome);
+        let line = format!(
+            "{}\t{}\t{}\t{}\t{}\n",
+            outcome.scenario, outcome.policy, outcome.seed, outcome.passed, outcome.trace_hash
+        );
+        digest.update(line.as_bytes());
+    });
     let unreproducible = match &args.out {
         Some(folder) => write_failures(&selected, &mut cases, folder, workers),
         None => Vec::new(),

@@ -126,6 +126,20 @@ pub fn run_jobs<'a>(selected: &[(&'a Scenario, &'a PolicyRun)], seeds: &std::ops
     jobs
 }
 
+/// Runs every job on `workers` threads with a progress bar, printing each failing run the moment
+/// it fails; `in_order` receives each job's (pair, outcome) in input order.
+pub fn run_all(jobs: Vec<RunJob>, workers: std::num::NonZeroUsize, mut in_order: impl FnMut(usize, RunOutcome)) {
+    let progress = progress::Progress::new(jobs.len());
+    parallel::for_each_ordered(
+        jobs,
+        workers,
+        |job| (job.pair, job.run()),
+        |_, (_, outcome)| progress.completed((!outcome.passed).then(|| rig::report::failure_line(outcome)).as_deref()),
+        |_, (pair, outcome)| in_order(pair, outcome),
+    );
+    progress.finish();
+}
+
 /// Creates an output file before any run starts, so a bad path is bad input, not an hour of
 /// runs thrown away at the end.
 pub fn create_output(path: &Path, what: &str) -> Result<std::fs::File, ExitCode> {
