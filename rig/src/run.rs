@@ -125,8 +125,9 @@ pub fn reference() -> Arc<dyn HarnessFactory> {
 
 /// Runs `scenario` under `run.policy` from `seed`, against `harness`.
 pub fn run_with(harness: &Arc<dyn HarnessFactory>, scenario: &Scenario, run: &PolicyRun, seed: u64) -> RunOutcome {
-    // Every log line of the run names it: scenario, policy and seed.
-    let _span = tracing::info_span!(target: "rig::trace", "run", scenario = %scenario.path.display(), policy = %run.policy, seed).entered();
+    // Every log line of the run names it: scenario, policy and seed. At level error, the span is
+    // on whenever anything at all is logged, so even a warning alone carries it.
+    let _span = tracing::error_span!(target: "rig::trace", "run", scenario = %scenario.path.display(), policy = %run.policy, seed).entered();
     // Wall time is measured for the report only; nothing in the run reads it.
     let started = std::time::Instant::now();
     let proxy_worker = scenario.proxy.as_ref().map(|p| p.worker.clone());

@@ -2,12 +2,12 @@
 //! runs/s, time left), and failures printed the moment they happen. When standard error is not
 //! a terminal (CI logs, pipes) there is no bar and nothing extra, except the failure lines.
 
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressState, ProgressStyle};
 use std::cell::Cell;
 use std::io::IsTerminal as _;
 
 /// The bar's shape: elapsed, bar, done/total, failures, rate, time left.
-const TEMPLATE: &str = "{elapsed_precise} [{bar:32}] {pos}/{len} runs, {msg}, {per_sec}, ETA {eta}";
+const TEMPLATE: &str = "{elapsed_precise} [{bar:32}] {pos}/{len} runs, {msg}, {rate}, ETA {eta}";
 
 /// The progress of one command's runs.
 pub struct Progress {
@@ -23,7 +23,12 @@ impl Progress {
     pub fn new(total: usize) -> Self {
         let total = u64::try_from(total).unwrap_or(u64::MAX);
         let bar = (total > 1 && std::io::stderr().is_terminal()).then(|| {
-            let style = ProgressStyle::with_template(TEMPLATE).expect("the template is valid").progress_chars("=> ");
+            let style = ProgressStyle::with_template(TEMPLATE)
+                .expect("the template is valid")
+                .with_key("rate", |state: &ProgressState, out: &mut dyn std::fmt::Write| {
+                    let _ = write!(out, "{:.0} runs/s", state.per_sec());
+                })
+                .progress_chars("=> ");
             let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr()).with_style(style);
             bar.set_message("0 failed");
             bar
