@@ -2,7 +2,7 @@
 //! on all of them.
 
 use super::parallel::Jobs;
-use super::{load_scenarios, parse_seed_range, run_all, run_jobs, EXIT_BAD_INPUT, EXIT_FAILED};
+use super::{load_scenarios, parse_seed_range, run_all, run_count, run_jobs, EXIT_BAD_INPUT, EXIT_FAILED};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -33,7 +33,6 @@ pub fn command(args: BenchArgs) -> ExitCode {
     // The scenario file of each (scenario, policy) pair, by its position in `scenarios`.
     let file_of: Vec<usize> =
         scenarios.iter().enumerate().flat_map(|(file, s)| std::iter::repeat_n(file, s.runs.len())).collect();
-    let jobs = run_jobs(&selected, &args.seeds);
     let workers = args.jobs.workers();
     let seeds = args.seeds.end - args.seeds.start;
     out!(
@@ -45,7 +44,7 @@ pub fn command(args: BenchArgs) -> ExitCode {
     out!("{:<64} {:>6} {:>11} {:>9} {:>11} {:>10}", "scenario", "runs", "wall/run", "runs/s", "sim/run", "sim/wall");
     let mut costs: Vec<Cost> = scenarios.iter().map(|_| Cost::default()).collect();
     let clock = std::time::Instant::now();
-    run_all(jobs, workers, |pair, outcome| {
+    run_all(run_jobs(&selected, &args.seeds), run_count(&selected, &args.seeds), workers, |pair, outcome| {
         let cost = &mut costs[file_of[pair]];
         cost.runs += 1;
         cost.wall_us += outcome.wall_us.max(1);

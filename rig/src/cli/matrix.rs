@@ -2,7 +2,7 @@
 
 use super::parallel::{map_ordered, Jobs};
 use super::{
-    bad_input, create_output, load_scenarios, parse_seed_range, run_all, run_jobs, selected_runs, RunJob,
+    bad_input, create_output, load_scenarios, parse_seed_range, run_all, run_count, run_jobs, selected_runs, RunJob,
     EXIT_BAD_INPUT, EXIT_FAILED,
 };
 use rig::report::{self, MatrixCase};
@@ -69,19 +69,19 @@ pub fn command(args: MatrixArgs) -> ExitCode {
     let clock = std::time::Instant::now();
     let (shard, shards) = args.shard.unwrap_or((1, 1));
     // Runs are dealt to shards in a fixed order, so N runners cover each run exactly once.
-    let jobs: Vec<RunJob> = run_jobs(&selected, &args.seeds)
-        .into_iter()
+    let jobs = run_jobs(&selected, &args.seeds)
         .enumerate()
-        .filter(|(index, _)| *index as u64 % shards == shard - 1)
-        .map(|(_, job)| job)
-        .collect();
+        .filter(move |(index, _)| *index as u64 % shards == shard - 1)
+        .map(|(_, job)| job);
+    let all = run_count(&selected, &args.seeds);
+    let in_shard = all / shards + u64::from(all % shards > shard - 1);
     let mut cases: Vec<MatrixCase> = selected
         .iter()
         .map(|(scenario, policy_run)| MatrixCase::new(scenario.path.display().to_string(), policy_run.policy.clone()))
         .collect();
     let mut digest = Sha256::new();
     let workers = args.jobs.workers();
-    run_all(jobs, workers, |pair, outcome| {
+    run_all(jobs, in_shard, workers, |pair, outcome| {
         cases[pair].record(&outcome);
         let line = format!(
             "{}\t{}\t{}\t{}\t{}\n",
@@ -95,6 +95,9 @@ pub fn command(args: MatrixArgs) -> ExitCode {
     };
     cases.retain(|case| case.runs > 0);
     out!("{}", report::matrix_summary(&cases, (shard, shards)));
+    if args.out.is_none() && cases.iter().any(|c| c.failed > 0) {
+        out!("(--out DIR writes each failing case's timeline, trace and repro, from a replay of its lowest seed)");
+    }
     for line in &unreproducible {
         out!("{line}");
     }

@@ -117,19 +117,32 @@ impl RunJob<'_> {
 }
 
 /// Every run of the selection under every seed, in the order they are reported: scenario by
-/// scenario, policy by policy, seed by seed.
-pub fn run_jobs<'a>(selected: &[(&'a Scenario, &'a PolicyRun)], seeds: &std::ops::Range<u64>) -> Vec<RunJob<'a>> {
-    let mut jobs = Vec::new();
-    for (pair, (scenario, policy_run)) in selected.iter().enumerate() {
-        jobs.extend(seeds.clone().map(|seed| RunJob { pair, scenario, policy_run, seed }));
-    }
-    jobs
+/// scenario, policy by policy, seed by seed. Made as they are taken, so a seed range larger
+/// than memory is only a long night, not an allocation failure.
+pub fn run_jobs<'a>(
+    selected: &[(&'a Scenario, &'a PolicyRun)],
+    seeds: &std::ops::Range<u64>,
+) -> impl Iterator<Item = RunJob<'a>> + Send + 'a {
+    let (selected, seeds) = (selected.to_vec(), seeds.clone());
+    selected.into_iter().enumerate().flat_map(move |(pair, (scenario, policy_run))| {
+        seeds.clone().map(move |seed| RunJob { pair, scenario, policy_run, seed })
+    })
 }
 
-/// Runs every job on `workers` threads with a progress bar, printing each failing run the moment
-/// it fails; `in_order` receives each job's (pair, outcome) in input order.
-pub fn run_all(jobs: Vec<RunJob>, workers: std::num::NonZeroUsize, mut in_order: impl FnMut(usize, RunOutcome)) {
-    let progress = progress::Progress::new(jobs.len());
+/// How many runs [`run_jobs`] makes.
+pub fn run_count(selected: &[(&Scenario, &PolicyRun)], seeds: &std::ops::Range<u64>) -> u64 {
+    (selected.len() as u64).saturating_mul(seeds.end.saturating_sub(seeds.start))
+}
+
+/// Runs every job on `workers` threads with a progress bar (`total` runs), printing each failing
+/// run the moment it fails; `in_order` receives each job's (pair, outcome) in input order.
+pub fn run_all<'a>(
+    jobs: impl Iterator<Item = RunJob<'a>> + Send,
+    total: u64,
+    workers: std::num::NonZeroUsize,
+    mut in_order: impl FnMut(usize, RunOutcome),
+) {
+    let progress = progress::Progress::new(total);
     parallel::for_each_ordered(
         jobs,
         workers,

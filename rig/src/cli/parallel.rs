@@ -42,7 +42,7 @@ impl Jobs {
 /// `finished(index, &result)` is called on the calling thread as each job completes, in
 /// completion order.
 pub fn map_ordered<J, R>(
-    jobs: Vec<J>,
+    jobs: impl IntoIterator<Item = J, IntoIter: Send>,
     workers: NonZeroUsize,
     work: impl Fn(J) -> R + Sync,
     finished: impl FnMut(usize, &R),
@@ -51,7 +51,7 @@ where
     J: Send,
     R: Send,
 {
-    let mut results = Vec::with_capacity(jobs.len());
+    let mut results = Vec::new();
     for_each_ordered(jobs, workers, work, finished, |_, result| results.push(result));
     results
 }
@@ -60,10 +60,11 @@ where
 /// result as its job completes (completion order); `in_order(index, result)` then receives it
 /// in input order, as soon as every earlier job has completed. Both run on the calling thread.
 ///
+/// Jobs are taken from `jobs` as workers get to them, so it may be long (or lazily made).
 /// With one worker everything runs on the calling thread. A panic in a job stops the others
 /// from starting new jobs and is resumed on the calling thread.
 pub fn for_each_ordered<J, R>(
-    jobs: Vec<J>,
+    jobs: impl IntoIterator<Item = J, IntoIter: Send>,
     workers: NonZeroUsize,
     work: impl Fn(J) -> R + Sync,
     mut finished: impl FnMut(usize, &R),
@@ -72,9 +73,10 @@ pub fn for_each_ordered<J, R>(
     J: Send,
     R: Send,
 {
-    let workers = workers.get().min(jobs.len());
+    let jobs = jobs.into_iter();
+    let workers = workers.get().min(jobs.size_hint().1.unwrap_or(usize::MAX));
     if workers <= 1 {
-        for (index, job) in jobs.into_iter().enumerate() {
+        for (index, job) in jobs.enumerate() {
             let result = work(job);
             finished(index, &result);
             in_order(index, result);
@@ -143,13 +145,13 @@ pub fn for_each_ordered<J, R>(
 }
 
 /// The jobs not yet started, shared by the workers.
-struct Queue<J> {
-    state: Mutex<QueueState<J>>,
+struct Queue<I> {
+    state: Mutex<QueueState<I>>,
     wake: Condvar,
 }
 
-struct QueueState<J> {
-    jobs: std::iter::Enumerate<std::vec::IntoIter<J>>,
+struct QueueState<I> {
+    jobs: std::iter::Enumerate<I>,
     /// The index of the next job to start.
     next: usize,
     /// How many results have been handed on in order.
@@ -157,16 +159,16 @@ struct QueueState<J> {
     stopped: bool,
 }
 
-impl<J> QueueState<J> {
-    fn new(jobs: Vec<J>) -> Self {
-        Self { jobs: jobs.into_iter().enumerate(), next: 0, handed_on: 0, stopped: false }
+impl<I: Iterator> QueueState<I> {
+    fn new(jobs: I) -> Self {
+        Self { jobs: jobs.enumerate(), next: 0, handed_on: 0, stopped: false }
     }
 }
 
-impl<J> Queue<J> {
+impl<I: Iterator> Queue<I> {
     /// The next job, once it is no more than `window` ahead of the results handed on; `None`
     /// when there is none left or the work stopped.
-    fn claim(&self, window: usize) -> Option<(usize, J)> {
+    fn claim(&self, window: usize) -> Option<(usize, I::Item)> {
         let mut state = self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         while !state.stopped && state.next >= state.handed_on.saturating_add(window) {
             state = self.wake.wait(state).unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -216,8 +218,16 @@ mod tests {
     #[test]
     fn in_order_receives_indices_in_sequence() {
         let mut seen = Vec::new();
-        for_each_ordered((0..100).collect(), workers(4), |n: usize| n * 2, |_, _| {}, |i, r| seen.push((i, r)));
+        for_each_ordered(0..100, workers(4), |n: usize| n * 2, |_, _| {}, |i, r| seen.push((i, r)));
         assert_eq!(seen, (0..100).map(|i| (i, i * 2)).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn jobs_are_taken_lazily_and_a_filter_hides_the_length() {
+        // An endless source, cut short: only what is taken is made.
+        let evens = (0u64..).filter(|n| n % 2 == 0).take(300);
+        let doubled = map_ordered(evens, workers(3), |n| n * 2, |_, _| {});
+        assert_eq!(doubled, (0..300).map(|n| n * 4).collect::<Vec<_>>());
     }
 
     #[test]
@@ -228,7 +238,7 @@ mod tests {
     #[test]
     fn a_panicking_job_panics_the_caller_without_hanging() {
         let outcome = std::panic::catch_unwind(|| {
-            map_ordered((0..1000).collect(), workers(3), |n: u32| assert!(n != 5, "job 5 fails"), |_, _| {})
+            map_ordered(0..1000, workers(3), |n: u32| assert!(n != 5, "job 5 fails"), |_, _| {})
         });
         assert!(outcome.is_err());
     }

@@ -20,8 +20,7 @@ pub struct Progress {
 impl Progress {
     /// A bar for `total` runs, drawn only when standard error is a terminal and there is more
     /// than one run to wait for.
-    pub fn new(total: usize) -> Self {
-        let total = u64::try_from(total).unwrap_or(u64::MAX);
+    pub fn new(total: u64) -> Self {
         let bar = (total > 1 && std::io::stderr().is_terminal()).then(|| {
             let style = ProgressStyle::with_template(TEMPLATE)
                 .expect("the template is valid")

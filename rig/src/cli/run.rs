@@ -3,7 +3,8 @@
 use super::parallel::{for_each_ordered, Jobs};
 use super::progress::Progress;
 use super::{
-    bad_input, create_output, load_scenarios, parse_seed_range, run_jobs, selected_runs, EXIT_BAD_INPUT, EXIT_FAILED,
+    bad_input, create_output, load_scenarios, parse_seed_range, run_count, run_jobs, selected_runs, EXIT_BAD_INPUT,
+    EXIT_FAILED,
 };
 use rig::{report, timeline, RunOutcome};
 use std::io::Write as _;
@@ -11,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 /// A timeline page is for reading: this many runs at most, so nobody draws ten thousand by accident.
-const DRAWN_RUNS_MAX: usize = 16;
+const DRAWN_RUNS_MAX: u64 = 16;
 
 #[derive(clap::Args)]
 pub struct RunArgs {
@@ -89,12 +90,11 @@ pub fn command(args: RunArgs) -> ExitCode {
         (None, Some(range)) => range,
         (None, None) => 0..1,
     };
-    let jobs = run_jobs(&selected, &seeds);
+    let total = run_count(&selected, &seeds);
     let drawing = args.timeline.is_some() || args.mermaid.is_some();
-    if drawing && jobs.len() > DRAWN_RUNS_MAX {
+    if drawing && total > DRAWN_RUNS_MAX {
         return bad_input(&format!(
-            "--timeline and --mermaid draw at most {DRAWN_RUNS_MAX} runs, and this selects {}: choose one with --policy and --seed",
-            jobs.len()
+            "--timeline and --mermaid draw at most {DRAWN_RUNS_MAX} runs, and this selects {total}: choose one with --policy and --seed"
         ));
     }
     let mut trace_out = match args.trace.as_deref().map(trace_sink).transpose() {
@@ -114,11 +114,11 @@ pub fn command(args: RunArgs) -> ExitCode {
     }
 
     let (json, with_trace) = (args.json, trace_out.is_some());
-    let progress = Progress::new(jobs.len());
+    let progress = Progress::new(total);
     let (mut passed, mut failed) = (0u64, 0u64);
     let mut drawn: Vec<RunOutcome> = Vec::new();
     for_each_ordered(
-        jobs,
+        run_jobs(&selected, &seeds),
         args.jobs.workers(),
         |job| render(job.run(), json, with_trace),
         |_, _| progress.completed(None),
