@@ -249,6 +249,31 @@ fn jobs_change_neither_the_output_order_nor_a_trace_hash() {
 }
 
 #[test]
+fn sweep_and_explore_find_the_same_things_on_any_number_of_jobs() {
+    let workload = workspace().join("scenarios/workloads/multi-round.toml");
+    let without_wall_time = |out: Output| -> String {
+        assert_eq!(out.status.code(), Some(1), "a known-bad policy is found: {}", String::from_utf8_lossy(&out.stderr));
+        // The only line that may differ is the sweep's wall-time total.
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| !l.contains("s of wall time"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let sweep = |jobs: &str| rig(&["sweep", workload.to_str().unwrap(), "--policy", "swallow", "--jobs", jobs]);
+    let one = without_wall_time(sweep("1"));
+    assert!(one.contains("finding `liveness`"), "{one}");
+    assert_eq!(one, without_wall_time(sweep("3")));
+
+    let explore = |jobs: &str| {
+        rig(&["explore", workload.to_str().unwrap(), "--policy", "unguarded", "--seeds", "0..12", "--jobs", jobs])
+    };
+    let one = without_wall_time(explore("1"));
+    assert!(one.contains("shrunk to"), "{one}");
+    assert_eq!(one, without_wall_time(explore("3")));
+}
+
+#[test]
 fn outputs_are_checked_before_the_first_run() {
     let smoke = workspace().join("scenarios/smoke/healthy-turn.toml");
     let folder = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli");
