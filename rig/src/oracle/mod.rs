@@ -296,6 +296,29 @@ fn liveness(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
             ),
         ));
     }
+    // A command accepted for a turn that is no longer running will never be applied by it: it
+    // must have been settled (applied, or expired) when the turn stopped.
+    for (scope, session, control) in evidence.store.records() {
+        if scope != CONTROL_SCOPE {
+            continue;
+        }
+        let turn = evidence.store.get(&layout.turn_scope, session);
+        let still_running =
+            turn.is_some_and(|t| !layout.is_terminal(t) && !layout.is_held_with_reason(t) && !layout.is_parked(t));
+        for (key, command) in control["commands"].as_object().into_iter().flatten() {
+            let for_this_turn = turn.is_some_and(|t| command["turn_id"].as_str() == Some(layout.turn_id(t)));
+            if command["state"] == "accepted" && !still_running && for_this_turn {
+                violations.push(violation(
+                    Oracle::Liveness,
+                    format!(
+                        "command {key} ({}) of session {session} is still `accepted` while its turn is `{}` {why}",
+                        command["command"].as_str().unwrap_or("?"),
+                        turn.map_or("", |t| layout.status(t))
+                    ),
+                ));
+            }
+        }
+    }
     // Ownership covers work: a finished or held turn's lease still renewed at the end blocks
     // every other worker for as long as its idle holder lives.
     for lease in evidence.store.leases() {
@@ -419,13 +442,40 @@ fn claimed_status(result: &Value) -> Option<(&str, &str, &str)> {
     Some((session, turn, status))
 }
 
+/// A reply about a control command: its session, idempotency key and the state it claims.
+fn claimed_command(result: &Value) -> Option<(&str, &str, &str)> {
+    Some((result["session_id"].as_str()?, result["idempotency_key"].as_str()?, result["state"].as_str()?))
+}
+
 fn truthful_reply(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
     let layout = evidence.layout;
     let mut durable: BTreeMap<&str, &Value> = BTreeMap::new();
+    let mut controls: BTreeMap<&str, &Value> = BTreeMap::new();
     for event in evidence.events {
         match &event.kind {
             EventKind::Commit { scope, key, value, .. } if *scope == layout.turn_scope => {
                 durable.insert(key.as_str(), value);
+            }
+            EventKind::Commit { scope, key, value, .. } if scope == CONTROL_SCOPE => {
+                controls.insert(key.as_str(), value);
+            }
+            EventKind::Rpc { name, outcome, .. }
+                if outcome["outcome"] == "ok" && claimed_command(&outcome["result"]).is_some() =>
+            {
+                // "Accepted" is never reported as "applied": a command is applied only once the
+                // store says so.
+                let Some((session, key, state)) = claimed_command(&outcome["result"]) else { continue };
+                let stored =
+                    controls.get(session).and_then(|c| c["commands"][key]["state"].as_str()).unwrap_or("absent");
+                if state != "accepted" && state != stored {
+                    violations.push(violation(
+                        Oracle::TruthfulReply,
+                        format!(
+                            "reply `{name}` at {} ms says command {key} of session {session} is `{state}`, while the store held it `{stored}`",
+                            event.at_ms
+                        ),
+                    ));
+                }
             }
             EventKind::Rpc { name, outcome, .. } if outcome["outcome"] == "ok" => {
                 let Some((session, turn, status)) = claimed_status(&outcome["result"]) else { continue };
@@ -477,23 +527,23 @@ fn calls_closed(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
     }
 }
 
-/// The session each recorded action belongs to, from the committed turn records.
-fn action_sessions<'a>(evidence: &Evidence<'a>) -> BTreeMap<&'a str, &'a str> {
-    let mut sessions = BTreeMap::new();
+/// The scope where a harness keeps control commands, by session.
+pub const CONTROL_SCOPE: &str = "harness_control";
+
+/// The turn each recorded action belongs to, from the committed turn records.
+fn action_turns<'a>(evidence: &Evidence<'a>) -> BTreeMap<&'a str, &'a str> {
+    let mut turns = BTreeMap::new();
     for event in evidence.events {
-        if let EventKind::Commit { scope, key, value, .. } = &event.kind {
+        if let EventKind::Commit { scope, value, .. } = &event.kind {
             if *scope == evidence.layout.turn_scope {
                 for (action, _) in evidence.layout.actions(value) {
-                    sessions.insert(action, key.as_str());
+                    turns.insert(action, evidence.layout.turn_id(value));
                 }
             }
         }
     }
-    sessions
+    turns
 }
-
-/// The scope where a harness keeps control commands, by session.
-pub const CONTROL_SCOPE: &str = "harness_control";
 
 fn cancellation(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
     // Frames from one worker reach the engine in the order it sent them, so the order of their
@@ -505,28 +555,31 @@ fn cancellation(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
             arrival.entry(id.as_str()).or_insert(position);
         }
     }
-    let sessions = action_sessions(evidence);
-    let mut cancelled_at: BTreeMap<&str, (usize, u64)> = BTreeMap::new();
+    let turns = action_turns(evidence);
+    // When a cancel or stop of each turn was first recorded as accepted (a rejected one
+    // cancels nothing), by its arrival position.
+    let mut cancelled_at: BTreeMap<String, (usize, u64)> = BTreeMap::new();
     for event in evidence.events {
         match &event.kind {
             EventKind::Call { function, payload, invocation_id: Some(id), .. }
                 if payload["scope"] == CONTROL_SCOPE && function.starts_with("state::") =>
             {
-                let records_cancel = payload["value"]["commands"].as_object().is_some_and(|commands| {
-                    commands.values().any(|c| matches!(c["command"].as_str(), Some("cancel" | "stop")))
-                });
-                if let (true, Some(session), Some(&at)) =
-                    (records_cancel, payload["key"].as_str(), arrival.get(id.as_str()))
-                {
-                    cancelled_at.entry(session).or_insert((at, event.at_ms));
+                let Some(&at) = arrival.get(id.as_str()) else { continue };
+                let commands = payload["value"]["commands"].as_object().into_iter().flatten();
+                for (_, command) in commands {
+                    let cancels = matches!(command["command"].as_str(), Some("cancel" | "stop"))
+                        && matches!(command["state"].as_str(), Some("accepted" | "applied"));
+                    if let (true, Some(turn)) = (cancels, command["turn_id"].as_str()) {
+                        cancelled_at.entry(turn.to_string()).or_insert((at, event.at_ms));
+                    }
                 }
             }
             EventKind::Call { function, payload, invocation_id: Some(id), .. }
                 if evidence.effect_functions.effects.contains(function.as_str()) =>
             {
                 let action = payload["action_id"].as_str().unwrap_or("");
-                let Some(session) = sessions.get(action) else { continue };
-                let (Some(&(cancel, cancel_ms)), Some(&sent)) = (cancelled_at.get(session), arrival.get(id.as_str()))
+                let Some(&turn) = turns.get(action) else { continue };
+                let (Some(&(cancel, cancel_ms)), Some(&sent)) = (cancelled_at.get(turn), arrival.get(id.as_str()))
                 else {
                     continue;
                 };
@@ -534,7 +587,7 @@ fn cancellation(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
                     violations.push(violation(
                         Oracle::Cancellation,
                         format!(
-                            "`{function}` for action `{action}` of session {session} was sent after its cancellation was recorded (at {cancel_ms} ms), and reached the service at {} ms",
+                            "`{function}` for action `{action}` of turn {turn} was sent after its cancellation was recorded (at {cancel_ms} ms), and reached the service at {} ms",
                             event.at_ms
                         ),
                     ));

@@ -142,6 +142,11 @@ impl Worker {
                 // A safe point: before a tool is dispatched.
                 self.check_control(&session_id)?;
                 self.spend(bus, record, Spend::ToolCall).await?;
+                if !tool.replay_safe {
+                    // An effect the budget cannot afford is never begun: no intent is left behind
+                    // for a person to wonder about.
+                    self.spend(bus, record, Spend::EffectDispatch).await?;
+                }
                 let intent = json!({
                     "tool": call["tool"], "args": call["args"], "idempotency_key": self.new_key(),
                     "client_reference": action_id, "status": "started", "owner": self.env.host,
@@ -167,8 +172,10 @@ impl Worker {
                 record["calls"][action_id]["reconciled"] = json!(false);
                 self.write(bus, record).await?;
             }
-            self.check_control(&session_id)?;
-            self.spend(bus, record, Spend::EffectDispatch).await?;
+            self.check_control_durably(bus, record).await?;
+            if !tool.replay_safe {
+                self.spend(bus, record, Spend::EffectDispatch).await?;
+            }
             self.env.checkpoint("before_submission", action_id).await;
             let entry = &record["calls"][action_id];
             let request = json!({

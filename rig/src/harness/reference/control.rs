@@ -28,9 +28,6 @@ use std::rc::Rc;
 /// of the session changed it meanwhile.
 const CONTROL_WRITE_ATTEMPTS: u32 = 4;
 
-/// The commands, by the name after `{host}::`.
-pub(super) const COMMANDS: [&str; 4] = ["stop", "cancel", "pause", "resume"];
-
 impl Worker {
     /// A command this worker accepted for `session_id` and has not applied yet.
     pub(super) fn pending_control(&self, session_id: &str) -> Option<(String, String)> {
@@ -195,11 +192,9 @@ impl Worker {
                 "turn_cancelled",
                 json!({ "session_id": session_id, "turn_id": request.turn_id, "cancellation": "unresolved-effect" }),
             );
-            let held = self
+            return self
                 .hold_record(bus, &request, record, &format!("cancelled with an unresolved effect: {reason}"))
                 .await;
-            let _ = self.settle_commands(bus, session_id, None).await;
-            return held;
         }
         let completed_since = self.actions_completed_since(&record, requested_at);
         record["status"] = json!("cancelled");
@@ -246,13 +241,16 @@ impl Worker {
                 ("cancel" | "stop", Some("held")) if turn["cancellation"] == json!("unresolved-effect") => {
                     Some(("applied", "unresolved-effect".to_string()))
                 }
-                // The turn ended by itself: a stop has what it asked for, a pause came too late.
-                ("stop" | "cancel", Some(status)) if is_terminal(&turn) => {
-                    Some(("applied", format!("the turn ended {status}")))
+                // The turn ended by itself: a stop has what it asked for; a cancellation or a
+                // pause came too late to change anything.
+                ("stop", Some(status)) if is_terminal(&turn) => Some(("applied", format!("the turn ended {status}"))),
+                ("cancel", Some(status)) if is_terminal(&turn) => {
+                    Some(("expired", format!("the turn ended {status} before the cancellation applied")))
                 }
                 ("pause", _) if is_terminal(&turn) => {
                     Some(("expired", "the turn ended before it could pause".to_string()))
                 }
+                ("pause", Some("held")) => Some(("expired", "the turn is held for a person".to_string())),
                 _ => None,
             };
             let Some((state, outcome)) = done else { continue };
@@ -337,20 +335,51 @@ impl Worker {
         Ok(Self::answer(session_id, key, &applied))
     }
 
-    /// Learns, at the start of a turn, the commands its session has accepted and not applied.
-    pub(super) async fn load_commands(&self, bus: &Bus, session_id: &str, turn_id: &str) {
-        if self.policy == Policy::InMemoryCancel {
-            return;
+    /// A cancel, stop or pause of `turn_id` accepted and not yet applied: the one this worker
+    /// accepted itself, else (unless cancellation is kept in memory only) one in the session's
+    /// durable control record, which this worker then remembers.
+    pub(super) async fn accepted_command(
+        &self,
+        bus: &Bus,
+        session_id: &str,
+        turn_id: &str,
+    ) -> Result<Option<(String, String)>, ErrorBody> {
+        if let Some(pending) = self.pending_control(session_id) {
+            return Ok(Some(pending));
         }
-        let Ok((control, _)) = self.control_record(bus, session_id).await else { return };
+        if self.policy == Policy::InMemoryCancel {
+            return Ok(None);
+        }
+        let (control, _) = self.control_record(bus, session_id).await?;
         let accepted = control["commands"].as_object().and_then(|commands| {
             commands.iter().find(|(_, c)| {
                 c["state"] == json!("accepted") && c["turn_id"] == json!(turn_id) && c["command"] != json!("resume")
             })
         });
-        if let Some((key, command)) = accepted {
-            let kind = command["command"].as_str().unwrap_or_default().to_string();
-            self.controls.borrow_mut().insert(session_id.to_string(), (kind, key.clone()));
+        let Some((key, command)) = accepted else { return Ok(None) };
+        let pending = (command["command"].as_str().unwrap_or_default().to_string(), key.clone());
+        self.controls.borrow_mut().insert(session_id.to_string(), pending.clone());
+        Ok(Some(pending))
+    }
+
+    /// The safe point before an effect is sent: the durable control record is read, so a
+    /// cancellation accepted by any worker stops the turn here. A record that cannot be read
+    /// stops it too: sending without knowing could be sending after a cancellation.
+    pub(super) async fn check_control_durably(&self, bus: &Bus, record: &Value) -> Result<(), Stop> {
+        let session_id = record["session_id"].as_str().unwrap_or_default();
+        let turn_id = record["turn_id"].as_str().unwrap_or_default();
+        match self.accepted_command(bus, session_id, turn_id).await {
+            Ok(Some((kind, key))) => Err(Stop::Control { kind, key }),
+            Ok(None) => Ok(()),
+            Err(error) => Err(Stop::Failed(super::StepFailure {
+                during: "control",
+                error: crate::bus::InvokeError::Rejected(error),
+            })),
         }
+    }
+
+    /// Learns, at the start of a turn, the commands its session has accepted and not applied.
+    pub(super) async fn load_commands(&self, bus: &Bus, session_id: &str, turn_id: &str) {
+        let _ = self.accepted_command(bus, session_id, turn_id).await;
     }
 }

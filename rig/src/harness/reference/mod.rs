@@ -142,6 +142,11 @@ impl HarnessFactory for ReferenceHarness {
         true
     }
 
+    /// Every function of the vocabulary, the control commands included.
+    fn functions(&self) -> Vec<String> {
+        crate::topology::HARNESS_FUNCTIONS.iter().map(|f| f.to_string()).collect()
+    }
+
     fn start(&self, policy: &str, env: HarnessEnv) -> Rc<dyn Provider> {
         let policy = Policy::from_name(policy).unwrap_or(Policy::Reference);
         let worker = Worker::new(policy, env);
@@ -488,7 +493,9 @@ impl Provider for Worker {
                     None => Err(ErrorBody::new("bad_request", "missing `session_id`")),
                 },
                 "import" => self.import(&bus, &call.data).await,
-                command if control::COMMANDS.contains(&command) => self.command(&bus, command, &call.data).await,
+                command if crate::topology::CONTROL_FUNCTIONS.contains(&command) => {
+                    self.command(&bus, command, &call.data).await
+                }
                 "dead-letter" => self.dead_letter(&bus, &call.data).await,
                 _ => Err(ErrorBody::new("function_not_found", call.function_id)),
             })
