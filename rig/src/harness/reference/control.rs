@@ -293,12 +293,16 @@ impl Worker {
         record["epoch"] = json!(epoch);
         record["owner"] = json!(self.env.host);
         record["updated_at"] = json!(self.now());
+        // A paused turn has no owner, so the claim carries no fence: what makes it one claim
+        // among rivals is the version it expects.
+        let timeout = self.env.config.session_timeout_ms;
         let claimed = if self.policy == Policy::ResumeWithoutCas {
             // The known-bad claim: a plain write, whoever else is claiming at the same time.
-            self.put_turn(bus, &record).await.is_ok()
+            let write = json!({ "scope": TURN_SCOPE, "key": session_id, "value": record });
+            bus.invoke("state::set", write, timeout).await.is_ok()
         } else {
             let claim = json!({ "scope": TURN_SCOPE, "key": session_id, "value": record, "expected_version": version });
-            let swapped = bus.invoke("state::compare-and-set", claim, self.env.config.session_timeout_ms).await;
+            let swapped = bus.invoke("state::compare-and-set", claim, timeout).await;
             swapped.is_ok_and(|s| s["swapped"] == json!(true))
         };
         let now = self.now();
