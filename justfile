@@ -12,6 +12,18 @@ run *paths="scenarios":
 replay file seed:
     cargo run --release -p rig -- run {{file}} --seed {{seed}} --trace {{file}}.seed{{seed}}.trace.jsonl
 
+# Draw one run of a scenario as a timeline page and a Mermaid diagram next to the file.
+timeline file seed policy="reference":
+    cargo run --release -p rig -- run {{file}} --seed {{seed}} --policy {{policy}} --timeline {{file}}.seed{{seed}}.html --mermaid {{file}}.seed{{seed}}.md
+
+# The nightly matrix on this machine (every core), failing runs written to failures/.
+matrix seeds="0..2000":
+    cargo run --release -p rig -- matrix scenarios --seeds {{seeds}} --junit junit.xml --out failures
+
+# Install `rig` on the PATH, so repro lines run as printed from any folder.
+install:
+    cargo install --path rig --locked
+
 # Review changed snapshots interactively (needs cargo-insta: cargo install cargo-insta).
 review:
     cargo insta review --workspace

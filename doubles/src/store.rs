@@ -52,6 +52,51 @@ struct LeaseSlot {
     highest_token: u64,
 }
 
+/// A write's promise not to reopen what has ended: refused when the stored record is the same
+/// unit of work (the same value at `key_field`) in a final state (its `status_field` one of
+/// `final_states`) and the write would change it. Writing the identical final record again (the
+/// retry of a write whose acknowledgement was lost) is allowed.
+struct Guard {
+    key_field: String,
+    status_field: String,
+    final_states: Vec<String>,
+}
+
+impl Guard {
+    fn parse(payload: &Value) -> Result<Option<Self>, ServiceError> {
+        let Some(guard) = optional_object_field(payload, "guard")? else {
+            return Ok(None);
+        };
+        let field = |e: ServiceError| ServiceError::bad_request(format!("guard: {}", e.message));
+        let final_states = guard
+            .get("final")
+            .and_then(Value::as_array)
+            .ok_or_else(|| ServiceError::bad_request("guard: missing list field `final`"))?
+            .iter()
+            .map(|s| {
+                s.as_str().map(str::to_string).ok_or_else(|| ServiceError::bad_request("guard: `final` holds strings"))
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Some(Self {
+            key_field: text_field(guard, "key").map_err(field)?.to_string(),
+            status_field: text_field(guard, "status").map_err(field)?.to_string(),
+            final_states,
+        }))
+    }
+
+    /// Why `value` may not replace `stored`, if it may not.
+    fn refuses(&self, stored: &Value, value: &Value) -> Option<String> {
+        let status = stored.get(&self.status_field).and_then(Value::as_str)?;
+        let same_unit = stored.get(&self.key_field) == value.get(&self.key_field);
+        (same_unit && self.final_states.iter().any(|s| s == status) && stored != value).then(|| {
+            format!(
+                "{} {} is already `{status}`; a final state is never written over",
+                self.key_field, stored[&self.key_field]
+            )
+        })
+    }
+}
+
 /// The lease a write claims to be protected by.
 struct Fence<'a> {
     scope: &'a str,
@@ -173,11 +218,21 @@ impl StateStore {
         version
     }
 
+    /// Refuses a guarded write that would change a record in a final state.
+    fn check_guard(&self, payload: &Value, scope: &str, key: &str, value: &Value) -> Result<(), ServiceError> {
+        let Some(guard) = Guard::parse(payload)? else { return Ok(()) };
+        match self.get(scope, key).and_then(|stored| guard.refuses(stored, value)) {
+            Some(why) => Err(ServiceError::new("final_state", why)),
+            None => Ok(()),
+        }
+    }
+
     fn set(&mut self, payload: &Value, observed: &mut Vec<Observation>) -> Result<Value, ServiceError> {
         let (scope, key) = (text_field(payload, "scope")?, text_field(payload, "key")?);
         let fence = Fence::parse(payload)?;
         let value = payload.get("value").cloned().unwrap_or(Value::Null);
         self.admit(fence.as_ref(), scope, key, observed)?;
+        self.check_guard(payload, scope, key, &value)?;
         let version = self.put(scope, key, value, observed);
         Ok(json!({ "version": version }))
     }
@@ -222,6 +277,7 @@ impl StateStore {
             return Ok(json!({ "swapped": false, "version": current }));
         }
         let value = payload.get("value").cloned().unwrap_or(Value::Null);
+        self.check_guard(payload, scope, key, &value)?;
         let version = self.put(scope, key, value, observed);
         Ok(json!({ "swapped": true, "version": version }))
     }
@@ -341,7 +397,13 @@ impl Double for StateStore {
         match call.function {
             "state::get" => {
                 let (scope, key) = (text_field(payload, "scope")?, text_field(payload, "key")?);
-                Ok(self.get(scope, key).cloned().unwrap_or(Value::Null))
+                let value = self.get(scope, key).cloned().unwrap_or(Value::Null);
+                // `versioned: true` asks for the version too, for a compare-and-set to follow.
+                if payload.get("versioned") == Some(&Value::Bool(true)) {
+                    Ok(json!({ "value": value, "version": self.version(scope, key) }))
+                } else {
+                    Ok(value)
+                }
             }
             "state::set" => self.set(payload, observed),
             "state::delete" => self.delete(payload, observed),
@@ -393,6 +455,26 @@ mod tests {
             json!({"swapped": true, "version": 1})
         );
         assert_eq!(seen.len(), 1);
+    }
+
+    #[test]
+    fn a_guarded_write_never_reopens_a_final_record_but_may_repeat_it() {
+        let mut store = StateStore::new();
+        let mut seen = Vec::new();
+        let guard = json!({"key": "turn_id", "status": "status", "final": ["completed", "cancelled"]});
+        let write = |value: Value| json!({"scope": "t", "key": "s1", "value": value, "guard": guard});
+        let done = json!({"turn_id": "t1", "status": "completed"});
+        store.handle(call("state::set", &write(json!({"turn_id": "t1", "status": "running"}))), &mut seen).unwrap();
+        store.handle(call("state::set", &write(done.clone())), &mut seen).unwrap();
+        store.handle(call("state::set", &write(done.clone())), &mut seen).expect("the identical final record again");
+        let reopen = store.handle(call("state::set", &write(json!({"turn_id": "t1", "status": "running"}))), &mut seen);
+        assert_eq!(reopen.unwrap_err().code, "final_state");
+        store
+            .handle(call("state::set", &write(json!({"turn_id": "t2", "status": "running"}))), &mut seen)
+            .expect("a new turn");
+        let versioned =
+            store.handle(call("state::get", &json!({"scope": "t", "key": "s1", "versioned": true})), &mut seen);
+        assert_eq!(versioned.unwrap(), json!({"value": {"turn_id": "t2", "status": "running"}, "version": 4}));
     }
 
     #[test]

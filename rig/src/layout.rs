@@ -7,6 +7,9 @@
 
 use serde_json::Value;
 
+/// The scope where a harness keeps control commands, by session (the oracles read it).
+pub const CONTROL_SCOPE: &str = "harness_control";
+
 /// Where a harness keeps turns, actions, queued input and ownership in the state store.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecordLayout {
@@ -20,6 +23,17 @@ pub struct RecordLayout {
     /// The status of a turn held for a person, and the field that says why.
     pub held_status: String,
     pub held_reason_field: String,
+    /// Statuses of a turn parked on purpose (paused by a control command): neither running nor
+    /// ended, waiting for a resume.
+    pub parked_statuses: Vec<String>,
+    /// The fields naming the worker that owns the turn and the epoch of its ownership (bumped by
+    /// every claim, such as a resume).
+    pub owner_field: String,
+    pub epoch_field: String,
+    /// The field holding the turn's budget: `limits.DIMENSION.hard` (and `soft`) per dimension.
+    pub budget_field: String,
+    /// The field naming the turn a child turn was delegated by: `{ session_id, turn_id }`.
+    pub parent_field: String,
     /// The field of a turn record holding its actions: an object keyed by action id.
     pub actions_field: String,
     pub action_status_field: String,
@@ -49,6 +63,11 @@ impl Default for RecordLayout {
             terminal_statuses: texts(&["completed", "failed", "cancelled"]),
             held_status: "held".into(),
             held_reason_field: "held_reason".into(),
+            parked_statuses: texts(&["paused"]),
+            owner_field: "owner".into(),
+            epoch_field: "epoch".into(),
+            budget_field: "budget".into(),
+            parent_field: "parent".into(),
             actions_field: "calls".into(),
             action_status_field: "status".into(),
             action_done_statuses: texts(&["complete"]),
@@ -102,6 +121,16 @@ impl RecordLayout {
     /// Held for a person with a reason a person can read.
     pub fn is_held_with_reason(&self, record: &Value) -> bool {
         self.status(record) == self.held_status && !Self::text(record, &self.held_reason_field).is_empty()
+    }
+
+    /// Parked on purpose, waiting for a resume.
+    pub fn is_parked(&self, record: &Value) -> bool {
+        self.parked_statuses.iter().any(|s| s == self.status(record))
+    }
+
+    /// The hard limit of a budget dimension, when the turn has one.
+    pub fn hard_limit(&self, record: &Value, dimension: &str) -> Option<u64> {
+        record[&self.budget_field]["limits"][dimension]["hard"].as_u64()
     }
 
     /// The actions of a turn record, in action-id order.

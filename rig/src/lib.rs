@@ -31,6 +31,7 @@ mod sim;
 mod streams;
 mod suggest;
 pub mod testing;
+pub mod timeline;
 mod topology;
 mod trace;
 

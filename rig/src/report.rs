@@ -276,6 +276,18 @@ pub fn snapshot(about: &str, outcomes: &[&RunOutcome]) -> String {
     text
 }
 
+/// A failed run as one line (and its repro), printed the moment it fails.
+pub fn failure_line(outcome: &RunOutcome) -> String {
+    let first = outcome.failures.first().map_or("", |f| f.lines().next().unwrap_or_default());
+    format!(
+        "FAIL {} [{}] seed={}: {first}\n    repro: {}",
+        outcome.scenario,
+        outcome.policy,
+        outcome.seed,
+        outcome.repro()
+    )
+}
+
 /// The runs of one scenario under one policy in a matrix, folded into what CI needs back.
 pub struct MatrixCase {
     pub scenario: String,
@@ -283,8 +295,18 @@ pub struct MatrixCase {
     pub runs: u64,
     pub failed: u64,
     pub wall_us: u64,
-    /// The lowest failing seed, its failures and its repro: the smallest case to look at first.
-    pub first_failure: Option<(u64, Vec<String>, String)>,
+    /// The lowest failing seed: the smallest case to look at first.
+    pub first_failure: Option<FirstFailure>,
+}
+
+/// The lowest failing seed of a matrix case, what failed and how to replay it.
+pub struct FirstFailure {
+    pub seed: u64,
+    pub failures: Vec<String>,
+    pub repro: String,
+    pub trace_hash: String,
+    /// Where its timeline, trace and repro were written, when they were.
+    pub artifacts: Vec<String>,
 }
 
 impl MatrixCase {
@@ -299,26 +321,36 @@ impl MatrixCase {
             return;
         }
         self.failed += 1;
-        if self.first_failure.as_ref().is_none_or(|(seed, _, _)| outcome.seed < *seed) {
-            self.first_failure = Some((outcome.seed, outcome.failures.clone(), outcome.repro()));
+        if self.first_failure.as_ref().is_none_or(|first| outcome.seed < first.seed) {
+            self.first_failure = Some(FirstFailure {
+                seed: outcome.seed,
+                failures: outcome.failures.clone(),
+                repro: outcome.repro(),
+                trace_hash: outcome.trace_hash.clone(),
+                artifacts: Vec::new(),
+            });
         }
     }
 }
 
-/// One line per failing scenario and policy (its lowest failing seed and a repro), then totals.
+/// One line per failing scenario and policy (its lowest failing seed, a repro and where its
+/// timeline is), then totals.
 pub fn matrix_summary(cases: &[MatrixCase], (shard, shards): (u64, u64)) -> String {
     let mut text = String::new();
     for case in cases {
-        if let Some((seed, failures, repro)) = &case.first_failure {
+        if let Some(first) = &case.first_failure {
             let _ = writeln!(
                 text,
-                "FAIL {} [{}] {} of {} seeds failed; lowest seed {seed}",
-                case.scenario, case.policy, case.failed, case.runs
+                "FAIL {} [{}] {} of {} seeds failed; lowest seed {}",
+                case.scenario, case.policy, case.failed, case.runs, first.seed
             );
-            for failure in failures.iter().take(3) {
+            for failure in first.failures.iter().take(3) {
                 let _ = writeln!(text, "    - {}", failure.lines().next().unwrap_or_default());
             }
-            let _ = writeln!(text, "    repro: {repro}");
+            let _ = writeln!(text, "    repro: {}", first.repro);
+            for artifact in &first.artifacts {
+                let _ = writeln!(text, "    wrote: {artifact}");
+            }
         }
     }
     let runs: u64 = cases.iter().map(|c| c.runs).sum();
@@ -327,33 +359,70 @@ pub fn matrix_summary(cases: &[MatrixCase], (shard, shards): (u64, u64)) -> Stri
     text
 }
 
-fn xml_escape(text: &str) -> String {
-    text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+/// What a matrix's JUnit suite says about the run it reports, beyond its cases.
+pub struct JunitSuite<'a> {
+    pub shard: (u64, u64),
+    pub seeds: &'a std::ops::Range<u64>,
+    pub policy: Option<&'a str>,
+    /// When the matrix started, and how long it took (wall clock: this is about CI, not the runs).
+    pub started: std::time::SystemTime,
+    pub elapsed: std::time::Duration,
 }
 
-/// A JUnit XML report: one test case per scenario and policy, failed if any of its seeds failed.
-pub fn junit(cases: &[MatrixCase]) -> String {
-    let failures = cases.iter().filter(|c| c.failed > 0).count();
-    let mut xml = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
-    let _ = writeln!(xml, "<testsuites><testsuite name=\"rig\" tests=\"{}\" failures=\"{failures}\">", cases.len());
-    for case in cases {
-        let name = format!("{} [{}]", case.scenario, case.policy);
-        let seconds = case.wall_us as f64 / 1e6;
-        let _ = write!(xml, "  <testcase classname=\"rig\" name=\"{}\" time=\"{seconds:.3}\"", xml_escape(&name));
-        match &case.first_failure {
-            None => xml.push_str("/>\n"),
-            Some((seed, failures, repro)) => {
-                let message = format!("{} of {} seeds failed; lowest seed {seed}", case.failed, case.runs);
-                let body = format!("{}\nrepro: {repro}", failures.join("\n"));
-                let _ = writeln!(
-                    xml,
-                    "><failure message=\"{}\">{}</failure></testcase>",
-                    xml_escape(&message),
-                    xml_escape(&body)
-                );
-            }
-        }
+/// A JUnit XML report, as nextest writes it: one suite per shard, named with the shard and
+/// seeds, so the reports of several shards and nights merge with distinct names; one test case
+/// per scenario and policy (class name: the scenario's folder), failed when any of its seeds
+/// failed, with the lowest failing seed, its failures and its repro in the failure element.
+pub fn junit(cases: &[MatrixCase], suite: &JunitSuite<'_>) -> Result<String, String> {
+    use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestSuite};
+    let (shard, shards) = suite.shard;
+    let name = format!("rig matrix shard {shard}/{shards} seeds {}..{}", suite.seeds.start, suite.seeds.end);
+    let started = chrono::DateTime::<chrono::Utc>::from(suite.started).fixed_offset();
+    let mut test_suite = TestSuite::new(name.as_str());
+    test_suite.set_timestamp(started).set_time(suite.elapsed);
+    test_suite.add_property(("seeds", format!("{}..{}", suite.seeds.start, suite.seeds.end).as_str()));
+    test_suite.add_property(("shard", format!("{shard}/{shards}").as_str()));
+    if let Some(policy) = suite.policy {
+        test_suite.add_property(("policy", policy));
     }
-    xml.push_str("</testsuite></testsuites>\n");
-    xml
+    for case in cases {
+        let status = match &case.first_failure {
+            None => TestCaseStatus::success(),
+            Some(first) => {
+                let mut status = TestCaseStatus::non_success(NonSuccessKind::Failure);
+                let mut description = first.failures.join("\n");
+                let _ = write!(description, "\nrepro: {}", first.repro);
+                for artifact in &first.artifacts {
+                    let _ = write!(description, "\nwrote: {artifact}");
+                }
+                status
+                    .set_message(format!("{} of {} seeds failed; lowest seed {}", case.failed, case.runs, first.seed))
+                    .set_type("rig run failed")
+                    .set_description(description);
+                status
+            }
+        };
+        let path = std::path::Path::new(&case.scenario);
+        let file = path.file_name().map_or_else(|| case.scenario.clone(), |f| f.to_string_lossy().into_owned());
+        let folder = path.parent().map_or_else(String::new, |p| p.display().to_string());
+        let mut test_case = TestCase::new(format!("{file} [{}]", case.policy), status);
+        test_case.set_classname(folder).set_time(std::time::Duration::from_micros(case.wall_us));
+        test_suite.add_test_case(test_case);
+    }
+    let mut report = Report::new("rig");
+    report.set_time(suite.elapsed);
+    report.add_test_suite(test_suite);
+    report.to_string().map(without_root_skipped).map_err(|error| error.to_string())
+}
+
+/// quick-junit writes `skipped` on the root `<testsuites>` too; the JUnit schema CI tools
+/// validate against (junit-10.xsd, Jenkins xUnit's) allows it only on a `<testsuite>`, which
+/// carries the same count. So the root's copy goes.
+fn without_root_skipped(xml: String) -> String {
+    let Some(root) = xml.find("<testsuites") else { return xml };
+    let tag_end = root + xml[root..].find('>').unwrap_or(0);
+    let Some(attribute) = xml[root..tag_end].find(" skipped=\"").map(|at| root + at) else { return xml };
+    let value_start = attribute + " skipped=\"".len();
+    let Some(value_len) = xml[value_start..tag_end].find('"') else { return xml };
+    format!("{}{}", &xml[..attribute], &xml[value_start + value_len + 1..])
 }

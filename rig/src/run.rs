@@ -73,17 +73,26 @@ impl RunOutcome {
         self.actions.iter().filter(|a| a.class != "complete")
     }
 
-    /// The shell command that replays this run (for a live run: that runs it again).
+    /// The shell command that replays this run from any folder: the installed `rig`
+    /// (`cargo install --path rig`) on the scenario's absolute path. For a live run: the command
+    /// that runs it again.
     pub fn repro(&self) -> String {
-        match &self.live {
-            Some(command) => command.clone(),
-            None => {
-                format!(
-                    "cargo run --release -p rig -- run {} --policy {} --seed {}",
-                    self.scenario, self.policy, self.seed
-                )
-            }
+        if let Some(command) = &self.live {
+            return command.clone();
         }
+        let path = std::path::Path::new(&self.scenario);
+        let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+        format!("rig run {} --policy {} --seed {}", shell_word(&absolute.to_string_lossy()), self.policy, self.seed)
+    }
+}
+
+/// `text` as one shell word: as it is when it is plain, single-quoted otherwise.
+fn shell_word(text: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "/._-+:@,=".contains(c);
+    if !text.is_empty() && text.chars().all(plain) {
+        text.to_string()
+    } else {
+        format!("'{}'", text.replace('\'', "'\\''"))
     }
 }
 
@@ -124,8 +133,9 @@ pub fn reference() -> Arc<dyn HarnessFactory> {
 
 /// Runs `scenario` under `run.policy` from `seed`, against `harness`.
 pub fn run_with(harness: &Arc<dyn HarnessFactory>, scenario: &Scenario, run: &PolicyRun, seed: u64) -> RunOutcome {
-    // Every log line of the run names it: scenario, policy and seed.
-    let _span = tracing::info_span!(target: "rig::trace", "run", scenario = %scenario.path.display(), policy = %run.policy, seed).entered();
+    // Every log line of the run names it: scenario, policy and seed. At level error, the span is
+    // on whenever anything at all is logged, so even a warning alone carries it.
+    let _span = tracing::error_span!(target: "rig::trace", "run", scenario = %scenario.path.display(), policy = %run.policy, seed).entered();
     // Wall time is measured for the report only; nothing in the run reads it.
     let started = std::time::Instant::now();
     let proxy_worker = scenario.proxy.as_ref().map(|p| p.worker.clone());
@@ -378,7 +388,8 @@ fn harness_env(world: &Rc<World>, host: &str, config: &crate::harness::HarnessCo
     HarnessEnv {
         host: host.to_string(),
         clock: Rc::clone(&world.clock),
-        rng: world.stream(host),
+        // Its own stream: ids the harness draws do not shift when the bus draws one more invocation id.
+        rng: world.stream(&format!("{host}/harness")),
         config: config.clone(),
         note: Rc::new(move |what, detail| note_world.note_event(&note_host, what, detail)),
         process: Rc::clone(world) as Rc<dyn crate::harness::ProcessControl>,

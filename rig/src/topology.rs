@@ -24,8 +24,23 @@ pub const REPLACEMENT: &str = "replacement";
 /// The functions every harness worker may serve, by their name after `{host}::`. They are the
 /// scenario files' vocabulary: a harness serves the ones it implements, and a scenario that
 /// invokes one it lacks gets `function_not_found`, as from a real engine.
-pub const HARNESS_FUNCTIONS: [&str; 8] =
-    ["turn", "export", "import", "dead-letter", "status", "send", "resolve", "stream"];
+pub const HARNESS_FUNCTIONS: [&str; 12] = [
+    "turn",
+    "export",
+    "import",
+    "dead-letter",
+    "status",
+    "send",
+    "resolve",
+    "stream",
+    "stop",
+    "cancel",
+    "pause",
+    "resume",
+];
+
+/// The control commands among [`HARNESS_FUNCTIONS`]: a harness with a control plane serves them.
+pub const CONTROL_FUNCTIONS: [&str; 4] = ["stop", "cancel", "pause", "resume"];
 
 /// The functions the queue worker serves.
 pub const QUEUE_FUNCTIONS: [&str; 4] = [QUEUE_ENQUEUE, "queue::define", "queue::inspect", "engine::queue::topic_stats"];

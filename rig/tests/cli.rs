@@ -105,12 +105,7 @@ fn matrix_shards_partition_the_runs_and_junit_names_failures() {
     // Three policies times seven seeds, dealt to two shards.
     assert_eq!(count("1/2") + count("2/2"), 21);
 
-    let source =
-        std::fs::read_to_string(workspace().join("scenarios/incident-001/finalization/write-timeout.toml")).unwrap();
-    let path = scratch(
-        "matrix-swapped.toml",
-        &source.replace("[policy.reference]\n", "[policy.reference]\nviolations = [\"liveness\"]\n"),
-    );
+    let path = failing_scenario("matrix-swapped.toml");
     let junit = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli/junit.xml");
     let out = rig(&[
         "matrix",
@@ -202,4 +197,175 @@ fn a_cut_that_never_fires_fails_the_run_unless_optional() {
     let optional = format!("{vacuous}optional = true\n");
     let out = rig(&["run", scratch("optional.toml", &optional).to_str().unwrap(), "--policy", "reference"]);
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
+}
+
+/// The write-timeout scenario with its reference policy expecting an oracle that never fires:
+/// every seed fails, deterministically.
+fn failing_scenario(name: &str) -> PathBuf {
+    let source =
+        std::fs::read_to_string(workspace().join("scenarios/incident-001/finalization/write-timeout.toml")).unwrap();
+    scratch(name, &source.replace("[policy.reference]\n", "[policy.reference]\nviolations = [\"liveness\"]\n"))
+}
+
+#[test]
+fn jobs_change_neither_the_output_order_nor_a_trace_hash() {
+    let finalization = workspace().join("scenarios/incident-001/finalization");
+    let without_wall_time = |out: Output| -> Vec<serde_json::Value> {
+        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| {
+                let mut line: serde_json::Value = serde_json::from_str(l).unwrap();
+                line.as_object_mut().unwrap().remove("wall_us");
+                line
+            })
+            .collect()
+    };
+    let run = |jobs: &str| rig(&["run", finalization.to_str().unwrap(), "--seeds", "0..3", "--json", "--jobs", jobs]);
+    let one = without_wall_time(run("1"));
+    assert!(one.len() > 20, "{} runs", one.len());
+    assert_eq!(one, without_wall_time(run("3")));
+
+    let smoke = workspace().join("scenarios/smoke");
+    let failing = failing_scenario("jobs-failing.toml");
+    let matrix = |jobs: &str| {
+        let out = rig(&[
+            "matrix",
+            smoke.to_str().unwrap(),
+            failing.to_str().unwrap(),
+            "--seeds",
+            "0..5",
+            "--shard",
+            "2/3",
+            "--jobs",
+            jobs,
+        ]);
+        assert_eq!(out.status.code(), Some(1));
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let one = matrix("1");
+    assert!(one.contains("runs digest"), "{one}");
+    assert_eq!(one, matrix("4"), "same summary, same lowest seeds, same digest of every trace hash");
+}
+
+#[test]
+fn sweep_and_explore_find_the_same_things_on_any_number_of_jobs() {
+    let workload = workspace().join("scenarios/workloads/multi-round.toml");
+    let without_wall_time = |out: Output| -> String {
+        assert_eq!(out.status.code(), Some(1), "a known-bad policy is found: {}", String::from_utf8_lossy(&out.stderr));
+        // The only line that may differ is the sweep's wall-time total.
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| !l.contains("s of wall time"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let sweep = |jobs: &str| rig(&["sweep", workload.to_str().unwrap(), "--policy", "swallow", "--jobs", jobs]);
+    let one = without_wall_time(sweep("1"));
+    assert!(one.contains("finding `liveness`"), "{one}");
+    assert_eq!(one, without_wall_time(sweep("3")));
+
+    let explore = |jobs: &str| {
+        rig(&["explore", workload.to_str().unwrap(), "--policy", "unguarded", "--seeds", "0..12", "--jobs", jobs])
+    };
+    let one = without_wall_time(explore("1"));
+    assert!(one.contains("shrunk to"), "{one}");
+    assert_eq!(one, without_wall_time(explore("3")));
+}
+
+#[test]
+fn outputs_are_checked_before_the_first_run() {
+    let smoke = workspace().join("scenarios/smoke/healthy-turn.toml");
+    let folder = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli");
+    std::fs::create_dir_all(&folder).unwrap();
+    let missing = folder.join("no/such/folder/out.xml");
+    let cases: [&[&str]; 4] = [
+        &["matrix", smoke.to_str().unwrap(), "--seeds", "0..1000", "--junit", missing.to_str().unwrap()],
+        &["matrix", smoke.to_str().unwrap(), "--seeds", "0..1000", "--junit", folder.to_str().unwrap()],
+        &["run", smoke.to_str().unwrap(), "--timeline", missing.to_str().unwrap()],
+        &["run", smoke.to_str().unwrap(), "--mermaid", folder.to_str().unwrap()],
+    ];
+    for args in cases {
+        let out = rig(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("cannot write"), "{args:?}");
+        assert!(out.stdout.is_empty(), "no run before the check: {args:?}");
+    }
+    let out = rig(&["run", smoke.to_str().unwrap(), "--jobs", "0"]);
+    assert_eq!(out.status.code(), Some(2), "--jobs 0 is bad input");
+    let out = rig(&["run", smoke.to_str().unwrap(), "--seeds", "0..20", "--timeline", "x.html"]);
+    assert_eq!(out.status.code(), Some(2), "sixty runs are too many to draw");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("choose one with --policy and --seed"));
+}
+
+#[test]
+fn the_lost_result_timeline_shows_the_drop_the_long_wait_and_the_redelivery() {
+    let scenario = workspace().join("scenarios/incident-001/lost-result/lost-result.toml");
+    let folder = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli/timeline");
+    std::fs::create_dir_all(&folder).unwrap();
+    let (html, markdown) = (folder.join("lost-result.html"), folder.join("lost-result.md"));
+    let out = rig(&[
+        "run",
+        scenario.to_str().unwrap(),
+        "--seed",
+        "0",
+        "--timeline",
+        html.to_str().unwrap(),
+        "--mermaid",
+        markdown.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert_eq!(page.matches("<section>").count(), 2, "both policies, one section each");
+    assert!(page.contains("<svg") && page.contains("invocationresult dropped"), "the dropped frame, drawn");
+    assert!(page.contains("29 min 58.8 s"), "the 30-minute deadline as a break");
+    assert!(page.contains("queue_redeliver: visibility deadline passed"), "the redelivery");
+    assert!(page.contains("oracle `monotonic` fired (expected under this policy)"), "the oracle, at its moment");
+    for outside in ["<script", "src=", "href=", "@import", "url(http"] {
+        assert!(!page.contains(outside), "self-contained: no `{outside}`");
+    }
+    let diagram = std::fs::read_to_string(&markdown).unwrap();
+    assert!(diagram.contains("```mermaid\nsequenceDiagram\n"), "{diagram}");
+    assert!(diagram.contains("-xL") && diagram.contains("rect rgb(255, 214, 214)"), "the drop, in red");
+}
+
+#[test]
+fn a_failing_matrix_case_writes_its_timeline_trace_and_repro_side_by_side() {
+    let failing = failing_scenario("out-failing.toml");
+    let folder = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli/matrix-out");
+    let _ = std::fs::remove_dir_all(&folder);
+    let out = rig(&[
+        "matrix",
+        failing.to_str().unwrap(),
+        "--seeds",
+        "2..5",
+        "--policy",
+        "reference",
+        "--out",
+        folder.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!stdout.contains("NOT REPRODUCIBLE"), "{stdout}");
+    for suffix in ["timeline.html", "trace.jsonl", "repro.sh"] {
+        let wrote = stdout.lines().find(|l| l.trim().starts_with("wrote:") && l.ends_with(suffix)).expect(&stdout);
+        let path = wrote.trim().trim_start_matches("wrote:").trim();
+        assert!(path.ends_with(&format!("out-failing.reference.seed2.{suffix}")), "{path}");
+        assert!(std::fs::metadata(path).unwrap().len() > 0, "{path}");
+    }
+}
+
+#[test]
+fn a_repro_line_replays_the_run_from_any_folder() {
+    let failing = failing_scenario("repro-failing.toml");
+    let out = rig(&["run", failing.to_str().unwrap(), "--policy", "reference", "--seed", "4"]);
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let hash = |text: &str| text.split("hash=").nth(1).map(|h| h[..12].to_string());
+    let repro = stdout.lines().find_map(|l| l.trim().strip_prefix("repro: ")).expect(&stdout);
+    let words: Vec<&str> = repro.split_whitespace().collect();
+    assert_eq!(&words[..2], ["rig", "run"], "{repro}");
+    let elsewhere = Command::new(env!("CARGO_BIN_EXE_rig")).args(&words[1..]).current_dir("/").output().unwrap();
+    assert_eq!(elsewhere.status.code(), Some(1), "{}", String::from_utf8_lossy(&elsewhere.stderr));
+    assert_eq!(hash(&String::from_utf8_lossy(&elsewhere.stdout)), hash(&stdout), "the same run, replayed");
 }

@@ -1,7 +1,8 @@
-//! `rig bench`: runs per second and simulated-to-wall time per scenario file.
+//! `rig bench`: runs per second and simulated-to-wall time per scenario file, on one core and
+//! on all of them.
 
-use super::{load_scenarios, parse_seed_range, EXIT_BAD_INPUT, EXIT_FAILED};
-use rig::run;
+use super::parallel::Jobs;
+use super::{load_scenarios, parse_seed_range, run_all, run_count, run_jobs, EXIT_BAD_INPUT, EXIT_FAILED};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -16,45 +17,66 @@ pub struct BenchArgs {
     /// Also time a depth-1 sweep of this workload (none: skip it).
     #[arg(long, default_value = "scenarios/workloads/multi-round.toml")]
     pub sweep: Option<PathBuf>,
+    #[command(flatten)]
+    pub jobs: Jobs,
+}
+
+/// What one scenario file cost.
+#[derive(Default)]
+struct Cost {
+    runs: u64,
+    wall_us: u64,
+    sim_ms: u64,
+    failed: u64,
 }
 
 pub fn command(args: BenchArgs) -> ExitCode {
     let Some(scenarios) = load_scenarios(&args.paths) else { return ExitCode::from(EXIT_BAD_INPUT) };
+    let selected: Vec<_> = scenarios.iter().flat_map(|s| s.runs.iter().map(move |r| (s, r))).collect();
+    // The scenario file of each (scenario, policy) pair, by its position in `scenarios`.
+    let file_of: Vec<usize> =
+        scenarios.iter().enumerate().flat_map(|(file, s)| std::iter::repeat_n(file, s.runs.len())).collect();
+    let workers = args.jobs.workers();
     let seeds = args.seeds.end - args.seeds.start;
     out!(
-        "rig bench: release build, one core, seeds {}..{} ({seeds} per scenario and policy)",
+        "rig bench: {} jobs, seeds {}..{} ({seeds} per scenario and policy)",
+        workers,
         args.seeds.start,
         args.seeds.end
     );
     out!("{:<64} {:>6} {:>11} {:>9} {:>11} {:>10}", "scenario", "runs", "wall/run", "runs/s", "sim/run", "sim/wall");
-    let (mut all_runs, mut all_wall_us, mut failed) = (0u64, 0u64, 0u64);
-    for scenario in &scenarios {
-        let (mut runs, mut wall_us, mut sim_ms) = (0u64, 0u64, 0u64);
-        for policy_run in &scenario.runs {
-            for seed in args.seeds.clone() {
-                let outcome = run(scenario, policy_run, seed);
-                runs += 1;
-                wall_us += outcome.wall_us.max(1);
-                sim_ms += outcome.sim_ms;
-                failed += u64::from(!outcome.passed);
-            }
-        }
-        let per_run_us = wall_us / runs.max(1);
+    let mut costs: Vec<Cost> = scenarios.iter().map(|_| Cost::default()).collect();
+    let clock = std::time::Instant::now();
+    run_all(run_jobs(&selected, &args.seeds), run_count(&selected, &args.seeds), workers, |pair, outcome| {
+        let cost = &mut costs[file_of[pair]];
+        cost.runs += 1;
+        cost.wall_us += outcome.wall_us.max(1);
+        cost.sim_ms += outcome.sim_ms;
+        cost.failed += u64::from(!outcome.passed);
+    });
+    let elapsed_us = u64::try_from(clock.elapsed().as_micros()).unwrap_or(u64::MAX).max(1);
+    for (scenario, cost) in scenarios.iter().zip(&costs) {
+        let runs = cost.runs.max(1);
         out!(
             "{:<64} {:>6} {:>9}us {:>9.0} {:>9}ms {:>9.0}x",
             scenario.path.display(),
-            runs,
-            per_run_us,
-            runs as f64 / (wall_us as f64 / 1e6),
-            sim_ms / runs.max(1),
-            (sim_ms as f64 * 1e3) / wall_us as f64
+            cost.runs,
+            cost.wall_us / runs,
+            cost.runs as f64 / (cost.wall_us as f64 / 1e6),
+            cost.sim_ms / runs,
+            (cost.sim_ms as f64 * 1e3) / cost.wall_us.max(1) as f64
         );
-        all_runs += runs;
-        all_wall_us += wall_us;
     }
+    let all_runs: u64 = costs.iter().map(|c| c.runs).sum();
+    let busy_us: u64 = costs.iter().map(|c| c.wall_us).sum();
+    let mut failed: u64 = costs.iter().map(|c| c.failed).sum();
+    // Runs per second of one core: each run's own wall time. Runs per second in all: the
+    // whole catalogue over the elapsed time, with every worker busy.
     out!(
-        "total: {all_runs} runs, {:.0} runs/s on one core, {failed} failed",
-        all_runs as f64 / (all_wall_us as f64 / 1e6)
+        "total: {all_runs} runs, {:.0} runs/s per core, {:.0} runs/s with {workers} jobs ({:.2} runs at once on average), {failed} failed",
+        all_runs as f64 / (busy_us.max(1) as f64 / 1e6),
+        all_runs as f64 / (elapsed_us as f64 / 1e6),
+        busy_us as f64 / elapsed_us as f64
     );
     if let Some(workload) = args.sweep.as_ref().filter(|w| w.exists()) {
         failed += super::sweep::bench(workload);

@@ -1,6 +1,8 @@
 //! `rig explore`: a random fault mix per seed from the cut space; every failure shrunk and
 //! written as a minimal scenario file.
 
+use super::parallel::{for_each_ordered, Jobs};
+use super::progress::Progress;
 use super::sweep::{known_policy, output_folder, reference_note, write_finding};
 use super::{bad_input, load_scenarios, parse_seed_range, EXIT_BAD_INPUT, EXIT_FAILED};
 use rig::explore;
@@ -27,6 +29,8 @@ pub struct ExploreArgs {
     /// Keep the scenario's own scripted cuts in the workload (removed by default).
     #[arg(long)]
     pub keep_cuts: bool,
+    #[command(flatten)]
+    pub jobs: Jobs,
 }
 
 pub fn command(args: ExploreArgs) -> ExitCode {
@@ -41,24 +45,36 @@ pub fn command(args: ExploreArgs) -> ExitCode {
     let Some(scenarios) = load_scenarios(&args.paths) else { return ExitCode::from(EXIT_BAD_INPUT) };
     let harness = rig::reference();
     let (mut explored, mut failing) = (0u64, 0u64);
-    for scenario in &scenarios {
-        for seed in seeds.clone() {
-            let exploration = explore::explore(&harness, scenario, &args.policy, seed, args.keep_cuts);
+    let jobs = scenarios.iter().flat_map(|scenario| seeds.clone().map(move |seed| (scenario, seed)));
+    let total = (scenarios.len() as u64).saturating_mul(seeds.end.saturating_sub(seeds.start));
+    let progress = Progress::new(total);
+    // Each seed is explored (and shrunk) on one worker; findings are printed in seed order.
+    for_each_ordered(
+        jobs,
+        args.jobs.workers(),
+        |(scenario, seed)| (scenario, explore::explore(&harness, scenario, &args.policy, seed, args.keep_cuts)),
+        |_, _| progress.completed(None),
+        |_, (scenario, exploration)| {
             explored += 1;
             if exploration.fired.is_empty() {
-                continue;
+                return;
             }
             failing += 1;
+            let seed = exploration.seed;
             let mix: Vec<String> = exploration.mix.iter().map(|p| p.id()).collect();
             let fired: Vec<&str> = exploration.fired.iter().map(String::as_str).collect();
-            out!(
+            progress.out(&format!(
                 "FAIL {} [{}] seed {seed}: [{}] with {}",
                 scenario.path.display(),
                 args.policy,
                 fired.join(", "),
                 mix.join(" + ")
-            );
-            out!("    repro: rig explore {} --policy {} --seed {seed}", scenario.path.display(), args.policy);
+            ));
+            progress.out(&format!(
+                "    repro: rig explore {} --policy {} --seed {seed}",
+                scenario.path.display(),
+                args.policy
+            ));
             if let Some(shrunk) = &exploration.shrunk {
                 let cuts: Vec<String> = shrunk.placements.iter().map(|p| p.id()).collect();
                 let written = args
@@ -66,16 +82,17 @@ pub fn command(args: ExploreArgs) -> ExitCode {
                     .as_ref()
                     .map(|folder| format!(" -> {}", write_finding(folder, shrunk)))
                     .unwrap_or_default();
-                out!(
+                progress.out(&format!(
                     "    shrunk to {} cut(s) in {} runs: {}{}{written}",
                     cuts.len(),
                     exploration.runs,
                     cuts.join(" + "),
                     reference_note(shrunk)
-                );
+                ));
             }
-        }
-    }
+        },
+    );
+    progress.finish();
     out!("explored {explored} seed(s): {} clean, {failing} failing", explored - failing);
     if failing > 0 {
         ExitCode::from(EXIT_FAILED)

@@ -1,8 +1,15 @@
 //! `rig matrix`: many seeds, one shard of them, for CI.
 
-use super::{bad_input, load_scenarios, parse_seed_range, selected_runs, EXIT_BAD_INPUT, EXIT_FAILED};
-use rig::{report, run};
-use std::path::PathBuf;
+use super::parallel::{map_ordered, Jobs};
+use super::{
+    bad_input, create_output, load_scenarios, parse_seed_range, run_all, run_count, run_jobs, selected_runs, RunJob,
+    EXIT_BAD_INPUT, EXIT_FAILED,
+};
+use rig::report::{self, MatrixCase};
+use rig::{timeline, RunOutcome};
+use sha2::{Digest, Sha256};
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 #[derive(clap::Args)]
@@ -22,6 +29,12 @@ pub struct MatrixArgs {
     /// Write a JUnit XML report here: one test case per scenario and policy.
     #[arg(long)]
     pub junit: Option<PathBuf>,
+    /// For each failing scenario and policy, replay its lowest failing seed and write its
+    /// timeline (HTML), trace (JSON lines) and repro command into this folder.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    #[command(flatten)]
+    pub jobs: Jobs,
 }
 
 fn parse_shard(text: &str) -> Result<(u64, u64), String> {
@@ -42,37 +55,144 @@ pub fn command(args: MatrixArgs) -> ExitCode {
         Ok(selected) => selected,
         Err(message) => return bad_input(&message),
     };
-    if let Some(path) = &args.junit {
-        if let Err(error) = std::fs::write(path, "") {
-            return bad_input(&format!("cannot write the JUnit report {}: {error}", path.display()));
+    // Outputs are checked before the first run: a bad path is bad input, not a lost night.
+    let junit_file = match args.junit.as_deref().map(|path| create_output(path, "JUnit report")).transpose() {
+        Ok(file) => file,
+        Err(code) => return code,
+    };
+    if let Some(folder) = &args.out {
+        if let Err(error) = std::fs::create_dir_all(folder) {
+            return bad_input(&format!("cannot write failing runs into {}: {error}", folder.display()));
         }
     }
+    let started = std::time::SystemTime::now();
+    let clock = std::time::Instant::now();
     let (shard, shards) = args.shard.unwrap_or((1, 1));
-    let mut cases = Vec::new();
-    let mut index = 0u64;
-    for (scenario, policy_run) in selected {
-        let mut case = report::MatrixCase::new(scenario.path.display().to_string(), policy_run.policy.clone());
-        for seed in args.seeds.clone() {
-            index += 1;
-            // Triples are dealt to shards in a fixed order, so N runners cover each run once.
-            if (index - 1) % shards != shard - 1 {
-                continue;
-            }
-            case.record(&run(scenario, policy_run, seed));
-        }
-        if case.runs > 0 {
-            cases.push(case);
-        }
-    }
+    // Runs are dealt to shards in a fixed order, so N runners cover each run exactly once.
+    let jobs = run_jobs(&selected, &args.seeds)
+        .enumerate()
+        .filter(move |(index, _)| *index as u64 % shards == shard - 1)
+        .map(|(_, job)| job);
+    let all = run_count(&selected, &args.seeds);
+    let in_shard = all / shards + u64::from(all % shards > shard - 1);
+    let mut cases: Vec<MatrixCase> = selected
+        .iter()
+        .map(|(scenario, policy_run)| MatrixCase::new(scenario.path.display().to_string(), policy_run.policy.clone()))
+        .collect();
+    let mut digest = Sha256::new();
+    let workers = args.jobs.workers();
+    run_all(jobs, in_shard, workers, |pair, outcome| {
+        cases[pair].record(&outcome);
+        let line = format!(
+            "{}\t{}\t{}\t{}\t{}\n",
+            outcome.scenario, outcome.policy, outcome.seed, outcome.passed, outcome.trace_hash
+        );
+        digest.update(line.as_bytes());
+    });
+    let unreproducible = match &args.out {
+        Some(folder) => write_failures(&selected, &mut cases, folder, workers),
+        None => Vec::new(),
+    };
+    cases.retain(|case| case.runs > 0);
     out!("{}", report::matrix_summary(&cases, (shard, shards)));
-    if let Some(path) = &args.junit {
-        if let Err(error) = std::fs::write(path, report::junit(&cases)) {
+    if args.out.is_none() && cases.iter().any(|c| c.failed > 0) {
+        out!("(--out DIR writes each failing case's timeline, trace and repro, from a replay of its lowest seed)");
+    }
+    for line in &unreproducible {
+        out!("{line}");
+    }
+    let digest: String = digest.finalize().iter().take(16).map(|b| format!("{b:02x}")).collect();
+    out!("runs digest {digest} (every run's verdict and trace hash, in order: equal for any --jobs)");
+    if let Some(mut file) = junit_file {
+        let suite = report::JunitSuite {
+            shard: (shard, shards),
+            seeds: &args.seeds,
+            policy: args.policy.as_deref(),
+            started,
+            elapsed: clock.elapsed(),
+        };
+        let written =
+            report::junit(&cases, &suite).and_then(|xml| file.write_all(xml.as_bytes()).map_err(|e| e.to_string()));
+        if let Err(error) = written {
+            let path = args.junit.as_deref().unwrap_or(Path::new("?"));
             return bad_input(&format!("cannot write the JUnit report {}: {error}", path.display()));
         }
     }
-    if cases.iter().any(|c| c.failed > 0) {
+    if cases.iter().any(|c| c.failed > 0) || !unreproducible.is_empty() {
         ExitCode::from(EXIT_FAILED)
     } else {
         ExitCode::SUCCESS
     }
+}
+
+/// Replays each failing case's lowest seed and writes its timeline, trace and repro into
+/// `folder`, naming them in the case's report. `cases` line up with `selected`. Returns a line for every replay whose trace
+/// differed from the first run's: a run that does not reproduce is a bug of its own.
+fn write_failures(
+    selected: &[(&rig::Scenario, &rig::PolicyRun)],
+    cases: &mut [MatrixCase],
+    folder: &Path,
+    workers: std::num::NonZeroUsize,
+) -> Vec<String> {
+    let replays: Vec<(usize, RunJob)> = cases
+        .iter()
+        .enumerate()
+        .filter_map(|(pair, case)| {
+            let seed = case.first_failure.as_ref()?.seed;
+            let (scenario, policy_run) = selected[pair];
+            Some((pair, RunJob { pair, scenario, policy_run, seed }))
+        })
+        .collect();
+    let replayed = map_ordered(replays, workers, |(index, job)| (index, job.run()), |_, _| {});
+    let mut unreproducible = Vec::new();
+    for (index, outcome) in replayed {
+        let Some(first) = cases[index].first_failure.as_mut() else { continue };
+        if outcome.trace_hash != first.trace_hash {
+            unreproducible.push(format!(
+                "NOT REPRODUCIBLE {} [{}] seed {}: trace hash {} on the first run, {} on the replay",
+                outcome.scenario, outcome.policy, outcome.seed, first.trace_hash, outcome.trace_hash
+            ));
+        }
+        first.artifacts = write_artifacts(&outcome, folder);
+    }
+    unreproducible
+}
+
+/// The timeline, trace and repro of one failed run, beside each other; the paths written (or
+/// why one could not be).
+fn write_artifacts(outcome: &RunOutcome, folder: &Path) -> Vec<String> {
+    let stem = artifact_stem(outcome);
+    let mut trace = outcome.trace.json_lines().collect::<Vec<_>>().join("\n");
+    trace.push('\n');
+    let files = [
+        ("timeline.html", timeline::html(&[outcome])),
+        ("trace.jsonl", trace),
+        (
+            "repro.sh",
+            format!("#!/bin/sh\n# {}\n{}\n", outcome.failures.first().map_or("", String::as_str), outcome.repro()),
+        ),
+    ];
+    files
+        .into_iter()
+        .map(|(suffix, text)| {
+            let path = folder.join(format!("{stem}.{suffix}"));
+            match std::fs::write(&path, text) {
+                Ok(()) => path.display().to_string(),
+                Err(error) => format!("(could not write {}: {error})", path.display()),
+            }
+        })
+        .collect()
+}
+
+/// `scenarios/a/b.toml`, policy `p`, seed 3: `scenarios.a.b.p.seed3`.
+fn artifact_stem(outcome: &RunOutcome) -> String {
+    let path = Path::new(&outcome.scenario).with_extension("");
+    let parts: Vec<String> = path
+        .components()
+        .filter_map(|c| match c {
+            std::path::Component::Normal(part) => Some(part.to_string_lossy().into_owned()),
+            _ => None,
+        })
+        .collect();
+    format!("{}.{}.seed{}", parts.join("."), outcome.policy, outcome.seed)
 }

@@ -1,7 +1,7 @@
 //! What every command shares: output that survives closed streams, exit codes, loading the
 //! scenario files, choosing the runs.
 
-use rig::{PolicyRun, Scenario};
+use rig::{PolicyRun, RunOutcome, Scenario};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -26,6 +26,8 @@ pub mod explore;
 pub mod harness;
 pub mod live;
 pub mod matrix;
+pub mod parallel;
+pub mod progress;
 pub mod run;
 pub mod sweep;
 
@@ -120,6 +122,67 @@ pub fn selected_runs<'a>(
         ));
     }
     Ok(selected)
+}
+
+/// One run to do: a scenario, one of its policies, a seed. Shared by reference with the worker
+/// threads; the run itself happens on one of them.
+#[derive(Clone, Copy)]
+pub struct RunJob<'a> {
+    /// The position of (scenario, policy) in the selection the job came from.
+    pub pair: usize,
+    pub scenario: &'a Scenario,
+    pub policy_run: &'a PolicyRun,
+    pub seed: u64,
+}
+
+impl RunJob<'_> {
+    pub fn run(self) -> RunOutcome {
+        rig::run(self.scenario, self.policy_run, self.seed)
+    }
+}
+
+/// Every run of the selection under every seed, in the order they are reported: scenario by
+/// scenario, policy by policy, seed by seed. Made as they are taken, so a seed range larger
+/// than memory is only a long night, not an allocation failure.
+pub fn run_jobs<'a>(
+    selected: &[(&'a Scenario, &'a PolicyRun)],
+    seeds: &std::ops::Range<u64>,
+) -> impl Iterator<Item = RunJob<'a>> + Send + 'a {
+    let (selected, seeds) = (selected.to_vec(), seeds.clone());
+    selected.into_iter().enumerate().flat_map(move |(pair, (scenario, policy_run))| {
+        seeds.clone().map(move |seed| RunJob { pair, scenario, policy_run, seed })
+    })
+}
+
+/// How many runs [`run_jobs`] makes.
+pub fn run_count(selected: &[(&Scenario, &PolicyRun)], seeds: &std::ops::Range<u64>) -> u64 {
+    (selected.len() as u64).saturating_mul(seeds.end.saturating_sub(seeds.start))
+}
+
+/// Runs every job on `workers` threads with a progress bar (`total` runs), printing each failing
+/// run the moment it fails; `in_order` receives each job's (pair, outcome) in input order.
+pub fn run_all<'a>(
+    jobs: impl Iterator<Item = RunJob<'a>> + Send,
+    total: u64,
+    workers: std::num::NonZeroUsize,
+    mut in_order: impl FnMut(usize, RunOutcome),
+) {
+    let progress = progress::Progress::new(total);
+    parallel::for_each_ordered(
+        jobs,
+        workers,
+        |job| (job.pair, job.run()),
+        |_, (_, outcome)| progress.completed((!outcome.passed).then(|| rig::report::failure_line(outcome)).as_deref()),
+        |_, (pair, outcome)| in_order(pair, outcome),
+    );
+    progress.finish();
+}
+
+/// Creates an output file before any run starts, so a bad path is bad input, not an hour of
+/// runs thrown away at the end.
+pub fn create_output(path: &Path, what: &str) -> Result<std::fs::File, ExitCode> {
+    std::fs::File::create(path)
+        .map_err(|error| bad_input(&format!("cannot write the {what} {}: {error}", path.display())))
 }
 
 /// Every scenario file under the given paths, sorted and each once, so runs are listed in a

@@ -1,10 +1,18 @@
 //! `rig run`: scenario files, each policy, each seed, reported one line (or one JSON object) each.
 
-use super::{bad_input, load_scenarios, parse_seed_range, selected_runs, EXIT_BAD_INPUT, EXIT_FAILED};
-use rig::{report, run};
+use super::parallel::{for_each_ordered, Jobs};
+use super::progress::Progress;
+use super::{
+    bad_input, create_output, load_scenarios, parse_seed_range, run_count, run_jobs, selected_runs, EXIT_BAD_INPUT,
+    EXIT_FAILED,
+};
+use rig::{report, timeline, RunOutcome};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+
+/// A timeline page is for reading: this many runs at most, so nobody draws ten thousand by accident.
+const DRAWN_RUNS_MAX: u64 = 16;
 
 #[derive(clap::Args)]
 pub struct RunArgs {
@@ -26,6 +34,14 @@ pub struct RunArgs {
     /// Write the full trace of every run as JSON lines to this file (`-`: standard output).
     #[arg(long)]
     pub trace: Option<PathBuf>,
+    /// Draw the runs as a timeline: one self-contained HTML page (inline SVG, no network).
+    #[arg(long, value_name = "FILE")]
+    pub timeline: Option<PathBuf>,
+    /// Draw the runs as Mermaid sequence diagrams in a Markdown file (renders in a pull request).
+    #[arg(long, value_name = "FILE")]
+    pub mermaid: Option<PathBuf>,
+    #[command(flatten)]
+    pub jobs: Jobs,
 }
 
 /// Where `--trace` goes: a file, or standard output for `-`.
@@ -37,6 +53,31 @@ fn trace_sink(path: &Path) -> std::io::Result<Box<dyn std::io::Write>> {
     }
 }
 
+/// A way of drawing runs: the HTML timeline or the Mermaid diagram.
+type Drawing = fn(&[&RunOutcome]) -> String;
+
+/// One finished run, rendered on the worker that ran it.
+struct Done {
+    outcome: RunOutcome,
+    report: String,
+    trace_lines: String,
+}
+
+fn render(outcome: RunOutcome, json: bool, with_trace: bool) -> Done {
+    let report = if json { report::json_line(&outcome).to_string() } else { report::human(&outcome) };
+    let mut trace_lines = String::new();
+    if with_trace {
+        let scenario = serde_json::json!(outcome.scenario);
+        for event in outcome.trace.json_lines() {
+            trace_lines.push_str(&format!(
+                "{{\"scenario\":{scenario},\"policy\":\"{}\",\"seed\":{},\"event\":{event}}}\n",
+                outcome.policy, outcome.seed
+            ));
+        }
+    }
+    Done { outcome, report, trace_lines }
+}
+
 pub fn command(args: RunArgs) -> ExitCode {
     // Load everything first: a bad file is reported before any run starts.
     let Some(scenarios) = load_scenarios(&args.paths) else { return ExitCode::from(EXIT_BAD_INPUT) };
@@ -44,43 +85,68 @@ pub fn command(args: RunArgs) -> ExitCode {
         Ok(selected) => selected,
         Err(message) => return bad_input(&message),
     };
-    let seeds = match (args.seed, args.seeds) {
-        (Some(seed), _) => seed..seed + 1,
+    let seeds = match (args.seed, args.seeds.clone()) {
+        (Some(seed), _) => seed..seed.saturating_add(1),
         (None, Some(range)) => range,
         (None, None) => 0..1,
     };
+    let total = run_count(&selected, &seeds);
+    let drawing = args.timeline.is_some() || args.mermaid.is_some();
+    if drawing && total > DRAWN_RUNS_MAX {
+        return bad_input(&format!(
+            "--timeline and --mermaid draw at most {DRAWN_RUNS_MAX} runs, and this selects {total}: choose one with --policy and --seed"
+        ));
+    }
     let mut trace_out = match args.trace.as_deref().map(trace_sink).transpose() {
         Ok(sink) => sink,
         Err(error) => return bad_input(&format!("cannot write the trace file: {error}")),
     };
+    let mut pictures = Vec::new();
+    let drawings: [(&Option<PathBuf>, &str, Drawing); 2] =
+        [(&args.timeline, "timeline", timeline::html), (&args.mermaid, "Mermaid diagram", timeline::mermaid)];
+    for (path, what, draw) in drawings {
+        if let Some(path) = path {
+            match create_output(path, what) {
+                Ok(file) => pictures.push((path, file, draw)),
+                Err(code) => return code,
+            }
+        }
+    }
+
+    let (json, with_trace) = (args.json, trace_out.is_some());
+    let progress = Progress::new(total);
     let (mut passed, mut failed) = (0u64, 0u64);
-    for (scenario, policy_run) in selected {
-        for seed in seeds.clone() {
-            let outcome = run(scenario, policy_run, seed);
-            if args.json {
-                out!("{}", report::json_line(&outcome));
-            } else {
-                out!("{}", report::human(&outcome));
-            }
+    let mut drawn: Vec<RunOutcome> = Vec::new();
+    for_each_ordered(
+        run_jobs(&selected, &seeds),
+        args.jobs.workers(),
+        |job| render(job.run(), json, with_trace),
+        |_, _| progress.completed(None),
+        |_, done| {
+            progress.out(&done.report);
             if let Some(sink) = trace_out.as_mut() {
-                for event in outcome.trace.json_lines() {
-                    let scenario = serde_json::json!(outcome.scenario);
-                    let _ = writeln!(
-                        sink,
-                        "{{\"scenario\":{scenario},\"policy\":\"{}\",\"seed\":{seed},\"event\":{event}}}",
-                        outcome.policy
-                    );
-                }
+                let _ = sink.write_all(done.trace_lines.as_bytes());
             }
-            if outcome.passed {
+            if done.outcome.passed {
                 passed += 1
             } else {
                 failed += 1
             }
-        }
-    }
+            if drawing {
+                drawn.push(done.outcome);
+            }
+        },
+    );
+    progress.finish();
     if let Some(sink) = trace_out.as_mut() {
         let _ = sink.flush();
+    }
+    let drawn: Vec<&RunOutcome> = drawn.iter().collect();
+    for (path, mut file, draw) in pictures {
+        if let Err(error) = file.write_all(draw(&drawn).as_bytes()) {
+            return bad_input(&format!("cannot write {}: {error}", path.display()));
+        }
+        err!("wrote {}", path.display());
     }
     if !args.json {
         out!("{passed} passed, {failed} failed");

@@ -1,6 +1,8 @@
 //! `rig sweep`: every cut at every place one uncut run offers, then bounded pairs; each finding
 //! written as a minimal scenario file.
 
+use super::parallel::{map_ordered, Jobs};
+use super::progress::Progress;
 use super::{bad_input, load_scenarios, EXIT_BAD_INPUT, EXIT_FAILED};
 use rig::explore::{self, SpaceOptions, SweepOptions, Verdict};
 use std::path::{Path, PathBuf};
@@ -35,6 +37,8 @@ pub struct SweepArgs {
     /// List every run, clean and unreached ones too.
     #[arg(long)]
     pub all: bool,
+    #[command(flatten)]
+    pub jobs: Jobs,
 }
 
 /// The policy named on the command line, if the harness has it.
@@ -91,7 +95,16 @@ pub fn command(args: SweepArgs) -> ExitCode {
     };
     let mut anything = false;
     for scenario in &scenarios {
-        let report = explore::sweep(&harness, scenario, &options);
+        let plan = explore::plan(&harness, scenario, &options);
+        let progress = Progress::new(plan.jobs.len() as u64);
+        let runs = map_ordered(
+            &plan.jobs,
+            args.jobs.workers(),
+            |job| explore::run_job(&harness, &plan, job),
+            |_, _| progress.completed(None),
+        );
+        progress.finish();
+        let report = explore::report(&harness, plan, runs);
         out!("sweep {} [{}] depth {} seed {}", scenario.path.display(), args.policy, args.depth, args.seed);
         for failure in &report.baseline_failures {
             out!("  note: the uncut workload: {}", failure.lines().next().unwrap_or_default());

@@ -13,7 +13,7 @@ use crate::bus::Provider;
 use crate::clock::Clock;
 use crate::cut::Interrupt;
 use crate::layout::RecordLayout;
-use crate::topology::HARNESS_FUNCTIONS;
+use crate::topology::{CONTROL_FUNCTIONS, HARNESS_FUNCTIONS};
 use crate::trace::NoteSink;
 use rand_chacha::ChaCha8Rng;
 use serde_json::json;
@@ -41,9 +41,10 @@ pub trait HarnessFactory: Send + Sync {
         RecordLayout::default()
     }
 
-    /// The functions each worker registers, by name after `{host}::` (`turn`, `import`, ...).
+    /// The functions each worker registers, by name after `{host}::` (`turn`, `import`, ...):
+    /// by default all of [`HARNESS_FUNCTIONS`] but the control commands.
     fn functions(&self) -> Vec<String> {
-        HARNESS_FUNCTIONS.iter().map(|f| f.to_string()).collect()
+        HARNESS_FUNCTIONS.iter().filter(|f| !CONTROL_FUNCTIONS.contains(f)).map(|f| f.to_string()).collect()
     }
 
     /// Whether it reports its decisions as the reference harness does (`note` events with the

@@ -5,6 +5,7 @@
 //! through the record layout the harness declares, never from the harness's own account of
 //! what it did. A new oracle is one variant, one function and one line in [`check`].
 
+pub use crate::layout::CONTROL_SCOPE;
 use crate::layout::{ActionClass, RecordLayout};
 use crate::services::EffectFunctions;
 use crate::trace::{Event, EventKind};
@@ -41,10 +42,17 @@ pub enum Oracle {
     /// A finished turn has no action whose outcome is still unsettled, and its session's
     /// transcript no function call without a result.
     CallsClosed,
+    /// No worker sends an effect request for a session after a cancellation of it was recorded.
+    Cancellation,
+    /// No turn, and no tree of a turn and the turns it delegated to, consumes more than the hard
+    /// limits of its budget (model rounds, tool calls, effects, child turns, wall time).
+    Budget,
+    /// No two workers own a turn in the same epoch.
+    OneOwner,
 }
 
 impl Oracle {
-    pub const ALL: [Oracle; 9] = [
+    pub const ALL: [Oracle; 12] = [
         Oracle::Effects,
         Oracle::Fencing,
         Oracle::BlindReplay,
@@ -54,6 +62,9 @@ impl Oracle {
         Oracle::Ledger,
         Oracle::TruthfulReply,
         Oracle::CallsClosed,
+        Oracle::Cancellation,
+        Oracle::Budget,
+        Oracle::OneOwner,
     ];
 
     pub fn name(self) -> &'static str {
@@ -67,6 +78,9 @@ impl Oracle {
             Oracle::Ledger => "ledger",
             Oracle::TruthfulReply => "truthful-reply",
             Oracle::CallsClosed => "calls-closed",
+            Oracle::Cancellation => "cancellation",
+            Oracle::Budget => "budget",
+            Oracle::OneOwner => "one-owner",
         }
     }
 
@@ -113,6 +127,9 @@ pub fn check(evidence: &Evidence<'_>) -> Vec<Violation> {
     ledger(evidence, &mut violations);
     truthful_reply(evidence, &mut violations);
     calls_closed(evidence, &mut violations);
+    cancellation(evidence, &mut violations);
+    budget(evidence, &mut violations);
+    one_owner(evidence, &mut violations);
     violations
 }
 
@@ -266,7 +283,11 @@ fn liveness(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
         format!("{settled_ms} ms after the faults were healed")
     };
     for (scope, key, record) in evidence.store.records() {
-        if scope != layout.turn_scope || layout.is_terminal(record) || layout.is_held_with_reason(record) {
+        if scope != layout.turn_scope
+            || layout.is_terminal(record)
+            || layout.is_held_with_reason(record)
+            || layout.is_parked(record)
+        {
             continue;
         }
         violations.push(violation(
@@ -278,6 +299,29 @@ fn liveness(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
                 record[&layout.step_field]
             ),
         ));
+    }
+    // A command accepted for a turn that is no longer running will never be applied by it: it
+    // must have been settled (applied, or expired) when the turn stopped.
+    for (scope, session, control) in evidence.store.records() {
+        if scope != CONTROL_SCOPE {
+            continue;
+        }
+        let turn = evidence.store.get(&layout.turn_scope, session);
+        let still_running =
+            turn.is_some_and(|t| !layout.is_terminal(t) && !layout.is_held_with_reason(t) && !layout.is_parked(t));
+        for (key, command) in control["commands"].as_object().into_iter().flatten() {
+            let for_this_turn = turn.is_some_and(|t| command["turn_id"].as_str() == Some(layout.turn_id(t)));
+            if command["state"] == "accepted" && !still_running && for_this_turn {
+                violations.push(violation(
+                    Oracle::Liveness,
+                    format!(
+                        "command {key} ({}) of session {session} is still `accepted` while its turn is `{}` {why}",
+                        command["command"].as_str().unwrap_or("?"),
+                        turn.map_or("", |t| layout.status(t))
+                    ),
+                ));
+            }
+        }
     }
     // Ownership covers work: a finished or held turn's lease still renewed at the end blocks
     // every other worker for as long as its idle holder lives.
@@ -402,13 +446,40 @@ fn claimed_status(result: &Value) -> Option<(&str, &str, &str)> {
     Some((session, turn, status))
 }
 
+/// A reply about a control command: its session, idempotency key and the state it claims.
+fn claimed_command(result: &Value) -> Option<(&str, &str, &str)> {
+    Some((result["session_id"].as_str()?, result["idempotency_key"].as_str()?, result["state"].as_str()?))
+}
+
 fn truthful_reply(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
     let layout = evidence.layout;
     let mut durable: BTreeMap<&str, &Value> = BTreeMap::new();
+    let mut controls: BTreeMap<&str, &Value> = BTreeMap::new();
     for event in evidence.events {
         match &event.kind {
             EventKind::Commit { scope, key, value, .. } if *scope == layout.turn_scope => {
                 durable.insert(key.as_str(), value);
+            }
+            EventKind::Commit { scope, key, value, .. } if scope == CONTROL_SCOPE => {
+                controls.insert(key.as_str(), value);
+            }
+            EventKind::Rpc { name, outcome, .. }
+                if outcome["outcome"] == "ok" && claimed_command(&outcome["result"]).is_some() =>
+            {
+                // "Accepted" is never reported as "applied": a command is applied only once the
+                // store says so.
+                let Some((session, key, state)) = claimed_command(&outcome["result"]) else { continue };
+                let stored =
+                    controls.get(session).and_then(|c| c["commands"][key]["state"].as_str()).unwrap_or("absent");
+                if state != "accepted" && state != stored {
+                    violations.push(violation(
+                        Oracle::TruthfulReply,
+                        format!(
+                            "reply `{name}` at {} ms says command {key} of session {session} is `{state}`, while the store held it `{stored}`",
+                            event.at_ms
+                        ),
+                    ));
+                }
             }
             EventKind::Rpc { name, outcome, .. } if outcome["outcome"] == "ok" => {
                 let Some((session, turn, status)) = claimed_status(&outcome["result"]) else { continue };
@@ -485,6 +556,222 @@ fn calls_closed(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
                 ));
             }
         }
+    }
+}
+
+/// The turn each recorded action belongs to, from the committed turn records.
+fn action_turns<'a>(evidence: &Evidence<'a>) -> BTreeMap<&'a str, &'a str> {
+    let mut turns = BTreeMap::new();
+    for event in evidence.events {
+        if let EventKind::Commit { scope, value, .. } = &event.kind {
+            if *scope == evidence.layout.turn_scope {
+                for (action, _) in evidence.layout.actions(value) {
+                    turns.insert(action, evidence.layout.turn_id(value));
+                }
+            }
+        }
+    }
+    turns
+}
+
+fn cancellation(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
+    // Frames from one worker reach the engine in the order it sent them, so the order of their
+    // arrival says whether an effect was sent after the cancellation was recorded.
+    let mut arrival: BTreeMap<&str, usize> = BTreeMap::new();
+    for (position, event) in evidence.events.iter().enumerate() {
+        if let EventKind::Frame { direction: "in", frame: "invokefunction", invocation_id: Some(id), .. } = &event.kind
+        {
+            arrival.entry(id.as_str()).or_insert(position);
+        }
+    }
+    let turns = action_turns(evidence);
+    // When a cancel or stop of each turn was first recorded as accepted (a rejected one
+    // cancels nothing), by its arrival position.
+    let mut cancelled_at: BTreeMap<String, (usize, u64)> = BTreeMap::new();
+    for event in evidence.events {
+        match &event.kind {
+            EventKind::Call { function, payload, invocation_id: Some(id), .. }
+                if payload["scope"] == CONTROL_SCOPE && function.starts_with("state::") =>
+            {
+                let Some(&at) = arrival.get(id.as_str()) else { continue };
+                let commands = payload["value"]["commands"].as_object().into_iter().flatten();
+                for (_, command) in commands {
+                    let cancels = matches!(command["command"].as_str(), Some("cancel" | "stop"))
+                        && matches!(command["state"].as_str(), Some("accepted" | "applied"));
+                    if let (true, Some(turn)) = (cancels, command["turn_id"].as_str()) {
+                        cancelled_at.entry(turn.to_string()).or_insert((at, event.at_ms));
+                    }
+                }
+            }
+            EventKind::Call { function, payload, invocation_id: Some(id), .. }
+                if evidence.effect_functions.effects.contains(function.as_str()) =>
+            {
+                let action = payload["action_id"].as_str().unwrap_or("");
+                let Some(&turn) = turns.get(action) else { continue };
+                let (Some(&(cancel, cancel_ms)), Some(&sent)) = (cancelled_at.get(turn), arrival.get(id.as_str()))
+                else {
+                    continue;
+                };
+                if sent > cancel {
+                    violations.push(violation(
+                        Oracle::Cancellation,
+                        format!(
+                            "`{function}` for action `{action}` of turn {turn} was sent after its cancellation was recorded (at {cancel_ms} ms), and reached the service at {} ms",
+                            event.at_ms
+                        ),
+                    ));
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// What a turn consumed, as the services saw it.
+#[derive(Default, Clone, Copy)]
+struct Consumed {
+    model_rounds: u64,
+    tool_calls: u64,
+    effects: u64,
+    child_turns: u64,
+    wall_ms: u64,
+}
+
+impl Consumed {
+    const DIMENSIONS: [&'static str; 5] = ["model_rounds", "tool_calls", "effects", "child_turns", "wall_ms"];
+
+    fn get(&self, dimension: &str) -> u64 {
+        match dimension {
+            "model_rounds" => self.model_rounds,
+            "tool_calls" => self.tool_calls,
+            "effects" => self.effects,
+            "child_turns" => self.child_turns,
+            _ => self.wall_ms,
+        }
+    }
+
+    fn add(&mut self, other: &Consumed) {
+        self.model_rounds += other.model_rounds;
+        self.tool_calls += other.tool_calls;
+        self.effects += other.effects;
+        self.child_turns += other.child_turns;
+        self.wall_ms = self.wall_ms.max(other.wall_ms);
+    }
+}
+
+fn budget(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
+    let layout = evidence.layout;
+    // Every turn's latest record, when it began, and its actions; then what it consumed.
+    let mut latest: BTreeMap<String, &Value> = BTreeMap::new();
+    let mut began: BTreeMap<String, u64> = BTreeMap::new();
+    let mut action_turn: BTreeMap<&str, String> = BTreeMap::new();
+    for event in evidence.events {
+        if let EventKind::Commit { scope, value, .. } = &event.kind {
+            if *scope == layout.turn_scope && !value.is_null() {
+                let turn = layout.turn_id(value).to_string();
+                began.entry(turn.clone()).or_insert(event.at_ms);
+                for (action, _) in layout.actions(value) {
+                    action_turn.insert(action, turn.clone());
+                }
+                latest.insert(turn, value);
+            }
+        }
+    }
+    for (_, _, record) in evidence.store.records() {
+        latest.entry(layout.turn_id(record).to_string()).or_insert(record);
+    }
+    if !latest.values().any(|r| !r[&layout.budget_field].is_null()) {
+        return;
+    }
+    let mut consumed: BTreeMap<String, Consumed> = BTreeMap::new();
+    let mut touch = |turn: &str, at_ms: u64, f: &dyn Fn(&mut Consumed)| {
+        let entry = consumed.entry(turn.to_string()).or_default();
+        f(entry);
+        entry.wall_ms = entry.wall_ms.max(at_ms.saturating_sub(began.get(turn).copied().unwrap_or(at_ms)));
+    };
+    for event in evidence.events {
+        match &event.kind {
+            EventKind::Call { function, payload, .. } if function == "model::generate" => {
+                if let Some(turn) = payload["turn_id"].as_str() {
+                    touch(turn, event.at_ms, &|c| c.model_rounds += 1);
+                }
+            }
+            EventKind::Call { function, payload, .. }
+                if evidence.effect_functions.effects.contains(function.as_str()) =>
+            {
+                if let Some(turn) = payload["action_id"].as_str().and_then(|a| action_turn.get(a)) {
+                    touch(turn, event.at_ms, &|_| {});
+                }
+            }
+            EventKind::Effect { action, accepted: true, .. } => {
+                if let Some(turn) = action_turn.get(action.as_str()) {
+                    touch(turn, event.at_ms, &|c| c.effects += 1);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut children: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (turn, record) in &latest {
+        if let Some(parent) = record[&layout.parent_field]["turn_id"].as_str() {
+            children.entry(parent.to_string()).or_default().push(turn.clone());
+        }
+    }
+    for turn in action_turn.values() {
+        consumed.entry(turn.clone()).or_default().tool_calls += 1;
+    }
+    for (parent, kids) in &children {
+        consumed.entry(parent.clone()).or_default().child_turns += kids.len() as u64;
+    }
+    // A tree's consumption: the turn's own and that of every turn it delegated to.
+    fn tree(
+        turn: &str,
+        consumed: &BTreeMap<String, Consumed>,
+        children: &BTreeMap<String, Vec<String>>,
+        depth: u32,
+    ) -> Consumed {
+        let mut total = consumed.get(turn).copied().unwrap_or_default();
+        if depth < 16 {
+            for child in children.get(turn).into_iter().flatten() {
+                total.add(&tree(child, consumed, children, depth + 1));
+            }
+        }
+        total
+    }
+    for (turn, record) in &latest {
+        for dimension in Consumed::DIMENSIONS {
+            let Some(hard) = layout.hard_limit(record, dimension) else { continue };
+            let used = tree(turn, &consumed, &children, 0).get(dimension);
+            if used > hard {
+                let scope = if children.contains_key(turn) { " with the turns it delegated to" } else { "" };
+                violations.push(violation(
+                    Oracle::Budget,
+                    format!("turn {turn}{scope} consumed {used} {dimension}, over its hard limit of {hard}"),
+                ));
+            }
+        }
+    }
+}
+
+fn one_owner(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
+    let layout = evidence.layout;
+    let mut owners: BTreeMap<(String, u64), BTreeSet<String>> = BTreeMap::new();
+    for event in evidence.events {
+        let EventKind::Commit { scope, value, .. } = &event.kind else { continue };
+        let (Some(epoch), Some(owner)) = (value[&layout.epoch_field].as_u64(), value[&layout.owner_field].as_str())
+        else {
+            continue;
+        };
+        if *scope == layout.turn_scope {
+            owners.entry((layout.turn_id(value).to_string(), epoch)).or_default().insert(owner.to_string());
+        }
+    }
+    for ((turn, epoch), owners) in owners.into_iter().filter(|(_, o)| o.len() > 1) {
+        let owners: Vec<String> = owners.into_iter().collect();
+        violations.push(violation(
+            Oracle::OneOwner,
+            format!("turn {turn} had {} owners in epoch {epoch}: {}", owners.len(), owners.join(", ")),
+        ));
     }
 }
 

@@ -322,3 +322,128 @@ fn calls_closed_catches_a_finished_turn_whose_transcript_keeps_a_call_open() {
     open.seed_message("s1", json!({"content": [{"type": "function_call", "id": "call-1"}]}));
     assert!(judge_with_sessions(&[], &running, &open).is_empty(), "a held turn may keep its call open");
 }
+
+/// A frame reaching the engine for invocation `id`: the order the cancellation oracle reads.
+fn arrives(at_ms: u64, id: &str) -> Event {
+    event(
+        at_ms,
+        EventKind::Frame {
+            direction: "in",
+            peer: "harness".into(),
+            frame: "invokefunction",
+            function_id: None,
+            invocation_id: Some(id.into()),
+        },
+    )
+}
+
+/// The session's control record written with one command in `state`.
+fn control_write(at_ms: u64, command: &str, state: &str) -> Event {
+    let value = json!({"commands": {"c1": {"command": command, "state": state, "turn_id": "t1"}}});
+    call_from(at_ms, "harness", "state::compare-and-set", json!({"scope": CONTROL_SCOPE, "key": "s1", "value": value}))
+}
+
+#[test]
+fn cancellation_catches_an_effect_sent_after_an_accepted_cancel_of_its_turn() {
+    let [create, effect] = send(5, "harness", true, "created");
+    let scenario = |command: &str, state: &str, cancel_first: bool| {
+        let cancel = control_write(3, command, state);
+        let order =
+            if cancel_first { [arrives(3, "i3"), arrives(5, "i5")] } else { [arrives(5, "i5"), arrives(3, "i3")] };
+        fired(&flat(&[&order, &[cancel, create.clone(), effect.clone()]]))
+    };
+    assert_eq!(scenario("cancel", "accepted", true), vec![Oracle::Cancellation]);
+    assert_eq!(scenario("stop", "accepted", true), vec![Oracle::Cancellation]);
+    // Sent before the cancellation was recorded: the call was already under way.
+    assert!(scenario("cancel", "accepted", false).is_empty());
+    // A rejected cancel cancels nothing; a pause is not a cancellation.
+    assert!(scenario("cancel", "rejected", true).is_empty());
+    assert!(scenario("pause", "accepted", true).is_empty());
+}
+
+#[test]
+fn budget_catches_a_turn_or_a_tree_over_its_hard_limit() {
+    let limited = |hard: u64| json!({"limits": {"effects": {"hard": hard}}, "used": {}});
+    let parent = |hard: u64| {
+        commit(
+            0,
+            json!({"turn_id": "t1", "status": "running", "budget": limited(hard), "calls": {"a1": {"status": "complete"}}}),
+        )
+    };
+    let [call, effect] = send(1, "harness", true, "created");
+    assert!(judge(&[parent(1), call.clone(), effect.clone()], &StateStore::new()).is_empty());
+    assert_eq!(judge(&[parent(0), call.clone(), effect.clone()], &StateStore::new()), vec![Oracle::Budget]);
+    // A child's effect counts against its parent's tree: delegation does not create capacity.
+    let child = event(
+        0,
+        EventKind::Commit {
+            scope: "harness_turn".into(),
+            key: "s1~a0".into(),
+            value: json!({"turn_id": "c1", "status": "running", "parent": {"session_id": "s1", "turn_id": "t1"},
+                          "budget": limited(1), "calls": {"a1": {"status": "complete"}}}),
+            version: 1,
+        },
+    );
+    let parent_without_the_action =
+        commit(0, json!({"turn_id": "t1", "status": "running", "budget": limited(0), "calls": {}}));
+    assert_eq!(
+        judge(&[parent_without_the_action, child, call, effect], &StateStore::new()),
+        vec![Oracle::Budget],
+        "the child's one effect is over its parent's limit of 0"
+    );
+}
+
+#[test]
+fn one_owner_catches_two_owners_in_one_epoch() {
+    let claim = |at_ms, owner: &str, epoch: u64| {
+        commit(at_ms, json!({"turn_id": "t1", "status": "running", "owner": owner, "epoch": epoch}))
+    };
+    assert!(judge(&[claim(1, "harness", 1), claim(2, "replacement", 2)], &StateStore::new()).is_empty());
+    assert_eq!(
+        judge(&[claim(1, "harness", 2), claim(2, "replacement", 2)], &StateStore::new()),
+        vec![Oracle::OneOwner]
+    );
+}
+
+#[test]
+fn truthful_reply_catches_a_command_reported_applied_before_it_is() {
+    let recorded = |state: &str| {
+        event(
+            1,
+            EventKind::Commit {
+                scope: CONTROL_SCOPE.into(),
+                key: "s1".into(),
+                value: json!({"commands": {"c1": {"command": "cancel", "state": state}}}),
+                version: 1,
+            },
+        )
+    };
+    let answer = |state: &str| rpc(2, json!({"session_id": "s1", "idempotency_key": "c1", "state": state}));
+    let none = StateStore::new();
+    assert!(judge(&[recorded("accepted"), answer("accepted")], &none).is_empty());
+    assert!(judge(&[recorded("applied"), answer("applied")], &none).is_empty());
+    assert_eq!(judge(&[recorded("accepted"), answer("applied")], &none), vec![Oracle::TruthfulReply]);
+    assert_eq!(judge(&[answer("applied")], &none), vec![Oracle::TruthfulReply], "never recorded at all");
+}
+
+#[test]
+fn liveness_catches_a_command_left_accepted_by_a_turn_that_stopped() {
+    let store = |turn_status: &str| {
+        let mut store = store_with("harness_turn", "s1", json!({"turn_id": "t1", "status": turn_status}));
+        store.seed(
+            CONTROL_SCOPE,
+            "s1",
+            json!({"commands": {"c1": {"command": "cancel", "state": "accepted", "turn_id": "t1"}}}),
+        );
+        store
+    };
+    assert_eq!(judge(&[], &store("completed")), vec![Oracle::Liveness]);
+    assert_eq!(judge(&[], &store("paused")), vec![Oracle::Liveness]);
+    let mut settled = store_with("harness_turn", "s1", json!({"turn_id": "t1", "status": "completed"}));
+    settled.seed(
+        CONTROL_SCOPE,
+        "s1",
+        json!({"commands": {"c1": {"command": "cancel", "state": "expired", "turn_id": "t1"}}}),
+    );
+    assert!(judge(&[], &settled).is_empty());
+}

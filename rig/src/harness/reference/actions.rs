@@ -9,6 +9,7 @@
 //! again with backoff, and what stays unknown is held for a person, with its owner and the true
 //! reason.
 
+use super::budget::Spend;
 use super::transcript::action_id;
 use super::{Policy, StepFailure, Stop, Worker};
 use crate::bus::{Bus, ErrorBody, InvokeError};
@@ -73,9 +74,15 @@ impl Worker {
     pub(super) async fn drive(self: &Rc<Self>, bus: &Bus, mut record: Value) -> Result<(Value, Value), Stop> {
         self.transcribe_input(bus, &record).await;
         for _ in 0..ROUNDS_MAX {
+            let session_id = record["session_id"].as_str().unwrap_or_default().to_string();
             let reply = match record.get("reply").filter(|r| !r.is_null()) {
                 Some(reply) => reply.clone(),
-                None => self.ask_model(bus, &record).await.map_err(Stop::Failed)?,
+                None => {
+                    // A safe point: before a model call.
+                    self.check_control(&session_id)?;
+                    self.spend(bus, &mut record, Spend::ModelRound).await?;
+                    self.ask_model(bus, &record).await.map_err(Stop::Failed)?
+                }
             };
             let calls: Vec<Value> = reply["tool_calls"].as_array().cloned().unwrap_or_default();
             if calls.is_empty() {
@@ -110,6 +117,10 @@ impl Worker {
         call: &Value,
     ) -> Result<(), Stop> {
         let session_id = record["session_id"].as_str().unwrap_or("").to_string();
+        if call["tool"] == json!("agent.delegate") {
+            self.check_control(&session_id)?;
+            return self.delegate(bus, record, action_id, call).await;
+        }
         let Some(tool) = call["tool"].as_str().and_then(|name| self.tool(name)) else {
             record["calls"][action_id] = json!({ "tool": call["tool"], "status": "failed", "error": "unknown tool" });
             return self.write(bus, record).await;
@@ -118,8 +129,17 @@ impl Worker {
             "complete" | "failed" => return Ok(()),
             "held" => return Err(Stop::Held { reason: format!("action {action_id} is held") }),
             "" | "released" => {
-                // Hooks see the call first; a held or denied call goes no further.
+                // A safe point: before a tool is dispatched.
+                self.check_control(&session_id)?;
+                // Hooks see the call first; a held or denied call goes no further (and spends
+                // nothing: a held call's budget is spent when it is released and runs).
                 let Some(args) = self.pass_hooks(bus, record, action_id, &tool, call).await? else { return Ok(()) };
+                self.spend(bus, record, Spend::ToolCall).await?;
+                if !tool.replay_safe {
+                    // An effect the budget cannot afford is never begun: no intent is left behind
+                    // for a person to wonder about.
+                    self.spend(bus, record, Spend::EffectDispatch).await?;
+                }
                 let intent = json!({
                     "tool": call["tool"], "args": args, "idempotency_key": self.new_key(),
                     "client_reference": action_id, "status": "started", "owner": self.env.host,
@@ -145,6 +165,10 @@ impl Worker {
                 record["calls"][action_id]["reconciled"] = json!(false);
                 self.write(bus, record).await?;
             }
+            self.check_control_durably(bus, record).await?;
+            if !tool.replay_safe {
+                self.spend(bus, record, Spend::EffectDispatch).await?;
+            }
             self.env.checkpoint("before_submission", action_id).await;
             let entry = &record["calls"][action_id];
             let request = json!({
@@ -156,9 +180,14 @@ impl Worker {
                     self.env.checkpoint("after_acceptance", action_id).await;
                     record["calls"][action_id]["status"] = json!("complete");
                     record["calls"][action_id]["result"] = result;
+                    record["calls"][action_id]["completed_at_ms"] = json!(self.now());
+                    if !tool.replay_safe {
+                        self.count(record, "effects", 1);
+                    }
                     self.write(bus, record).await?;
                     self.env.checkpoint("after_completion", action_id).await;
-                    return Ok(());
+                    // A safe point: after a tool's outcome is recorded.
+                    return self.check_control(&session_id);
                 }
                 Err(InvokeError::Rejected(body)) if body.code == "stale_token" => {
                     return Err(self.stop_for(&session_id, &tool.function, InvokeError::Rejected(body)));

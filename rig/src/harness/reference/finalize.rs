@@ -128,18 +128,30 @@ impl Worker {
     }
 
     /// Writes `record` as held for a person, with its reason.
-    async fn hold_record(
+    pub(super) async fn hold_record(
         self: &Rc<Self>,
         bus: &Bus,
         request: &TurnRequest,
         mut record: Value,
         reason: &str,
     ) -> Result<Value, ErrorBody> {
+        // A cancellation accepted for this turn cannot be applied cleanly any more: it ends here,
+        // with an effect that may have happened, for the person who resolves the hold.
+        let command = self.accepted_command(bus, &request.session_id, &request.turn_id).await.ok().flatten();
+        if let Some((kind, key)) = command.as_ref().filter(|(kind, _)| kind == "cancel" || kind == "stop") {
+            record["cancellation"] = json!("unresolved-effect");
+            if record["control"].is_null() {
+                record["control"] = json!({ "command": kind, "idempotency_key": key });
+            }
+        }
         record["status"] = json!("held");
         record["held_reason"] = json!(reason);
         record["updated_at"] = json!(self.now());
         if let Err(Stop::FencedOut) = self.write(bus, &record).await {
             return Ok(self.fenced_out(request));
+        }
+        if command.is_some() {
+            let _ = self.settle_commands(bus, &request.session_id, Some(&record)).await;
         }
         let actions = super::actions::classify(&record, &self.env.host);
         self.note(
@@ -268,6 +280,12 @@ impl Worker {
         let _ = bus
             .invoke("session::set-status", json!({ "session_id": session_id, "status": session_status }), timeout)
             .await;
+        // Commands waiting on this turn, accepted here or by another worker, learn how it ended.
+        if self.policy != Policy::InMemoryCancel
+            || self.controls.borrow().contains_key(session_id.as_str().unwrap_or_default())
+        {
+            let _ = self.settle_commands(bus, session_id.as_str().unwrap_or_default(), Some(terminal)).await;
+        }
         self.announce(bus, terminal).await;
         let reseed = self.reseed_queued_input(bus, terminal).await;
         let mut result = json!({

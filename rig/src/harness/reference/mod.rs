@@ -34,8 +34,14 @@
 //! - `hold-drops-mutations`: a hook that holds a call loses its own changes to the arguments.
 //! - `release-original-arguments`: a released call runs with the model's arguments, whatever
 //!   the hooks changed.
+//! - `in-memory-cancel`: a cancellation is kept in memory only, lost with the worker.
+//! - `reset-on-retry`: a turn's budget counts start over whenever it is taken up again.
+//! - `mint-child-budget`: a delegated child gets a budget of its own instead of a share.
+//! - `resume-without-cas`: a resume claims the paused turn with a plain write.
 
 mod actions;
+mod budget;
+mod control;
 mod finalize;
 mod generation;
 mod hooks;
@@ -76,10 +82,14 @@ pub enum Policy {
     EntryPerDelta,
     HoldDropsMutations,
     ReleaseOriginalArguments,
+    InMemoryCancel,
+    ResetOnRetry,
+    MintChildBudget,
+    ResumeWithoutCas,
 }
 
 impl Policy {
-    pub const ALL: [Policy; 14] = [
+    pub const ALL: [Policy; 18] = [
         Policy::Swallow,
         Policy::Propagate,
         Policy::Reference,
@@ -94,6 +104,10 @@ impl Policy {
         Policy::EntryPerDelta,
         Policy::HoldDropsMutations,
         Policy::ReleaseOriginalArguments,
+        Policy::InMemoryCancel,
+        Policy::ResetOnRetry,
+        Policy::MintChildBudget,
+        Policy::ResumeWithoutCas,
     ];
 
     pub fn name(self) -> &'static str {
@@ -112,6 +126,10 @@ impl Policy {
             Policy::EntryPerDelta => "entry-per-delta",
             Policy::HoldDropsMutations => "hold-drops-mutations",
             Policy::ReleaseOriginalArguments => "release-original-arguments",
+            Policy::InMemoryCancel => "in-memory-cancel",
+            Policy::ResetOnRetry => "reset-on-retry",
+            Policy::MintChildBudget => "mint-child-budget",
+            Policy::ResumeWithoutCas => "resume-without-cas",
         }
     }
 
@@ -150,6 +168,11 @@ impl HarnessFactory for ReferenceHarness {
 
     fn gives_reference_notes(&self) -> bool {
         true
+    }
+
+    /// Every function of the vocabulary, the control commands included.
+    fn functions(&self) -> Vec<String> {
+        crate::topology::HARNESS_FUNCTIONS.iter().map(|f| f.to_string()).collect()
     }
 
     fn start(&self, policy: &str, env: HarnessEnv) -> Rc<dyn Provider> {
@@ -191,6 +214,8 @@ enum Stop {
     Held { reason: String },
     /// A newer owner holds the session: this worker must not write anything more.
     FencedOut,
+    /// A control command (`kind`, by its idempotency key) takes effect at this safe point.
+    Control { kind: String, key: String },
 }
 
 /// One reference harness worker, started afresh on every (re)start of its host.
@@ -206,6 +231,11 @@ struct Worker {
     pending_terminal: RefCell<BTreeMap<String, String>>,
     /// Generations asked and the frames of streamed replies, in memory.
     generations: generation::Generations,
+    /// Control commands accepted per session and not applied yet: `(kind, idempotency key)`.
+    controls: RefCell<BTreeMap<String, (String, String)>>,
+    /// One lock per session for control commands, apart from the turn's: a command is recorded
+    /// while the turn runs, and takes effect at the turn's next safe point.
+    control_locks: RefCell<BTreeMap<String, Rc<tokio::sync::Mutex<()>>>>,
 }
 
 impl Worker {
@@ -218,6 +248,8 @@ impl Worker {
             tokens: RefCell::default(),
             pending_terminal: RefCell::default(),
             generations: generation::Generations::default(),
+            controls: RefCell::default(),
+            control_locks: RefCell::default(),
         })
     }
 
@@ -231,6 +263,10 @@ impl Worker {
 
     fn session_lock(&self, session_id: &str) -> Rc<tokio::sync::Mutex<()>> {
         Rc::clone(self.session_locks.borrow_mut().entry(session_id.to_string()).or_default())
+    }
+
+    fn control_lock(&self, session_id: &str) -> Rc<tokio::sync::Mutex<()>> {
+        Rc::clone(self.control_locks.borrow_mut().entry(session_id.to_string()).or_default())
     }
 
     /// Ownership covers a call's work: once it is done, however it ended, the lease is handed
@@ -282,6 +318,11 @@ impl Worker {
                 json!({ "session_id": request.session_id, "turn_id": request.turn_id, "delivered_step": request.step, "step": record["step"] }),
             );
         }
+        self.load_commands(bus, &request.session_id, &request.turn_id).await;
+        let mut record = record;
+        if let Err(stop) = self.resume_budget(bus, &mut record).await {
+            return self.stopped(bus, &request, stop).await;
+        }
         self.finish(bus, &request, record).await
     }
 
@@ -289,9 +330,24 @@ impl Worker {
     async fn finish(self: &Rc<Self>, bus: &Bus, request: &TurnRequest, record: Value) -> Result<Value, ErrorBody> {
         match self.drive(bus, record).await {
             Ok((record, reply)) => self.complete(bus, request, record, reply).await,
-            Err(Stop::Failed(failure)) => self.fail_turn(bus, request, failure).await,
-            Err(Stop::Held { reason }) => self.hold_turn(bus, request, &reason).await,
-            Err(Stop::FencedOut) => Ok(self.fenced_out(request)),
+            Err(stop) => self.stopped(bus, request, stop).await,
+        }
+    }
+
+    /// Finalises a turn by how driving it stopped.
+    async fn stopped(self: &Rc<Self>, bus: &Bus, request: &TurnRequest, stop: Stop) -> Result<Value, ErrorBody> {
+        match stop {
+            Stop::Failed(failure) => self.fail_turn(bus, request, failure).await,
+            Stop::Held { reason } => self.hold_turn(bus, request, &reason).await,
+            Stop::FencedOut => Ok(self.fenced_out(request)),
+            Stop::Control { kind, key } => {
+                self.apply_control(bus, &request.session_id, &kind, &key).await?;
+                let record = self.get_turn(bus, &request.session_id).await.ok().flatten().unwrap_or(Value::Null);
+                Ok(json!({
+                    "session_id": request.session_id, "turn_id": request.turn_id, "status": record["status"],
+                    "skipped": false, "next_step": null, "control": kind, "cancellation": record["cancellation"],
+                }))
+            }
         }
     }
 
@@ -331,6 +387,10 @@ impl Worker {
     /// is unknown.
     async fn put_turn(&self, bus: &Bus, record: &Value) -> Result<(), InvokeError> {
         let mut write = json!({ "scope": TURN_SCOPE, "key": record["session_id"], "value": record });
+        if !matches!(self.policy, Policy::Unguarded | Policy::NoFencing) {
+            // The store refuses to reopen an ended turn: a late or stale writer cannot undo it.
+            write["guard"] = json!({ "key": "turn_id", "status": "status", "final": TERMINAL });
+        }
         if let Some(fence) = self.store_fence(record["session_id"].as_str().unwrap_or_default()) {
             write["fence"] = fence;
         }
@@ -450,6 +510,9 @@ impl Provider for Worker {
                     None => Err(ErrorBody::new("bad_request", "missing `session_id`")),
                 },
                 "import" => self.import(&bus, &call.data).await,
+                command if crate::topology::CONTROL_FUNCTIONS.contains(&command) => {
+                    self.command(&bus, command, &call.data).await
+                }
                 "dead-letter" => self.dead_letter(&bus, &call.data).await,
                 "status" => self.status(&bus, &call.data).await,
                 "send" => self.send(&bus, &call.data).await,

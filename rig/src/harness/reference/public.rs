@@ -59,7 +59,7 @@ impl Worker {
             .list(bus, TURN_SCOPE)
             .await?
             .iter()
-            .filter(|e| e["value"]["parent_session_id"] == json!(session_id))
+            .filter(|e| e["value"]["parent"]["session_id"] == json!(session_id))
             .map(|e| e["key"].clone())
             .collect();
         Ok(json!({

@@ -93,6 +93,11 @@ impl Worker {
                 json!({ "imported": true, "session_id": session_id, "status": record["status"], "actions": actions }),
             );
         }
+        // A switch takes the turn up again: its commands and its budget carry over.
+        self.load_commands(bus, session_id, &request.turn_id).await;
+        if let Err(stop) = self.resume_budget(bus, &mut record).await {
+            return self.stopped(bus, &request, stop).await;
+        }
         let mut result = self.finish(bus, &request, record).await?;
         result["imported"] = json!(true);
         Ok(result)

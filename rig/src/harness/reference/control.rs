@@ -1,0 +1,391 @@
+//! The control plane: stop, cancel, pause and resume as durable commands.
+//!
+//! A command names its session, carries an idempotency key (a command sent twice is answered
+//! twice the same) and optionally the turn-record version the sender saw. It is answered with its
+//! state: `accepted` (recorded durably, not yet in effect), `applied` (the turn changed at a safe
+//! point), `rejected` (it cannot apply: the turn changed, ended, or another claim won) or
+//! `expired` (the turn ended before it could apply). "Accepted" is never reported as "applied".
+//!
+//! Commands live in the session's control record (scope `harness_control`), so a worker that
+//! starts a turn, or resumes one after a crash, learns of them; the worker that accepted one also
+//! flags it in memory, so the turn it is running stops at its next safe point: before a model
+//! call, before a tool is dispatched, after a tool's outcome is recorded. A call already under
+//! way is never interrupted: it finishes, and its outcome is reconciled.
+//!
+//! Cancellation ends the turn `cancelled`, with how it ended: `cancelled-with-no-effect`,
+//! `completed-before-cancellation` (an effect in flight when it was requested completed), or
+//! `unresolved-effect` (one may have happened: the turn is held for a person). Resume is a claim:
+//! a compare-and-set on the paused record that bumps its epoch and names its owner, then a new
+//! lease (a newer fencing token); of two resumes at once, one wins.
+
+use super::{error_body, is_terminal, Policy, Stop, TurnRequest, Worker, TURN_SCOPE};
+use crate::bus::{Bus, ErrorBody};
+use crate::layout::CONTROL_SCOPE;
+use serde_json::{json, Value};
+use std::rc::Rc;
+
+/// How often a command retries its compare-and-set on the control record when another command
+/// of the session changed it meanwhile.
+const CONTROL_WRITE_ATTEMPTS: u32 = 4;
+
+impl Worker {
+    /// A command this worker accepted for `session_id` and has not applied yet.
+    pub(super) fn pending_control(&self, session_id: &str) -> Option<(String, String)> {
+        self.controls.borrow().get(session_id).cloned()
+    }
+
+    /// A safe point of a turn: a command accepted for its session stops it here.
+    pub(super) fn check_control(&self, session_id: &str) -> Result<(), Stop> {
+        match self.pending_control(session_id) {
+            Some((kind, key)) => Err(Stop::Control { kind, key }),
+            None => Ok(()),
+        }
+    }
+
+    async fn control_record(&self, bus: &Bus, session_id: &str) -> Result<(Value, u64), ErrorBody> {
+        let read = json!({ "scope": CONTROL_SCOPE, "key": session_id, "versioned": true });
+        let found = bus
+            .invoke("state::get", read, self.env.config.session_timeout_ms)
+            .await
+            .map_err(|e| error_body("control", &e))?;
+        let version = found["version"].as_u64().unwrap_or(0);
+        let record = if found["value"].is_null() {
+            json!({ "session_id": session_id, "commands": {} })
+        } else {
+            found["value"].clone()
+        };
+        Ok((record, version))
+    }
+
+    /// Updates one command in the session's control record, with a compare-and-set so commands
+    /// arriving together do not erase each other.
+    async fn update_command(
+        &self,
+        bus: &Bus,
+        session_id: &str,
+        key: &str,
+        change: &dyn Fn(&mut Value),
+    ) -> Result<Value, ErrorBody> {
+        for _ in 0..CONTROL_WRITE_ATTEMPTS {
+            let (mut record, version) = self.control_record(bus, session_id).await?;
+            change(&mut record["commands"][key]);
+            let write =
+                json!({ "scope": CONTROL_SCOPE, "key": session_id, "value": record, "expected_version": version });
+            let swapped = bus
+                .invoke("state::compare-and-set", write, self.env.config.session_timeout_ms)
+                .await
+                .map_err(|e| error_body("control", &e))?;
+            if swapped["swapped"] == json!(true) {
+                return Ok(record["commands"][key].clone());
+            }
+        }
+        Err(ErrorBody::new("contended", format!("the control record of {session_id} kept changing")))
+    }
+
+    /// The answer to a command: its state as recorded, and what it is about.
+    fn answer(session_id: &str, key: &str, command: &Value) -> Value {
+        let mut answer = command.clone();
+        answer["session_id"] = json!(session_id);
+        answer["idempotency_key"] = json!(key);
+        answer
+    }
+
+    /// Handles `{host}::stop|cancel|pause|resume`.
+    pub(super) async fn command(self: &Rc<Self>, bus: &Bus, kind: &str, data: &Value) -> Result<Value, ErrorBody> {
+        let text = |field: &str| data[field].as_str().map(str::to_string);
+        let session_id = text("session_id").ok_or_else(|| ErrorBody::new("bad_request", "missing `session_id`"))?;
+        let key = text("idempotency_key").ok_or_else(|| ErrorBody::new("bad_request", "missing `idempotency_key`"))?;
+        let lock = self.control_lock(&session_id);
+        let _guard = lock.lock().await;
+        let (control, _) = self.control_record(bus, &session_id).await?;
+        if !control["commands"][&key].is_null() {
+            // The same command again: the same answer, whatever state it reached since.
+            return Ok(Self::answer(&session_id, &key, &control["commands"][&key]));
+        }
+        let read = json!({ "scope": TURN_SCOPE, "key": session_id, "versioned": true });
+        let turn = bus
+            .invoke("state::get", read, self.env.config.session_timeout_ms)
+            .await
+            .map_err(|e| error_body("get_turn", &e))?;
+        let (record, version) = (turn["value"].clone(), turn["version"].as_u64().unwrap_or(0));
+        let refusal = if record.is_null() {
+            Some("the session has no turn".to_string())
+        } else if data["expected_version"].as_u64().is_some_and(|expected| expected != version) {
+            Some(format!(
+                "the turn changed: version {version}, not the {} the command expected",
+                data["expected_version"]
+            ))
+        } else if is_terminal(&record) {
+            Some(format!("the turn already ended: {}", record["status"].as_str().unwrap_or("?")))
+        } else if kind == "resume" && record["status"] != json!("paused") {
+            Some(format!("the turn is not paused but {}", record["status"].as_str().unwrap_or("?")))
+        } else if kind == "pause" && record["status"] == json!("paused") {
+            Some("the turn is already paused".to_string())
+        } else {
+            None
+        };
+        let entry = json!({
+            "command": kind, "turn_id": record["turn_id"], "reason": data["reason"], "requested_at_ms": self.now(),
+            "state": if refusal.is_some() { "rejected" } else { "accepted" }, "why": refusal,
+        });
+        let recorded = self.update_command(bus, &session_id, &key, &|c| *c = entry.clone()).await?;
+        if refusal.is_some() {
+            return Ok(Self::answer(&session_id, &key, &recorded));
+        }
+        if kind == "resume" {
+            return self.resume(bus, &session_id, &key, record, version).await;
+        }
+        self.controls.borrow_mut().insert(session_id.clone(), (kind.to_string(), key.clone()));
+        // The released binary only flagged a stop and waited for a running turn to notice it.
+        if !self.policy.recovers() {
+            return Ok(Self::answer(&session_id, &key, &recorded));
+        }
+        // Nothing of this session runs here: the turn is at a safe point now, so apply at once.
+        let session_lock = self.session_lock(&session_id);
+        let Ok(_turn_guard) = session_lock.try_lock() else {
+            return Ok(Self::answer(&session_id, &key, &recorded));
+        };
+        if self.pending_terminal.borrow().contains_key(&session_id)
+            || self.ensure_ownership(bus, &session_id).await.is_err()
+        {
+            return Ok(Self::answer(&session_id, &key, &recorded));
+        }
+        let applied = self.apply_control(bus, &session_id, kind, &key).await;
+        self.hand_back(bus, &session_id).await;
+        applied
+    }
+
+    /// A turn stopped at a safe point by a command: cancel and stop end it (settling what was
+    /// in flight), pause parks it. Reads the turn's latest durable record.
+    pub(super) async fn apply_control(
+        self: &Rc<Self>,
+        bus: &Bus,
+        session_id: &str,
+        kind: &str,
+        key: &str,
+    ) -> Result<Value, ErrorBody> {
+        let record = self.get_turn(bus, session_id).await.map_err(|e| error_body("get_turn", &e))?;
+        let Some(mut record) = record.filter(|r| !is_terminal(r)) else {
+            return self.settle_commands(bus, session_id, None).await;
+        };
+        let request = TurnRequest {
+            session_id: session_id.to_string(),
+            turn_id: record["turn_id"].as_str().unwrap_or_default().to_string(),
+            step: record["step"].as_u64().unwrap_or(0),
+        };
+        let control = self.control_record(bus, session_id).await?.0;
+        let requested_at = control["commands"][key]["requested_at_ms"].as_u64().unwrap_or(0);
+        record["control"] = json!({ "command": kind, "idempotency_key": key, "requested_at_ms": requested_at });
+        record["updated_at"] = json!(self.now());
+        if kind == "pause" {
+            record["status"] = json!("paused");
+            record["paused_reason"] = json!(format!("paused by command {key}"));
+            self.write(bus, &record).await.map_err(|_| ErrorBody::new("unavailable", "could not record the pause"))?;
+            self.note("turn_paused", json!({ "session_id": session_id, "turn_id": request.turn_id, "command": key }));
+            return self.settle_commands(bus, session_id, Some(&record)).await;
+        }
+        // What was under way when the cancellation came is reconciled first: its outcome decides
+        // how the turn ended.
+        if let Err(reason) = self.settle_open_actions(bus, &mut record).await {
+            record["cancellation"] = json!("unresolved-effect");
+            self.note(
+                "turn_cancelled",
+                json!({ "session_id": session_id, "turn_id": request.turn_id, "cancellation": "unresolved-effect" }),
+            );
+            return self
+                .hold_record(bus, &request, record, &format!("cancelled with an unresolved effect: {reason}"))
+                .await;
+        }
+        let completed_since = self.actions_completed_since(&record, requested_at);
+        record["status"] = json!("cancelled");
+        record["cancellation"] =
+            json!(if completed_since { "completed-before-cancellation" } else { "cancelled-with-no-effect" });
+        self.note(
+            "turn_cancelled",
+            json!({ "session_id": session_id, "turn_id": request.turn_id, "cancellation": record["cancellation"] }),
+        );
+        // The transcript closes every call of the turn, as any turn's end does.
+        self.transcribe_results(bus, &record, true).await;
+        match self.finalize(bus, &record).await {
+            Ok(_) => self.settle_commands(bus, session_id, Some(&record)).await,
+            Err(error) => self.unfinalized(bus, &request, super::finalize::Intent::Record(record), &error),
+        }
+    }
+
+    /// After a turn reached a state commands wait for (ended, or paused): every command of it
+    /// still `accepted` is `applied` if that state is its doing, or `expired` if the turn ended
+    /// otherwise. The answer is the last command's.
+    pub(super) async fn settle_commands(
+        &self,
+        bus: &Bus,
+        session_id: &str,
+        turn: Option<&Value>,
+    ) -> Result<Value, ErrorBody> {
+        let (control, _) = self.control_record(bus, session_id).await?;
+        let turn = match turn {
+            Some(turn) => turn.clone(),
+            None => self.get_turn(bus, session_id).await.ok().flatten().unwrap_or(Value::Null),
+        };
+        let mut last = Value::Null;
+        let pending: Vec<(String, Value)> = control["commands"]
+            .as_object()
+            .map(|c| {
+                c.iter().filter(|(_, v)| v["state"] == json!("accepted")).map(|(k, v)| (k.clone(), v.clone())).collect()
+            })
+            .unwrap_or_default();
+        for (key, command) in pending {
+            let kind = command["command"].as_str().unwrap_or("");
+            let done = match (kind, turn["status"].as_str()) {
+                ("pause", Some("paused")) => Some(("applied", "the turn is paused".to_string())),
+                ("cancel" | "stop", Some("cancelled")) => {
+                    Some(("applied", turn["cancellation"].as_str().unwrap_or("cancelled").to_string()))
+                }
+                ("cancel" | "stop", Some("held")) if turn["cancellation"] == json!("unresolved-effect") => {
+                    Some(("applied", "unresolved-effect".to_string()))
+                }
+                // The turn ended by itself: a stop has what it asked for; a cancellation or a
+                // pause came too late to change anything.
+                ("stop", Some(status)) if is_terminal(&turn) => Some(("applied", format!("the turn ended {status}"))),
+                ("cancel", Some(status)) if is_terminal(&turn) => {
+                    Some(("expired", format!("the turn ended {status} before the cancellation applied")))
+                }
+                ("pause", _) if is_terminal(&turn) => {
+                    Some(("expired", "the turn ended before it could pause".to_string()))
+                }
+                ("pause", Some("held")) => Some(("expired", "the turn is held for a person".to_string())),
+                _ => None,
+            };
+            let Some((state, outcome)) = done else { continue };
+            let now = self.now();
+            last = self
+                .update_command(bus, session_id, &key, &|c| {
+                    c["state"] = json!(state);
+                    c["outcome"] = json!(outcome);
+                    c["settled_at_ms"] = json!(now);
+                })
+                .await?;
+            last = Self::answer(session_id, &key, &last);
+            self.controls.borrow_mut().remove(session_id);
+        }
+        Ok(last)
+    }
+
+    /// Whether an action of `record` completed after `since` (an effect that was in flight when
+    /// a cancellation was requested).
+    fn actions_completed_since(&self, record: &Value, since: u64) -> bool {
+        record["calls"].as_object().is_some_and(|calls| {
+            calls.values().any(|c| {
+                c["status"] == json!("complete") && c["completed_at_ms"].as_u64().is_some_and(|at| at >= since)
+            })
+        })
+    }
+
+    /// A resume: a claim on the paused turn by compare-and-set that bumps its epoch and names
+    /// this worker its owner; then a lease (a newer fencing token), and the turn goes on.
+    async fn resume(
+        self: &Rc<Self>,
+        bus: &Bus,
+        session_id: &str,
+        key: &str,
+        mut record: Value,
+        version: u64,
+    ) -> Result<Value, ErrorBody> {
+        let epoch = record["epoch"].as_u64().unwrap_or(0) + 1;
+        record["status"] = json!("running");
+        record["epoch"] = json!(epoch);
+        record["owner"] = json!(self.env.host);
+        record["updated_at"] = json!(self.now());
+        // A paused turn has no owner, so the claim carries no fence: what makes it one claim
+        // among rivals is the version it expects.
+        let timeout = self.env.config.session_timeout_ms;
+        let claimed = if self.policy == Policy::ResumeWithoutCas {
+            // The known-bad claim: a plain write, whoever else is claiming at the same time.
+            let write = json!({ "scope": TURN_SCOPE, "key": session_id, "value": record });
+            bus.invoke("state::set", write, timeout).await.is_ok()
+        } else {
+            let claim = json!({ "scope": TURN_SCOPE, "key": session_id, "value": record, "expected_version": version });
+            let swapped = bus.invoke("state::compare-and-set", claim, timeout).await;
+            swapped.is_ok_and(|s| s["swapped"] == json!(true))
+        };
+        let now = self.now();
+        if !claimed {
+            let rejected = self
+                .update_command(bus, session_id, key, &|c| {
+                    c["state"] = json!("rejected");
+                    c["why"] = json!("another claim on the turn won");
+                    c["settled_at_ms"] = json!(now);
+                })
+                .await?;
+            return Ok(Self::answer(session_id, key, &rejected));
+        }
+        let applied = self
+            .update_command(bus, session_id, key, &|c| {
+                c["state"] = json!("applied");
+                c["outcome"] = json!(format!("epoch {epoch}"));
+                c["settled_at_ms"] = json!(now);
+            })
+            .await?;
+        self.note(
+            "turn_resumed_by_command",
+            json!({ "session_id": session_id, "turn_id": record["turn_id"], "epoch": epoch }),
+        );
+        let request = TurnRequest {
+            session_id: session_id.to_string(),
+            turn_id: record["turn_id"].as_str().unwrap_or_default().to_string(),
+            step: record["step"].as_u64().unwrap_or(0),
+        };
+        let (worker, bus) = (Rc::clone(self), bus.clone());
+        tokio::task::spawn_local(async move {
+            let _ = worker.turn(&bus, request).await;
+        });
+        Ok(Self::answer(session_id, key, &applied))
+    }
+
+    /// A cancel, stop or pause of `turn_id` accepted and not yet applied: the one this worker
+    /// accepted itself, else (unless cancellation is kept in memory only) one in the session's
+    /// durable control record, which this worker then remembers.
+    pub(super) async fn accepted_command(
+        &self,
+        bus: &Bus,
+        session_id: &str,
+        turn_id: &str,
+    ) -> Result<Option<(String, String)>, ErrorBody> {
+        if let Some(pending) = self.pending_control(session_id) {
+            return Ok(Some(pending));
+        }
+        if self.policy == Policy::InMemoryCancel {
+            return Ok(None);
+        }
+        let (control, _) = self.control_record(bus, session_id).await?;
+        let accepted = control["commands"].as_object().and_then(|commands| {
+            commands.iter().find(|(_, c)| {
+                c["state"] == json!("accepted") && c["turn_id"] == json!(turn_id) && c["command"] != json!("resume")
+            })
+        });
+        let Some((key, command)) = accepted else { return Ok(None) };
+        let pending = (command["command"].as_str().unwrap_or_default().to_string(), key.clone());
+        self.controls.borrow_mut().insert(session_id.to_string(), pending.clone());
+        Ok(Some(pending))
+    }
+
+    /// The safe point before an effect is sent: the durable control record is read, so a
+    /// cancellation accepted by any worker stops the turn here. A record that cannot be read
+    /// stops it too: sending without knowing could be sending after a cancellation.
+    pub(super) async fn check_control_durably(&self, bus: &Bus, record: &Value) -> Result<(), Stop> {
+        let session_id = record["session_id"].as_str().unwrap_or_default();
+        let turn_id = record["turn_id"].as_str().unwrap_or_default();
+        match self.accepted_command(bus, session_id, turn_id).await {
+            Ok(Some((kind, key))) => Err(Stop::Control { kind, key }),
+            Ok(None) => Ok(()),
+            Err(error) => Err(Stop::Failed(super::StepFailure {
+                during: "control".into(),
+                error: crate::bus::InvokeError::Rejected(error),
+            })),
+        }
+    }
+
+    /// Learns, at the start of a turn, the commands its session has accepted and not applied.
+    pub(super) async fn load_commands(&self, bus: &Bus, session_id: &str, turn_id: &str) {
+        let _ = self.accepted_command(bus, session_id, turn_id).await;
+    }
+}
