@@ -18,7 +18,8 @@ use serde_json::{json, Value};
 pub(super) enum Spend {
     ModelRound,
     ToolCall,
-    /// An effect about to be dispatched; effects are counted when they complete.
+    /// An effect about to be begun: counted with its intent, once per action, whatever its
+    /// outcome turns out to be (a resend of the same action is not a new effect).
     EffectDispatch,
     /// The turn is taken up again after an interruption (a redelivery, an import).
     Resumption,
@@ -55,19 +56,12 @@ fn limit(record: &Value, dimension: &str, which: &str) -> Option<u64> {
 impl Worker {
     /// Checks the turn's budget at a safe point and counts what it is about to spend: a hard limit
     /// reached stops the turn (held, with the reason); model rounds and resumptions are written at
-    /// once, a tool call with its intent, an effect when it completes.
+    /// once, a tool call and an effect with the intent.
     pub(super) async fn spend(&self, bus: &Bus, record: &mut Value, spend: Spend) -> Result<(), Stop> {
         if !has_budget(record) {
             return Ok(());
         }
-        let now = self.now();
-        let started = *record["budget"].get("started_at_ms").and_then(Value::as_u64).get_or_insert(now);
-        record["budget"]["started_at_ms"] = json!(started);
-        if let Some(hard) = limit(record, "wall_ms", "hard") {
-            if now.saturating_sub(started) >= hard {
-                return Err(Stop::Held { reason: format!("budget exhausted: wall_ms {} of {hard}", now - started) });
-            }
-        }
+        self.check_wall_time(record)?;
         let dimension = spend.dimension();
         let spent = used(record, dimension);
         if let Some(hard) = limit(record, dimension, "hard") {
@@ -79,14 +73,32 @@ impl Worker {
                 return Err(Stop::Held { reason: format!("budget exhausted: {dimension} {spent} of {hard}") });
             }
         }
-        if spend == Spend::EffectDispatch {
-            return Ok(());
-        }
         self.count(record, dimension, 1);
         if matches!(spend, Spend::ModelRound | Spend::Resumption) {
             self.write(bus, record).await?;
+            // The write may have taken long (an acknowledgement lost, then a retry): the time
+            // is checked again right before what it was counted for.
+            self.check_wall_time(record)?;
         }
         Ok(())
+    }
+
+    /// Whether the turn is still within its wall-time limit (simulated ms since its first
+    /// spend, which this starts the clock on). Checked at every safe point and again right
+    /// before a send, as close to the act as the worker can be.
+    pub(super) fn check_wall_time(&self, record: &mut Value) -> Result<(), Stop> {
+        if !has_budget(record) {
+            return Ok(());
+        }
+        let now = self.now();
+        let started = *record["budget"].get("started_at_ms").and_then(Value::as_u64).get_or_insert(now);
+        record["budget"]["started_at_ms"] = json!(started);
+        match limit(record, "wall_ms", "hard") {
+            Some(hard) if now.saturating_sub(started) >= hard => {
+                Err(Stop::Held { reason: format!("budget exhausted: wall_ms {} of {hard}", now - started) })
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Adds `n` to what the turn used of `dimension`, noting the first time a soft limit is passed.
