@@ -10,7 +10,7 @@
 //! delegation never creates capacity.
 
 use super::{Policy, Stop, Worker};
-use crate::bus::{Action, Bus};
+use crate::bus::Bus;
 use serde_json::{json, Value};
 
 /// What a safe point is about to spend.
@@ -175,15 +175,37 @@ impl Worker {
             "budget": { "limits": limits, "used": {} },
         });
         let timeout = self.env.config.session_timeout_ms;
-        let exists = matches!(self.get_turn(bus, &child_session).await, Ok(Some(found)) if found["turn_id"] == json!(child_turn));
-        if !exists {
-            let write = json!({ "scope": super::TURN_SCOPE, "key": child_session, "value": child });
-            if let Err(error) = bus.invoke("state::set", write, timeout).await {
-                return Err(self.stop_for(record["session_id"].as_str().unwrap_or(""), "state::set", error));
+        let found = match self.get_turn(bus, &child_session).await {
+            Ok(found) => found.filter(|found| found["turn_id"] == json!(child_turn)),
+            Err(error) => return Err(self.stop_for(record["session_id"].as_str().unwrap_or(""), "get_turn", error)),
+        };
+        let child = match found {
+            Some(found) => found,
+            None => {
+                let write = json!({ "scope": super::TURN_SCOPE, "key": child_session, "value": child });
+                let mut written = bus.invoke("state::set", write.clone(), timeout).await;
+                if written.as_ref().is_err_and(|e| e.outcome_unknown()) {
+                    // The same record again: harmless if the first write landed.
+                    written = bus.invoke("state::set", write, timeout).await;
+                }
+                if let Err(error) = written {
+                    return Err(self.stop_for(record["session_id"].as_str().unwrap_or(""), "state::set", error));
+                }
+                child
             }
+        };
+        // A child still to run goes to the turn queue, on a replay too: a child recorded by a
+        // worker that died before enqueueing it would otherwise never run (two deliveries of one
+        // turn are harmless: the second finds it ended, or resumes it).
+        if child["status"] == json!("running") {
             let request = json!({ "session_id": child_session, "turn_id": child_turn, "step": 1, "depth": 1 });
-            let queue = Action::Enqueue { queue: self.env.config.turn_queue.clone() };
-            let _ = bus.invoke_with(&self.env.function("turn"), request, Some(queue), timeout).await;
+            if let Err(error) = self.enqueue_turn(bus, request).await {
+                let mut held = child.clone();
+                held["status"] = json!("held");
+                held["held_reason"] = json!(format!("delegated, but could not be enqueued: {error}"));
+                let _ = self.put_turn(bus, &held).await;
+                self.note("delegation_enqueue_exhausted", json!({ "child_session": child_session, "error": error }));
+            }
         }
         self.note(
             "turn_delegated",

@@ -379,6 +379,21 @@ impl Worker {
         Some(self.admit(bus, turn).await)
     }
 
+    /// Puts a turn on the turn queue, trying up to `enqueue_attempts` times: the attempt that
+    /// got through, or the last error.
+    pub(super) async fn enqueue_turn(&self, bus: &Bus, request: Value) -> Result<u32, String> {
+        let timeout = self.env.config.session_timeout_ms;
+        let queue = Action::Enqueue { queue: self.env.config.turn_queue.clone() };
+        let mut last_error = String::new();
+        for attempt in 1..=self.env.config.enqueue_attempts {
+            match bus.invoke_with(&self.env.function("turn"), request.clone(), Some(queue.clone()), timeout).await {
+                Ok(_receipt) => return Ok(attempt),
+                Err(error) => last_error = error.to_string(),
+            }
+        }
+        Err(last_error)
+    }
+
     /// Admits a new turn whose record is written: the input it consumed leaves the queue of
     /// input, and the turn goes to the turn queue (an exhausted enqueue holds it, with why).
     async fn admit(&self, bus: &Bus, mut turn: Value) -> Value {
@@ -388,18 +403,14 @@ impl Worker {
         }
         let turn_id = turn["turn_id"].clone();
         let request = json!({ "session_id": turn["session_id"], "turn_id": turn_id, "step": 0, "depth": 0 });
-        let queue = Action::Enqueue { queue: self.env.config.turn_queue.clone() };
         let attempts = self.env.config.enqueue_attempts;
-        let mut last_error = String::new();
-        for attempt in 1..=attempts {
-            match bus.invoke_with(&self.env.function("turn"), request.clone(), Some(queue.clone()), timeout).await {
-                Ok(_receipt) => {
-                    self.note("reseed_enqueued", json!({ "turn_id": turn_id, "attempt": attempt }));
-                    return json!({ "turn_id": turn_id, "admitted": true, "attempts": attempt });
-                }
-                Err(error) => last_error = error.to_string(),
+        let last_error = match self.enqueue_turn(bus, request).await {
+            Ok(attempt) => {
+                self.note("reseed_enqueued", json!({ "turn_id": turn_id, "attempt": attempt }));
+                return json!({ "turn_id": turn_id, "admitted": true, "attempts": attempt });
             }
-        }
+            Err(error) => error,
+        };
         self.note("reseed_enqueue_exhausted", json!({ "turn_id": turn_id, "attempts": attempts, "error": last_error }));
         if !self.policy.recovers() {
             // The predecessor's result is returned as if nothing happened; the new turn stays
