@@ -132,6 +132,16 @@ pub(crate) fn finding(
     for key in ["about", "expect", "policy"] {
         table.remove(key);
     }
+    // The file's text still has the scripted cuts a workload may have run without: the finding
+    // must script what was run, or it does not reproduce.
+    let dropped = [
+        ("cut", scenario.cuts.is_empty()),
+        ("interrupt", scenario.interrupts.is_empty()),
+        ("proxy", scenario.proxy.is_none()),
+    ];
+    for (key, _) in dropped.iter().filter(|(_, empty)| *empty) {
+        table.remove(*key);
+    }
     if let Some(toml::Value::Array(steps)) = table.get_mut("step") {
         let kept: Vec<toml::Value> =
             steps.iter().enumerate().filter(|(i, _)| !removed_steps.contains(i)).map(|(_, s)| s.clone()).collect();
@@ -221,5 +231,28 @@ fn add_cut(table: &mut toml::Table, placement: &Placement) {
                 push(proxy, "rule", cut);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn scripted() -> Scenario {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/incident-001/finalization/lost-ack.toml");
+        Scenario::load(&path).unwrap()
+    }
+
+    #[test]
+    fn a_finding_scripts_the_cuts_its_workload_ran_with_and_no_others() {
+        let original = scripted();
+        assert!(!original.cuts.is_empty(), "the file scripts a cut of its own");
+        let bare = finding(&workload(&original, false), &[], "reference", "liveness", 0, &BTreeSet::new(), "test");
+        let bare = Scenario::parse(Path::new("bare.toml"), &bare.scenario_file).unwrap();
+        assert!(bare.cuts.is_empty(), "the sweep ran without the scripted cut, so the finding must too");
+        let kept = finding(&workload(&original, true), &[], "reference", "liveness", 0, &BTreeSet::new(), "test");
+        let kept = Scenario::parse(Path::new("kept.toml"), &kept.scenario_file).unwrap();
+        assert_eq!(kept.cuts.len(), original.cuts.len(), "--keep-cuts keeps them in the finding too");
     }
 }

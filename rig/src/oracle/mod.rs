@@ -138,9 +138,15 @@ fn violation(oracle: Oracle, detail: String) -> Violation {
 }
 
 fn effects(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
+    // The oracle judges what workers sent: a request the network delivered twice (the same
+    // invocation id) is one request, and what it did twice is the wire's doing.
     let mut per_action: BTreeMap<(&str, &str), u64> = BTreeMap::new();
+    let mut requests: BTreeSet<&str> = BTreeSet::new();
     for event in evidence.events {
-        if let EventKind::Effect { effect, action, accepted: true, .. } = &event.kind {
+        if let EventKind::Effect { effect, action, accepted: true, invocation_id, .. } = &event.kind {
+            if invocation_id.as_deref().is_some_and(|id| !requests.insert(id)) {
+                continue;
+            }
             *per_action.entry((effect.as_str(), action.as_str())).or_default() += 1;
         }
     }
@@ -588,13 +594,20 @@ fn cancellation(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
     // When a cancel or stop of each turn was first recorded as accepted (a rejected one
     // cancels nothing), by its arrival position.
     let mut cancelled_at: BTreeMap<String, (usize, u64)> = BTreeMap::new();
+    // The request behind the store's next commit of a control record: the store commits while
+    // it handles a call, so a commit follows its call directly; a call that never committed (a
+    // refusal, a lost request) recorded nothing.
+    let mut control_request: Option<&str> = None;
     for event in evidence.events {
         match &event.kind {
             EventKind::Call { function, payload, invocation_id: Some(id), .. }
                 if payload["scope"] == CONTROL_SCOPE && function.starts_with("state::") =>
             {
-                let Some(&at) = arrival.get(id.as_str()) else { continue };
-                let commands = payload["value"]["commands"].as_object().into_iter().flatten();
+                control_request = Some(id.as_str());
+            }
+            EventKind::Commit { scope, value, .. } if *scope == CONTROL_SCOPE => {
+                let Some(&at) = control_request.take().and_then(|id| arrival.get(id)) else { continue };
+                let commands = value["commands"].as_object().into_iter().flatten();
                 for (_, command) in commands {
                     let cancels = matches!(command["command"].as_str(), Some("cancel" | "stop"))
                         && matches!(command["state"].as_str(), Some("accepted" | "applied"));
@@ -689,10 +702,13 @@ fn budget(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
         f(entry);
         entry.wall_ms = entry.wall_ms.max(at_ms.saturating_sub(began.get(turn).copied().unwrap_or(at_ms)));
     };
+    // A request the network repeated (the same invocation id) is one request of the worker's.
+    let mut model_requests: BTreeSet<&str> = BTreeSet::new();
     for event in evidence.events {
         match &event.kind {
-            EventKind::Call { function, payload, .. } if function == "model::generate" => {
-                if let Some(turn) = payload["turn_id"].as_str() {
+            EventKind::Call { function, payload, invocation_id, .. } if function == "model::generate" => {
+                let repeated = invocation_id.as_deref().is_some_and(|id| !model_requests.insert(id));
+                if let (Some(turn), false) = (payload["turn_id"].as_str(), repeated) {
                     touch(turn, event.at_ms, &|c| c.model_rounds += 1);
                 }
             }

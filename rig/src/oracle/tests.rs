@@ -337,21 +337,30 @@ fn arrives(at_ms: u64, id: &str) -> Event {
     )
 }
 
-/// The session's control record written with one command in `state`.
-fn control_write(at_ms: u64, command: &str, state: &str) -> Event {
+/// The session's control record written with one command in `state`: the store's call, and the
+/// commit that follows it (none when the store refused the write).
+fn control_write(at_ms: u64, command: &str, state: &str, committed: bool) -> Vec<Event> {
     let value = json!({"commands": {"c1": {"command": command, "state": state, "turn_id": "t1"}}});
-    call_from(at_ms, "harness", "state::compare-and-set", json!({"scope": CONTROL_SCOPE, "key": "s1", "value": value}))
+    let payload = json!({"scope": CONTROL_SCOPE, "key": "s1", "value": value});
+    let call = call_from(at_ms, "harness", "state::compare-and-set", payload);
+    let commit = event(at_ms, EventKind::Commit { scope: CONTROL_SCOPE.into(), key: "s1".into(), value, version: 1 });
+    if committed {
+        vec![call, commit]
+    } else {
+        vec![call]
+    }
 }
 
 #[test]
 fn cancellation_catches_an_effect_sent_after_an_accepted_cancel_of_its_turn() {
     let [create, effect] = send(5, "harness", true, "created");
-    let scenario = |command: &str, state: &str, cancel_first: bool| {
-        let cancel = control_write(3, command, state);
+    let written = |command: &str, state: &str, cancel_first: bool, committed: bool| {
+        let cancel = control_write(3, command, state, committed);
         let order =
             if cancel_first { [arrives(3, "i3"), arrives(5, "i5")] } else { [arrives(5, "i5"), arrives(3, "i3")] };
-        fired(&flat(&[&order, &[cancel, create.clone(), effect.clone()]]))
+        fired(&flat(&[&order, &cancel, &[create.clone(), effect.clone()]]))
     };
+    let scenario = |command: &str, state: &str, cancel_first: bool| written(command, state, cancel_first, true);
     assert_eq!(scenario("cancel", "accepted", true), vec![Oracle::Cancellation]);
     assert_eq!(scenario("stop", "accepted", true), vec![Oracle::Cancellation]);
     // Sent before the cancellation was recorded: the call was already under way.
@@ -359,6 +368,8 @@ fn cancellation_catches_an_effect_sent_after_an_accepted_cancel_of_its_turn() {
     // A rejected cancel cancels nothing; a pause is not a cancellation.
     assert!(scenario("cancel", "rejected", true).is_empty());
     assert!(scenario("pause", "accepted", true).is_empty());
+    // A write of the cancel the store never committed recorded nothing.
+    assert!(written("cancel", "accepted", true, false).is_empty());
 }
 
 #[test]

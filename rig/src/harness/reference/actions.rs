@@ -47,6 +47,11 @@ fn is_unsettled(entry: &Value) -> bool {
     matches!(status(entry), "started" | "unknown") && entry["reconciled"] != json!(true)
 }
 
+/// The first action of a record held for a person, if any.
+pub(super) fn held_action(record: &Value) -> Option<&str> {
+    record["calls"].as_object()?.iter().find(|(_, entry)| status(entry) == "held").map(|(id, _)| id.as_str())
+}
+
 /// Actions of a record, in action-id order, by how far along they are: confirmed outcomes
 /// (`complete`), not yet done and safe to continue (`resumable`), held for a person (`held`),
 /// and possibly executed (`unsettled`).
@@ -137,7 +142,9 @@ impl Worker {
                 self.spend(bus, record, Spend::ToolCall).await?;
                 if !tool.replay_safe {
                     // An effect the budget cannot afford is never begun: no intent is left behind
-                    // for a person to wonder about.
+                    // for a person to wonder about. One it can afford is counted with its intent,
+                    // before it is sent: from the send on it may have happened, whatever answer
+                    // (or none) comes back.
                     self.spend(bus, record, Spend::EffectDispatch).await?;
                 }
                 let intent = json!({
@@ -165,11 +172,11 @@ impl Worker {
                 record["calls"][action_id]["reconciled"] = json!(false);
                 self.write(bus, record).await?;
             }
-            self.check_control_durably(bus, record).await?;
-            if !tool.replay_safe {
-                self.spend(bus, record, Spend::EffectDispatch).await?;
-            }
             self.env.checkpoint("before_submission", action_id).await;
+            // The last moment before the send: a command accepted meanwhile (by any worker) or
+            // a wall-time limit passed while this worker was held up still stops it.
+            self.check_control_durably(bus, record).await?;
+            self.check_wall_time(record)?;
             let entry = &record["calls"][action_id];
             let request = json!({
                 "action_id": action_id, "idempotency_key": entry["idempotency_key"], "client_reference": entry["client_reference"],
@@ -181,9 +188,6 @@ impl Worker {
                     record["calls"][action_id]["status"] = json!("complete");
                     record["calls"][action_id]["result"] = result;
                     record["calls"][action_id]["completed_at_ms"] = json!(self.now());
-                    if !tool.replay_safe {
-                        self.count(record, "effects", 1);
-                    }
                     self.write(bus, record).await?;
                     self.env.checkpoint("after_completion", action_id).await;
                     // A safe point: after a tool's outcome is recorded.

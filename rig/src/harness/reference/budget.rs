@@ -10,7 +10,7 @@
 //! delegation never creates capacity.
 
 use super::{Policy, Stop, Worker};
-use crate::bus::{Action, Bus};
+use crate::bus::Bus;
 use serde_json::{json, Value};
 
 /// What a safe point is about to spend.
@@ -18,7 +18,8 @@ use serde_json::{json, Value};
 pub(super) enum Spend {
     ModelRound,
     ToolCall,
-    /// An effect about to be dispatched; effects are counted when they complete.
+    /// An effect about to be begun: counted with its intent, once per action, whatever its
+    /// outcome turns out to be (a resend of the same action is not a new effect).
     EffectDispatch,
     /// The turn is taken up again after an interruption (a redelivery, an import).
     Resumption,
@@ -55,19 +56,12 @@ fn limit(record: &Value, dimension: &str, which: &str) -> Option<u64> {
 impl Worker {
     /// Checks the turn's budget at a safe point and counts what it is about to spend: a hard limit
     /// reached stops the turn (held, with the reason); model rounds and resumptions are written at
-    /// once, a tool call with its intent, an effect when it completes.
+    /// once, a tool call and an effect with the intent.
     pub(super) async fn spend(&self, bus: &Bus, record: &mut Value, spend: Spend) -> Result<(), Stop> {
         if !has_budget(record) {
             return Ok(());
         }
-        let now = self.now();
-        let started = *record["budget"].get("started_at_ms").and_then(Value::as_u64).get_or_insert(now);
-        record["budget"]["started_at_ms"] = json!(started);
-        if let Some(hard) = limit(record, "wall_ms", "hard") {
-            if now.saturating_sub(started) >= hard {
-                return Err(Stop::Held { reason: format!("budget exhausted: wall_ms {} of {hard}", now - started) });
-            }
-        }
+        self.check_wall_time(record)?;
         let dimension = spend.dimension();
         let spent = used(record, dimension);
         if let Some(hard) = limit(record, dimension, "hard") {
@@ -79,14 +73,32 @@ impl Worker {
                 return Err(Stop::Held { reason: format!("budget exhausted: {dimension} {spent} of {hard}") });
             }
         }
-        if spend == Spend::EffectDispatch {
-            return Ok(());
-        }
         self.count(record, dimension, 1);
         if matches!(spend, Spend::ModelRound | Spend::Resumption) {
             self.write(bus, record).await?;
+            // The write may have taken long (an acknowledgement lost, then a retry): the time
+            // is checked again right before what it was counted for.
+            self.check_wall_time(record)?;
         }
         Ok(())
+    }
+
+    /// Whether the turn is still within its wall-time limit (simulated ms since its first
+    /// spend, which this starts the clock on). Checked at every safe point and again right
+    /// before a send, as close to the act as the worker can be.
+    pub(super) fn check_wall_time(&self, record: &mut Value) -> Result<(), Stop> {
+        if !has_budget(record) {
+            return Ok(());
+        }
+        let now = self.now();
+        let started = *record["budget"].get("started_at_ms").and_then(Value::as_u64).get_or_insert(now);
+        record["budget"]["started_at_ms"] = json!(started);
+        match limit(record, "wall_ms", "hard") {
+            Some(hard) if now.saturating_sub(started) >= hard => {
+                Err(Stop::Held { reason: format!("budget exhausted: wall_ms {} of {hard}", now - started) })
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Adds `n` to what the turn used of `dimension`, noting the first time a soft limit is passed.
@@ -163,15 +175,37 @@ impl Worker {
             "budget": { "limits": limits, "used": {} },
         });
         let timeout = self.env.config.session_timeout_ms;
-        let exists = matches!(self.get_turn(bus, &child_session).await, Ok(Some(found)) if found["turn_id"] == json!(child_turn));
-        if !exists {
-            let write = json!({ "scope": super::TURN_SCOPE, "key": child_session, "value": child });
-            if let Err(error) = bus.invoke("state::set", write, timeout).await {
-                return Err(self.stop_for(record["session_id"].as_str().unwrap_or(""), "state::set", error));
+        let found = match self.get_turn(bus, &child_session).await {
+            Ok(found) => found.filter(|found| found["turn_id"] == json!(child_turn)),
+            Err(error) => return Err(self.stop_for(record["session_id"].as_str().unwrap_or(""), "get_turn", error)),
+        };
+        let child = match found {
+            Some(found) => found,
+            None => {
+                let write = json!({ "scope": super::TURN_SCOPE, "key": child_session, "value": child });
+                let mut written = bus.invoke("state::set", write.clone(), timeout).await;
+                if written.as_ref().is_err_and(|e| e.outcome_unknown()) {
+                    // The same record again: harmless if the first write landed.
+                    written = bus.invoke("state::set", write, timeout).await;
+                }
+                if let Err(error) = written {
+                    return Err(self.stop_for(record["session_id"].as_str().unwrap_or(""), "state::set", error));
+                }
+                child
             }
+        };
+        // A child still to run goes to the turn queue, on a replay too: a child recorded by a
+        // worker that died before enqueueing it would otherwise never run (two deliveries of one
+        // turn are harmless: the second finds it ended, or resumes it).
+        if child["status"] == json!("running") {
             let request = json!({ "session_id": child_session, "turn_id": child_turn, "step": 1, "depth": 1 });
-            let queue = Action::Enqueue { queue: self.env.config.turn_queue.clone() };
-            let _ = bus.invoke_with(&self.env.function("turn"), request, Some(queue), timeout).await;
+            if let Err(error) = self.enqueue_turn(bus, request).await {
+                let mut held = child.clone();
+                held["status"] = json!("held");
+                held["held_reason"] = json!(format!("delegated, but could not be enqueued: {error}"));
+                let _ = self.put_turn(bus, &held).await;
+                self.note("delegation_enqueue_exhausted", json!({ "child_session": child_session, "error": error }));
+            }
         }
         self.note(
             "turn_delegated",

@@ -150,9 +150,16 @@ impl Worker {
         {
             return Ok(Self::answer(&session_id, &key, &recorded));
         }
-        let applied = self.apply_control(bus, &session_id, kind, &key).await;
+        let _ = self.apply_control(bus, &session_id, kind, &key).await;
         self.hand_back(bus, &session_id).await;
-        applied
+        // Whatever applying it did (ended the turn, held it, failed half-way), the reply is the
+        // command's own durable state: never more than the store says.
+        match self.control_record(bus, &session_id).await {
+            Ok((control, _)) if !control["commands"][&key].is_null() => {
+                Ok(Self::answer(&session_id, &key, &control["commands"][&key]))
+            }
+            _ => Ok(Self::answer(&session_id, &key, &recorded)),
+        }
     }
 
     /// A turn stopped at a safe point by a command: cancel and stop end it (settling what was
@@ -186,7 +193,9 @@ impl Worker {
         }
         // What was under way when the cancellation came is reconciled first: its outcome decides
         // how the turn ended.
-        if let Err(reason) = self.settle_open_actions(bus, &mut record).await {
+        // An action already held for a person is as unresolved as one that cannot be settled now.
+        let held = super::actions::held_action(&record).map(|id| format!("action {id} is held for a person"));
+        if let Some(reason) = self.settle_open_actions(bus, &mut record).await.err().or(held) {
             record["cancellation"] = json!("unresolved-effect");
             self.note(
                 "turn_cancelled",
@@ -253,6 +262,11 @@ impl Worker {
                     Some(("expired", "the turn ended before it could pause".to_string()))
                 }
                 ("pause", Some("held")) => Some(("expired", "the turn is held for a person".to_string())),
+                // A resume whose claim never happened (its worker died first) can claim nothing
+                // from a turn that is over.
+                ("resume", Some(status)) if is_terminal(&turn) || status == "held" => {
+                    Some(("expired", format!("the turn is {status}: nothing to resume")))
+                }
                 _ => None,
             };
             let Some((state, outcome)) = done else { continue };

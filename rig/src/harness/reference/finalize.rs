@@ -8,7 +8,7 @@
 //! stays unknown holds the turn for a person.
 
 use super::{
-    error_body, failed_record, is_current, is_terminal, Policy, StepFailure, Stop, TurnRequest, Worker, QUEUE_SCOPE,
+    error_body, failed_record, is_current, is_terminal, Policy, StepFailure, TurnRequest, Worker, QUEUE_SCOPE,
 };
 use crate::bus::{Action, Bus, ErrorBody, InvokeError};
 use serde_json::{json, Value};
@@ -28,6 +28,9 @@ pub(super) enum Intent {
     /// The turn failed, but its record could not even be read; build the failed record from
     /// whatever is read later, with the original cause.
     Failed { cause: String },
+    /// The turn must be held for a person, but the hold could not be recorded (or the record not
+    /// even read): hold whatever is read later, with this reason.
+    Held { reason: String },
 }
 
 impl Intent {
@@ -35,6 +38,7 @@ impl Intent {
         match self {
             Intent::Record(record) => record["status"].clone(),
             Intent::Failed { .. } => json!("failed"),
+            Intent::Held { .. } => json!("held"),
         }
     }
 }
@@ -122,19 +126,35 @@ impl Worker {
     ) -> Result<Value, ErrorBody> {
         let record = match self.get_turn(bus, &request.session_id).await {
             Ok(Some(record)) if is_current(&record, request) => record,
-            _ => return Ok(self.skipped(request, "not current")),
+            Ok(_) => return Ok(self.skipped(request, "not current")),
+            // Unreadable is not "not current": the hold is owed, and recorded later.
+            Err(error) => return self.unfinalized(bus, request, Intent::Held { reason: reason.to_string() }, &error),
         };
         self.hold_record(bus, request, record, reason).await
     }
 
-    /// Writes `record` as held for a person, with its reason.
+    /// Writes `record` as held for a person, with its reason; a hold that cannot be recorded now
+    /// is owed, and recorded later like a terminal state.
     pub(super) async fn hold_record(
+        self: &Rc<Self>,
+        bus: &Bus,
+        request: &TurnRequest,
+        record: Value,
+        reason: &str,
+    ) -> Result<Value, ErrorBody> {
+        match self.write_hold(bus, request, record, reason).await {
+            Ok(reply) => Ok(reply),
+            Err(error) => self.unfinalized(bus, request, Intent::Held { reason: reason.to_string() }, &error),
+        }
+    }
+
+    async fn write_hold(
         self: &Rc<Self>,
         bus: &Bus,
         request: &TurnRequest,
         mut record: Value,
         reason: &str,
-    ) -> Result<Value, ErrorBody> {
+    ) -> Result<Value, InvokeError> {
         // A cancellation accepted for this turn cannot be applied cleanly any more: it ends here,
         // with an effect that may have happened, for the person who resolves the hold.
         let command = self.accepted_command(bus, &request.session_id, &request.turn_id).await.ok().flatten();
@@ -147,9 +167,7 @@ impl Worker {
         record["status"] = json!("held");
         record["held_reason"] = json!(reason);
         record["updated_at"] = json!(self.now());
-        if let Err(Stop::FencedOut) = self.write(bus, &record).await {
-            return Ok(self.fenced_out(request));
-        }
+        self.put_turn(bus, &record).await?;
         if command.is_some() {
             let _ = self.settle_commands(bus, &request.session_id, Some(&record)).await;
         }
@@ -215,9 +233,10 @@ impl Worker {
                 }
                 Err(_) => continue,
             };
-            if record["turn_id"] == json!(request.turn_id) && is_terminal(&record) {
+            let held = record["status"] == json!("held");
+            if record["turn_id"] == json!(request.turn_id) && (is_terminal(&record) || held) {
                 self.note("terminalization_confirmed", json!({ "turn_id": request.turn_id, "attempt": attempt }));
-                if record["status"] == intent.status() {
+                if record["status"] == intent.status() && !held {
                     // The terminal write landed though its acknowledgement did not: the rest of
                     // finalisation has not run yet.
                     self.after_terminal(bus, &record).await;
@@ -232,6 +251,13 @@ impl Worker {
             let mut terminal = match &intent {
                 Intent::Record(terminal) => terminal.clone(),
                 Intent::Failed { cause } => failed_record(record, cause, self.now()),
+                Intent::Held { reason } => {
+                    if self.write_hold(bus, request, record, reason).await.is_ok() {
+                        outcome = Some((attempt, "held"));
+                        break;
+                    }
+                    continue;
+                }
             };
             if self.policy.settles_before_closing() {
                 if let Err(reason) = self.settle_open_actions(bus, &mut terminal).await {
@@ -362,6 +388,21 @@ impl Worker {
         Some(self.admit(bus, turn).await)
     }
 
+    /// Puts a turn on the turn queue, trying up to `enqueue_attempts` times: the attempt that
+    /// got through, or the last error.
+    pub(super) async fn enqueue_turn(&self, bus: &Bus, request: Value) -> Result<u32, String> {
+        let timeout = self.env.config.session_timeout_ms;
+        let queue = Action::Enqueue { queue: self.env.config.turn_queue.clone() };
+        let mut last_error = String::new();
+        for attempt in 1..=self.env.config.enqueue_attempts {
+            match bus.invoke_with(&self.env.function("turn"), request.clone(), Some(queue.clone()), timeout).await {
+                Ok(_receipt) => return Ok(attempt),
+                Err(error) => last_error = error.to_string(),
+            }
+        }
+        Err(last_error)
+    }
+
     /// Admits a new turn whose record is written: the input it consumed leaves the queue of
     /// input, and the turn goes to the turn queue (an exhausted enqueue holds it, with why).
     pub(super) async fn admit(&self, bus: &Bus, mut turn: Value) -> Value {
@@ -371,18 +412,14 @@ impl Worker {
         }
         let turn_id = turn["turn_id"].clone();
         let request = json!({ "session_id": turn["session_id"], "turn_id": turn_id, "step": 0, "depth": 0 });
-        let queue = Action::Enqueue { queue: self.env.config.turn_queue.clone() };
         let attempts = self.env.config.enqueue_attempts;
-        let mut last_error = String::new();
-        for attempt in 1..=attempts {
-            match bus.invoke_with(&self.env.function("turn"), request.clone(), Some(queue.clone()), timeout).await {
-                Ok(_receipt) => {
-                    self.note("reseed_enqueued", json!({ "turn_id": turn_id, "attempt": attempt }));
-                    return json!({ "turn_id": turn_id, "admitted": true, "attempts": attempt });
-                }
-                Err(error) => last_error = error.to_string(),
+        let last_error = match self.enqueue_turn(bus, request).await {
+            Ok(attempt) => {
+                self.note("reseed_enqueued", json!({ "turn_id": turn_id, "attempt": attempt }));
+                return json!({ "turn_id": turn_id, "admitted": true, "attempts": attempt });
             }
-        }
+            Err(error) => error,
+        };
         self.note("reseed_enqueue_exhausted", json!({ "turn_id": turn_id, "attempts": attempts, "error": last_error }));
         if !self.policy.recovers() {
             // The predecessor's result is returned as if nothing happened; the new turn stays
@@ -465,6 +502,27 @@ impl Worker {
         self.note("reseed_gave_up", json!({ "session_id": session_id }));
     }
 
+    /// Commands an earlier worker accepted and died before settling: a turn that has since
+    /// ended, been held or paused settles them now (only such turns can, so the control records
+    /// are read only when there is one).
+    async fn settle_orphaned_commands(&self, bus: &Bus, turns: &[Value]) {
+        let settled_states =
+            |t: &&Value| is_terminal(&t["value"]) || matches!(t["value"]["status"].as_str(), Some("held" | "paused"));
+        if !turns.iter().any(|t| settled_states(&t)) {
+            return;
+        }
+        let timeout = self.env.config.session_timeout_ms;
+        let listed = bus.invoke("state::list", json!({ "scope": crate::layout::CONTROL_SCOPE }), timeout).await;
+        let Ok(Value::Array(controls)) = listed else { return };
+        for control in &controls {
+            let commands = control["value"]["commands"].as_object();
+            let waiting = commands.is_some_and(|c| c.values().any(|c| c["state"] == json!("accepted")));
+            if let (true, Some(session_id)) = (waiting, control["key"].as_str()) {
+                let _ = self.settle_commands(bus, session_id, None).await;
+            }
+        }
+    }
+
     /// What a worker does when it starts: finish the admissions that died with an earlier
     /// worker. Deferred work lives in memory, so a crash loses it; the durable traces it leaves
     /// (input still queued after its session's turn ended, a successor that never reached the
@@ -485,6 +543,7 @@ impl Worker {
         else {
             return;
         };
+        self.settle_orphaned_commands(&bus, &turns).await;
         // Sessions with input still queued, and sessions whose running turn was admitted from
         // input (it names its predecessor) and may never have reached the turn queue.
         let admitted =
