@@ -49,7 +49,17 @@ fn is_unsettled(entry: &Value) -> bool {
 
 /// The first action of a record held for a person, if any.
 pub(super) fn held_action(record: &Value) -> Option<&str> {
-    record["calls"].as_object()?.iter().find(|(_, entry)| status(entry) == "held").map(|(id, _)| id.as_str())
+    record["calls"].as_object()?.iter().find(|(_, entry)| is_held_for_a_person(entry)).map(|(id, _)| id.as_str())
+}
+
+/// Whether a call is held by a hook: stopped before it was ever sent, so known not to have run.
+fn is_held_by_a_hook(entry: &Value) -> bool {
+    status(entry) == "held" && !entry["hold"].is_null()
+}
+
+/// Whether an action is held for a person because its outcome is unknown.
+fn is_held_for_a_person(entry: &Value) -> bool {
+    status(entry) == "held" && !is_held_by_a_hook(entry)
 }
 
 /// Actions of a record, in action-id order, by how far along they are: confirmed outcomes
@@ -251,6 +261,13 @@ impl Worker {
     /// Settles, in memory, every action of `record` whose outcome is unknown, so that the write
     /// closing the turn records them settled; the reason to hold the turn if one stays unknown.
     pub(super) async fn settle_open_actions(&self, bus: &Bus, record: &mut Value) -> Result<(), String> {
+        // A call a hook still holds was never sent: the turn is closing, so it never will be.
+        if let Some(calls) = record["calls"].as_object_mut() {
+            for (_, entry) in calls.iter_mut().filter(|(_, e)| is_held_by_a_hook(e)) {
+                entry["status"] = json!("failed");
+                entry["error"] = json!("not run: the turn ended while a hook held it");
+            }
+        }
         let open: Vec<String> = record["calls"]
             .as_object()
             .map(|calls| {
