@@ -174,7 +174,6 @@ impl Worker {
             "parent": { "session_id": record["session_id"], "turn_id": record["turn_id"] },
             "budget": { "limits": limits, "used": {} },
         });
-        let timeout = self.env.config.session_timeout_ms;
         let found = match self.get_turn(bus, &child_session).await {
             Ok(found) => found.filter(|found| found["turn_id"] == json!(child_turn)),
             Err(error) => return Err(self.stop_for(record["session_id"].as_str().unwrap_or(""), "get_turn", error)),
@@ -182,13 +181,7 @@ impl Worker {
         let child = match found {
             Some(found) => found,
             None => {
-                let write = json!({ "scope": super::TURN_SCOPE, "key": child_session, "value": child });
-                let mut written = bus.invoke("state::set", write.clone(), timeout).await;
-                if written.as_ref().is_err_and(|e| e.outcome_unknown()) {
-                    // The same record again: harmless if the first write landed.
-                    written = bus.invoke("state::set", write, timeout).await;
-                }
-                if let Err(error) = written {
+                if let Err(error) = self.create_turn_record(bus, &child).await {
                     return Err(self.stop_for(record["session_id"].as_str().unwrap_or(""), "state::set", error));
                 }
                 child

@@ -143,6 +143,12 @@ impl Worker {
         // Nothing of this session runs here: the turn is at a safe point now, so apply at once.
         let session_lock = self.session_lock(&session_id);
         let Ok(_turn_guard) = session_lock.try_lock() else {
+            // The turn is busy here: it applies the command at its next safe point. It may have
+            // none left (it is holding or finishing), so the command is also applied once the
+            // session is free, if it is still waiting then.
+            let (worker, bus, kind) = (Rc::clone(self), bus.clone(), kind.to_string());
+            let (session, command_key) = (session_id.clone(), key.clone());
+            tokio::task::spawn_local(async move { worker.apply_when_free(&bus, &session, &kind, &command_key).await });
             return Ok(Self::answer(&session_id, &key, &recorded));
         };
         if self.pending_terminal.borrow().contains_key(&session_id)
@@ -160,6 +166,23 @@ impl Worker {
             }
             _ => Ok(Self::answer(&session_id, &key, &recorded)),
         }
+    }
+
+    /// Applies a command accepted while its turn was busy, once the session is free, unless the
+    /// turn settled it meanwhile.
+    async fn apply_when_free(self: &Rc<Self>, bus: &Bus, session_id: &str, kind: &str, key: &str) {
+        let lock = self.session_lock(session_id);
+        let _guard = lock.lock().await;
+        let waiting = matches!(self.control_record(bus, session_id).await,
+            Ok((control, _)) if control["commands"][key]["state"] == json!("accepted"));
+        if !waiting
+            || self.pending_terminal.borrow().contains_key(session_id)
+            || self.ensure_ownership(bus, session_id).await.is_err()
+        {
+            return;
+        }
+        let _ = self.apply_control(bus, session_id, kind, key).await;
+        self.hand_back(bus, session_id).await;
     }
 
     /// A turn stopped at a safe point by a command: cancel and stop end it (settling what was

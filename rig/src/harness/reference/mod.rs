@@ -386,6 +386,17 @@ impl Worker {
     /// Writes a turn record, once more with the identical record if the first write's outcome
     /// is unknown.
     async fn put_turn(&self, bus: &Bus, record: &Value) -> Result<(), InvokeError> {
+        let write = self.turn_write(record);
+        let timeout = self.env.config.session_timeout_ms;
+        match bus.invoke("state::set", write.clone(), timeout).await {
+            Err(error) if error.outcome_unknown() => bus.invoke("state::set", write, timeout).await.map(drop),
+            other => other.map(drop),
+        }
+    }
+
+    /// The store request that writes `record`: guarded against reopening an ended turn, and
+    /// under this worker's fence when it holds one.
+    fn turn_write(&self, record: &Value) -> Value {
         let mut write = json!({ "scope": TURN_SCOPE, "key": record["session_id"], "value": record });
         if !matches!(self.policy, Policy::Unguarded | Policy::NoFencing) {
             // The store refuses to reopen an ended turn: a late or stale writer cannot undo it.
@@ -394,11 +405,27 @@ impl Worker {
         if let Some(fence) = self.store_fence(record["session_id"].as_str().unwrap_or_default()) {
             write["fence"] = fence;
         }
-        let timeout = self.env.config.session_timeout_ms;
-        match bus.invoke("state::set", write.clone(), timeout).await {
-            Err(error) if error.outcome_unknown() => bus.invoke("state::set", write, timeout).await.map(drop),
-            other => other.map(drop),
+        write
+    }
+
+    /// Writes a new turn record (a delegated child, a turn `send` starts), which must not be
+    /// left behind unknown: nothing else would ever run it. After an unknown outcome the same
+    /// record is written again, with backoff while the store is away (a refusal of a later try
+    /// says nothing of the first), up to `terminalize_attempts` tries.
+    pub(super) async fn create_turn_record(&self, bus: &Bus, record: &Value) -> Result<(), InvokeError> {
+        let (write, timeout) = (self.turn_write(record), self.env.config.session_timeout_ms);
+        let mut error = match bus.invoke("state::set", write.clone(), timeout).await {
+            Err(error) if error.outcome_unknown() => error,
+            other => return other.map(drop),
+        };
+        for attempt in 1..=self.env.config.terminalize_attempts {
+            self.env.clock.sleep(self.deferred_backoff(attempt)).await;
+            match bus.invoke("state::set", write.clone(), timeout).await {
+                Ok(_) => return Ok(()),
+                Err(again) => error = again,
+            }
         }
+        Err(error)
     }
 
     /// Writes the turn record under this worker's fence; a stale-token rejection means the

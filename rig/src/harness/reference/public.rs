@@ -166,7 +166,7 @@ impl Worker {
             "depth": 0, "abort": false, "calls": {}, "predecessor": predecessor,
             "created_at": self.now(), "updated_at": self.now(),
         });
-        self.put_turn(bus, &turn).await.map_err(|e| error_body("put_turn", &e))?;
+        self.create_turn_record(bus, &turn).await.map_err(|e| error_body("put_turn", &e))?;
         let admitted = self.admit(bus, turn).await;
         if admitted["admitted"] != json!(true) {
             return Err(ErrorBody::new("unavailable", format!("the turn could not be queued: {}", admitted["error"])));
