@@ -49,6 +49,6 @@ pub use live::{
 };
 pub use oracle::{Oracle, Violation};
 pub use run::{reference, run, run_with, ActionStatus, RunOutcome};
-pub use scenario::{PolicyRun, Scenario, ScenarioError};
+pub use scenario::{files as scenario_files, PolicyRun, Scenario, ScenarioError};
 pub use topology::HARNESS_FUNCTIONS;
 pub use trace::{Event, EventKind, NoteSink, Trace};

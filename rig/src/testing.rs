@@ -9,9 +9,10 @@
 //! seeds include 0, seed 0's outcome is compared with the insta snapshot at the file's path and
 //! stem.
 //!
-//! In your crate (`rig` as a dev-dependency, and `[[test]] name = "scenarios" harness = false`):
+//! In your crate (`rig` as a dev-dependency, and `[[test]] name = "scenarios" harness = false`;
+//! `rig/tests/scenarios.rs` and the example harness's `tests/scenarios.rs` are this line, compiled):
 //!
-//! ```ignore
+//! ```text
 //! // tests/scenarios.rs
 //! rig::scenario_tests!(harness = my_harness::factory(), scenarios = "scenarios", snapshots = "snapshots");
 //! ```

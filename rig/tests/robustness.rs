@@ -6,23 +6,12 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rig::{run, Scenario};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 const MUTANTS_PER_FILE: usize = 60;
 const RUNS_MAX: usize = 40;
 const NOISE: [&str; 14] =
     ["=", "[", "]", "{", "}", "\"", ",", "\n", "0", "-1", "18446744073709551615", "x", "[[step]]\n", "."];
-
-fn scenario_files(folder: &Path, found: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(folder).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            scenario_files(&path, found);
-        } else if path.extension().is_some_and(|e| e == "toml") {
-            found.push(path);
-        }
-    }
-}
 
 /// One random edit at a char boundary: delete a span, insert noise, or duplicate a line.
 fn mutate(source: &str, rng: &mut ChaCha8Rng) -> String {
@@ -45,9 +34,7 @@ fn mutate(source: &str, rng: &mut ChaCha8Rng) -> String {
 
 #[test]
 fn mutated_scenarios_never_panic() {
-    let mut files = Vec::new();
-    scenario_files(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios"), &mut files);
-    files.sort();
+    let files = rig::scenario_files(&[Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios")]).unwrap();
     let mut rng = ChaCha8Rng::seed_from_u64(2026);
     let (mut errors, mut runs) = (0, 0);
     for file in &files {

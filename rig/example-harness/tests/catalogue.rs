@@ -3,26 +3,13 @@
 //! catch below follows from one of the mistakes listed in `src/lib.rs`.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
-
-fn scenario_files(folder: &Path, found: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(folder).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            scenario_files(&path, found);
-        } else if path.extension().is_some_and(|e| e == "toml") {
-            found.push(path);
-        }
-    }
-}
+use std::path::Path;
 
 /// Every shipped scenario, run as the naive harness claims (`reference`), seed 0: the oracles
 /// that fired and whether the run met the file's expectations.
 fn verdicts() -> BTreeMap<String, (BTreeSet<&'static str>, bool)> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios");
-    let mut files = Vec::new();
-    scenario_files(&root, &mut files);
-    files.sort();
+    let files = rig::scenario_files(std::slice::from_ref(&root)).unwrap();
     let harness = naive_harness::factory();
     let mut verdicts = BTreeMap::new();
     for file in files {
@@ -82,20 +69,4 @@ fn the_catalogue_catches_the_naive_harness() {
         "a naive harness fails most of the catalogue ({failing} of {})",
         verdicts.len()
     );
-}
-
-#[test]
-#[ignore = "a tool for reading why each shipped scenario fails under the naive harness"]
-fn print_failures() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios");
-    let filter = std::env::var("ONLY").unwrap_or_default();
-    let mut files = Vec::new();
-    scenario_files(&root, &mut files);
-    files.sort();
-    for file in files.iter().filter(|f| f.display().to_string().contains(&filter)) {
-        let scenario = rig::Scenario::load(file).unwrap();
-        let Some(reference) = scenario.run_of("reference") else { continue };
-        let outcome = rig::run_with(&naive_harness::factory(), &scenario, reference, 0);
-        println!("{}", rig::report::human(&outcome));
-    }
 }

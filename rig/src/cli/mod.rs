@@ -74,7 +74,7 @@ pub fn bad_input(message: &str) -> ExitCode {
 
 /// Loads every scenario under `paths`, reporting each bad one; `None` when any was bad.
 pub fn load_scenarios(paths: &[PathBuf]) -> Option<Vec<Scenario>> {
-    let files = match scenario_files(paths) {
+    let files = match rig::scenario_files(paths) {
         Ok(files) => files,
         Err(errors) => {
             errors.iter().for_each(|e| err!("error: {e}"));
@@ -183,46 +183,4 @@ pub fn run_all<'a>(
 pub fn create_output(path: &Path, what: &str) -> Result<std::fs::File, ExitCode> {
     std::fs::File::create(path)
         .map_err(|error| bad_input(&format!("cannot write the {what} {}: {error}", path.display())))
-}
-
-/// Every scenario file under the given paths, sorted and each once, so runs are listed in a
-/// stable order. Symbolic links are followed; a loop among them is reported once.
-fn scenario_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, Vec<String>> {
-    let mut files = Vec::new();
-    let mut errors = std::collections::BTreeSet::new();
-    for path in paths {
-        if !path.exists() {
-            errors.insert(format!("{}: no such file or folder", path.display()));
-            continue;
-        }
-        for entry in walkdir::WalkDir::new(path).follow_links(true).sort_by_file_name() {
-            match entry {
-                Ok(entry) if entry.file_type().is_file() && is_scenario(entry.path()) => {
-                    files.push(entry.path().to_path_buf())
-                }
-                Ok(_) => {}
-                Err(error) => {
-                    let at = error.path().map_or_else(|| path.display().to_string(), |p| p.display().to_string());
-                    let why = match error.loop_ancestor() {
-                        Some(ancestor) => format!("a symbolic link loops back to {}", ancestor.display()),
-                        None => error.io_error().map_or_else(|| error.to_string(), ToString::to_string),
-                    };
-                    errors.insert(format!("{at}: {why}"));
-                }
-            }
-        }
-    }
-    if !errors.is_empty() {
-        return Err(errors.into_iter().collect());
-    }
-    if files.is_empty() {
-        return Err(vec!["no scenario files (*.toml) under the given paths".into()]);
-    }
-    files.sort();
-    files.dedup();
-    Ok(files)
-}
-
-fn is_scenario(path: &Path) -> bool {
-    path.extension().is_some_and(|e| e == "toml")
 }

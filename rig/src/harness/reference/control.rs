@@ -151,13 +151,9 @@ impl Worker {
             tokio::task::spawn_local(async move { worker.apply_when_free(&bus, &session, &kind, &command_key).await });
             return Ok(Self::answer(&session_id, &key, &recorded));
         };
-        if self.pending_terminal.borrow().contains_key(&session_id)
-            || self.ensure_ownership(bus, &session_id).await.is_err()
-        {
+        if !self.apply_as_owner(bus, &session_id, kind, &key).await {
             return Ok(Self::answer(&session_id, &key, &recorded));
         }
-        let _ = self.apply_control(bus, &session_id, kind, &key).await;
-        self.hand_back(bus, &session_id).await;
         // Whatever applying it did (ended the turn, held it, failed half-way), the reply is the
         // command's own durable state: never more than the store says.
         match self.control_record(bus, &session_id).await {
@@ -175,14 +171,23 @@ impl Worker {
         let _guard = lock.lock().await;
         let waiting = matches!(self.control_record(bus, session_id).await,
             Ok((control, _)) if control["commands"][key]["state"] == json!("accepted"));
-        if !waiting
-            || self.pending_terminal.borrow().contains_key(session_id)
+        if waiting {
+            self.apply_as_owner(bus, session_id, kind, key).await;
+        }
+    }
+
+    /// With the session's lock held: applies a command as the session's owner, unless a deferred
+    /// terminalisation of it is pending (which settles commands itself) or the session has
+    /// another owner. Whether it was applied.
+    async fn apply_as_owner(self: &Rc<Self>, bus: &Bus, session_id: &str, kind: &str, key: &str) -> bool {
+        if self.pending_terminal.borrow().contains_key(session_id)
             || self.ensure_ownership(bus, session_id).await.is_err()
         {
-            return;
+            return false;
         }
         let _ = self.apply_control(bus, session_id, kind, key).await;
         self.hand_back(bus, session_id).await;
+        true
     }
 
     /// A turn stopped at a safe point by a command: cancel and stop end it (settling what was
