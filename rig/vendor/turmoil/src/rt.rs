@@ -1,7 +1,9 @@
-use std::future::Future;
+use std::future::{poll_fn, Future};
 use std::mem;
-use std::pin::Pin;
+use std::pin::{pin, Pin};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::task::{Poll, Wake, Waker};
 
 use rand::rngs::SmallRng;
 use tokio::runtime::Runtime;
@@ -66,6 +68,36 @@ pub struct Rt<'a> {
 
     /// Runtime configuration.
     config: Config,
+
+    /// Whether the software promises to keep no tokio timers and to spawn no
+    /// task on the runtime itself, so that a tick in which none of its local
+    /// tasks was woken would do nothing and may be skipped (rig patch).
+    skip_idle: bool,
+
+    /// Set when a local task is woken and not yet run (rig patch).
+    pending: Arc<AtomicBool>,
+
+    /// Ticks skipped since the last one that ran, added to the next tick so
+    /// the runtime's clock keeps up with the simulation (rig patch).
+    lag: Duration,
+}
+
+/// The waker the host's [`LocalSet`] is polled with: it notes that one of
+/// the host's tasks was scheduled before passing the wake on (rig patch).
+struct NoteWake {
+    pending: Arc<AtomicBool>,
+    inner: Waker,
+}
+
+impl Wake for NoteWake {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.pending.store(true, Ordering::Relaxed);
+        self.inner.wake_by_ref();
+    }
 }
 
 impl<'a> Rt<'a> {
@@ -84,6 +116,9 @@ impl<'a> Rt<'a> {
             nodename,
             handle: Some(handle),
             config,
+            skip_idle: false,
+            pending: Arc::new(AtomicBool::new(true)),
+            lag: Duration::ZERO,
         }
     }
 
@@ -104,6 +139,9 @@ impl<'a> Rt<'a> {
             nodename,
             handle: Some(handle),
             config,
+            skip_idle: false,
+            pending: Arc::new(AtomicBool::new(true)),
+            lag: Duration::ZERO,
         }
     }
 
@@ -118,7 +156,29 @@ impl<'a> Rt<'a> {
             nodename: String::new().into(),
             handle: None,
             config,
+            skip_idle: false,
+            pending: Arc::new(AtomicBool::new(true)),
+            lag: Duration::ZERO,
         }
+    }
+
+    /// Lets ticks with nothing to do be skipped; see [`Rt::is_idle`] (rig patch).
+    pub(crate) fn set_skip_idle(&mut self, skip_idle: bool) {
+        self.skip_idle = skip_idle;
+    }
+
+    /// Whether ticking now would do nothing: the software opted in, none of
+    /// its local tasks is scheduled, and no task lives on the runtime itself
+    /// (rig patch).
+    pub(crate) fn is_idle(&self) -> bool {
+        self.skip_idle
+            && !self.pending.load(Ordering::Relaxed)
+            && self.tokio.metrics().num_alive_tasks() == 0
+    }
+
+    /// Accounts for a tick that [`Rt::is_idle`] allowed to skip (rig patch).
+    pub(crate) fn skip(&mut self, duration: Duration) {
+        self.lag += duration;
     }
 
     pub(crate) fn is_client(&self) -> bool {
@@ -161,12 +221,38 @@ impl<'a> Rt<'a> {
     // that caused failure. Subsequent calls do not return the error as it is
     // expected to fail the simulation.
     pub(crate) fn tick(&mut self, duration: Duration) -> Result<bool> {
+        // Rig patch: this is `LocalSet::run_until(sleep(duration))` written
+        // out, so that the local set alone is polled with a waker that notes
+        // wakes (the sleep's own wake is not a task's), and skipped ticks are
+        // made up in one sleep. The order of polls is run_until's.
+        let duration = duration + mem::take(&mut self.lag);
+        let pending = Arc::clone(&self.pending);
+        let local = &mut self.local;
         self.tokio.block_on(async {
-            self.local
-                .run_until(async {
-                    sleep(duration).await;
-                })
-                .await
+            let mut sleep = pin!(sleep(duration));
+            let mut noting: Option<(Waker, Waker)> = None;
+            poll_fn(|cx| {
+                if sleep.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(());
+                }
+                let waker = match &noting {
+                    Some((inner, waker)) if inner.will_wake(cx.waker()) => waker.clone(),
+                    _ => {
+                        let waker = Waker::from(Arc::new(NoteWake {
+                            pending: Arc::clone(&pending),
+                            inner: cx.waker().clone(),
+                        }));
+                        noting = Some((cx.waker().clone(), waker.clone()));
+                        waker
+                    }
+                };
+                // Whatever was scheduled runs now; a task still queued after
+                // the local set's tick wakes it again and sets the flag.
+                pending.store(false, Ordering::Relaxed);
+                let _ = Pin::new(&mut *local).poll(&mut std::task::Context::from_waker(&waker));
+                Poll::Pending
+            })
+            .await
         });
 
         // pull for software completion
@@ -226,6 +312,9 @@ impl<'a> Rt<'a> {
 
         _ = mem::replace(&mut self.tokio, tokio);
         drop(mem::replace(&mut self.local, local));
+        // The new local set's first task is queued without a wake (rig patch).
+        self.pending.store(true, Ordering::Relaxed);
+        self.lag = Duration::ZERO;
     }
 }
 
