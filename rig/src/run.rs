@@ -368,6 +368,7 @@ fn add_hosts(
             }
             Role::Harness => {
                 // A fresh worker on every start: whatever it held in memory died with the crash.
+                let skips_idle = harness.waits_on_rig_clock_only();
                 let (harness, policy) = (Arc::clone(harness), policy.to_string());
                 let env = harness_env(&world, &name, &scenario.world.harness);
                 runner.host(&host.name, move || {
@@ -375,10 +376,15 @@ fn add_hosts(
                     let provider = harness.start(&policy, HarnessEnv { bus: bus.clone(), ..env.clone() });
                     let (target, name, functions) = (target.clone(), name.clone(), functions.clone());
                     hosts::worker(Rc::clone(&world), SimulatedNetwork, target, name, functions, provider, bus)
-                })
+                });
+                if !skips_idle {
+                    continue;
+                }
             }
-            Role::Driver => {}
+            Role::Driver => continue,
         }
+        // The rig's own software waits on the world's clock alone.
+        runner.skip_idle_ticks(&host.name);
     }
     runner.add_driver();
 }

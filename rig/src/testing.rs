@@ -4,7 +4,8 @@
 //! Each file runs every policy it declares that the harness answers to
 //! ([`HarnessFactory::policies`]), under several seeds (`0..4`, or `RIG_SEEDS=A..B` /
 //! `RIG_SEED=N` from the environment, as madsim's `MADSIM_TEST_SEED`), each seed twice with equal
-//! trace hashes; every run must meet the file's expectations and trip exactly the oracles its
+//! trace hashes (the second time with every host ticked on every step, so a host that skips
+//! steps it needed shows too); every run must meet the file's expectations and trip exactly the oracles its
 //! policy declares. Failures are reported first; then, when a snapshot folder is given and the
 //! seeds include 0, seed 0's outcome is compared with the insta snapshot at the file's path and
 //! stem.
@@ -73,6 +74,9 @@ impl Suite {
         let absolute = path.canonicalize()?;
         let relative = absolute.strip_prefix(self.scenarios.canonicalize()?)?.to_path_buf();
         let scenario = Scenario::parse(&absolute, &std::fs::read_to_string(&absolute)?)?;
+        // The same world with every host ticked on every step, as turmoil upstream steps it.
+        let mut every_tick = scenario.clone();
+        every_tick.world.network.tick_idle_hosts = true;
         let seeds = seeds()?;
         let policies = self.harness.policies();
         let mut failures = Vec::new();
@@ -85,10 +89,12 @@ impl Suite {
             for seed in seeds.clone() {
                 let first = run_with(&self.harness, &scenario, policy_run, seed);
                 ran = true;
-                let second = run_with(&self.harness, &scenario, policy_run, seed);
+                let second = run_with(&self.harness, &every_tick, policy_run, seed);
                 if first.trace_hash != second.trace_hash {
                     failures.push(format!(
-                        "[{}] seed {seed} is not reproducible: trace hashes {} and {}",
+                        "[{}] seed {seed} is not reproducible: trace hashes {} and {} (the second run \
+                         ticked every host on every step; if `waits_on_rig_clock_only` is true, does \
+                         the harness wait on a tokio timer?)",
                         policy_run.policy, first.trace_hash, second.trace_hash
                     ));
                 }

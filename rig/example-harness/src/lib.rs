@@ -27,6 +27,11 @@ impl HarnessFactory for NaiveHarness {
         "naive"
     }
 
+    /// It never waits on time at all, and spawns nothing: its host may skip idle steps.
+    fn waits_on_rig_clock_only(&self) -> bool {
+        true
+    }
+
     fn start(&self, _policy: &str, env: HarnessEnv) -> Rc<dyn Provider> {
         Rc::new(Worker { env })
     }

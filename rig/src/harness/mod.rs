@@ -53,6 +53,15 @@ pub trait HarnessFactory: Send + Sync {
         false
     }
 
+    /// Whether its workers wait on time only through `env.clock` (never `tokio::time`) and
+    /// spawn tasks only with `tokio::task::spawn_local`. Such a worker's host skips the
+    /// simulation steps in which none of its tasks was woken, which makes runs faster and
+    /// changes nothing else; a tokio timer in a host that skips would fire late, so the default
+    /// is no.
+    fn waits_on_rig_clock_only(&self) -> bool {
+        false
+    }
+
     /// Starts one worker, as `policy` (one of [`Self::policies`]), on the host `env.host`.
     fn start(&self, policy: &str, env: HarnessEnv) -> Rc<dyn Provider>;
 }

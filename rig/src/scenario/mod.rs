@@ -309,6 +309,7 @@ fn world_setup(at: &Locator, spec: WorldSpec) -> Result<WorldSetup, ScenarioErro
             latency_ms_max: spec.latency_ms_max,
             duration_ms_max: spec.duration_ms_max,
             steps_max: spec.steps_max,
+            tick_idle_hosts: false,
         },
         liveness_ms: spec.liveness_ms,
         effects_per_action_max: spec.effects_per_action_max,

@@ -170,6 +170,10 @@ impl HarnessFactory for ReferenceHarness {
         true
     }
 
+    fn waits_on_rig_clock_only(&self) -> bool {
+        true
+    }
+
     /// Every function of the vocabulary, the control commands included.
     fn functions(&self) -> Vec<String> {
         crate::topology::HARNESS_FUNCTIONS.iter().map(|f| f.to_string()).collect()
