@@ -1,7 +1,7 @@
 //! Expectations: what a scenario says a run must show afterwards, and checking them.
 
-use crate::condition::{all_hold, Condition};
-use crate::trace::{Event, EventKind};
+use crate::condition::Condition;
+use crate::trace::{Documents, Event, EventKind};
 use doubles::{SessionService, StateStore};
 use proxy::lookup;
 use serde_json::{json, Value};
@@ -107,7 +107,7 @@ fn failed_conditions(conditions: &[Condition], document: &Value) -> Vec<String> 
 /// Every expectation that does not hold, as one line each.
 pub fn check(expectations: &[Expectation], observed: &Observed<'_>) -> Vec<String> {
     let mut failures = Vec::new();
-    let event_documents: Vec<Value> = observed.events.iter().map(Event::to_json).collect();
+    let event_documents = Documents::new(observed.events);
     for expectation in expectations {
         match expectation {
             Expectation::Rpc { name, conditions } => {
@@ -218,7 +218,7 @@ fn check_model_script(observed: &Observed<'_>, failures: &mut Vec<String>) {
     failures.extend(observed.unused.iter().map(|line| format!("model script: {line}")));
 }
 
-fn check_events(expected: &EventsExpectation, events: &[Event], documents: &[Value], failures: &mut Vec<String>) {
+fn check_events(expected: &EventsExpectation, events: &[Event], documents: &Documents, failures: &mut Vec<String>) {
     let until = match &expected.before_rpc {
         Some(name) => match rpc_position(events, name) {
             Some(position) => position,
@@ -230,9 +230,9 @@ fn check_events(expected: &EventsExpectation, events: &[Event], documents: &[Val
                 return;
             }
         },
-        None => documents.len(),
+        None => events.len(),
     };
-    let matching: Vec<&Value> = documents[..until].iter().filter(|e| all_hold(&expected.conditions, e)).collect();
+    let matching = documents.matching(&expected.conditions, 0..until);
     let found = matching.len() as u64;
     let wanted = match (expected.count, expected.count_min, expected.count_max) {
         (Some(n), _, _) if n != found => Some(n.to_string()),

@@ -148,8 +148,8 @@ fn execute_step<D: WorldDriver>(runner: &mut D, topology: &Topology, step: &Step
             let end = runner.run_until(Some(deadline), |r| {
                 let trace = r.world().trace();
                 let events = trace.events();
-                seen += events[cursor..].iter().filter(|e| crate::condition::all_hold(conditions, &e.to_json())).count()
-                    as u64;
+                let fresh = &events[cursor..];
+                seen += crate::trace::Documents::new(fresh).matching(conditions, 0..fresh.len()).len() as u64;
                 cursor = events.len();
                 seen >= *nth
             })?;

@@ -4,9 +4,13 @@
 //! fields in declaration order, object keys sorted), so the same seed gives the same hash on
 //! every run and every machine.
 
+use crate::condition::Condition;
 use serde::Serialize;
-use serde_json::Value;
+use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
+use std::cell::OnceCell;
+use std::collections::BTreeMap;
+use std::ops::Range;
 
 /// Where a component reports a decision (`what`, with details) for the trace.
 pub type NoteSink = std::rc::Rc<dyn Fn(&str, Value)>;
@@ -134,6 +138,42 @@ impl Event {
     }
 }
 
+/// The events of a trace as the JSON documents conditions match, each converted the first time a
+/// condition asks for more of it than its kind: most conditions name a kind, and most events are
+/// not of it, so most events are never converted.
+pub struct Documents<'a> {
+    events: &'a [Event],
+    converted: Vec<OnceCell<Value>>,
+}
+
+impl<'a> Documents<'a> {
+    pub fn new(events: &'a [Event]) -> Self {
+        Self { events, converted: std::iter::repeat_with(OnceCell::new).take(events.len()).collect() }
+    }
+
+    /// The documents of the events in `range` that meet every condition, in order.
+    pub fn matching(&self, conditions: &[Condition], range: Range<usize>) -> Vec<&Value> {
+        let on_kind: Vec<&Condition> = conditions.iter().filter(|c| c.is_on_field("kind")).collect();
+        let mut kind_holds: BTreeMap<&'static str, bool> = BTreeMap::new();
+        let mut found = Vec::new();
+        for index in range {
+            let kind = self.events[index].kind.name();
+            // The kind alone decides the conditions on it: judge them on a document of the kind.
+            let holds = *kind_holds
+                .entry(kind)
+                .or_insert_with(|| on_kind.iter().all(|c| c.matches(&json!({ "kind": kind }))));
+            if !holds {
+                continue;
+            }
+            let document = self.converted[index].get_or_init(|| self.events[index].to_json());
+            if conditions.iter().all(|c| c.matches(document)) {
+                found.push(document);
+            }
+        }
+        found
+    }
+}
+
 /// How long a payload may get in a one-line rendering before it is cut.
 const PAYLOAD_CHARS_MAX: usize = 160;
 
@@ -146,6 +186,25 @@ fn shorten(value: &Value, limit: Option<usize>) -> String {
 }
 
 impl EventKind {
+    /// The `kind` tag the event is serialized under.
+    pub fn name(&self) -> &'static str {
+        match self {
+            EventKind::Frame { .. } => "frame",
+            EventKind::Call { .. } => "call",
+            EventKind::Commit { .. } => "commit",
+            EventKind::Effect { .. } => "effect",
+            EventKind::Lease { .. } => "lease",
+            EventKind::Fenced { .. } => "fenced",
+            EventKind::Cut { .. } => "cut",
+            EventKind::Interrupt { .. } => "interrupt",
+            EventKind::ProxyRule { .. } => "proxy_rule",
+            EventKind::Rpc { .. } => "rpc",
+            EventKind::Control { .. } => "control",
+            EventKind::Note { .. } => "note",
+            EventKind::Limit { .. } => "limit",
+        }
+    }
+
     /// What happened, in words; payloads cut at `limit` characters when one is given.
     pub fn describe(&self, limit: Option<usize>) -> String {
         let short = |value: &Value| shorten(value, limit);
@@ -189,5 +248,73 @@ impl EventKind {
             EventKind::Note { what, detail } => format!("note {what} {}", short(detail)),
             EventKind::Limit { what } => format!("LIMIT {what}"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::condition::{Condition, Test};
+
+    fn every_kind() -> Vec<EventKind> {
+        let text = || String::from("x");
+        vec![
+            EventKind::Frame { direction: "in", peer: text(), frame: "invokefunction", function_id: None, invocation_id: None },
+            EventKind::Call { service: text(), function: text(), payload: Value::Null, caller: None, invocation_id: None },
+            EventKind::Commit { scope: text(), key: text(), value: Value::Null, version: 1 },
+            EventKind::Effect {
+                effect: text(),
+                action: text(),
+                idempotency_key: None,
+                token: None,
+                domain: None,
+                accepted: true,
+                reason: text(),
+                by: None,
+                invocation_id: None,
+            },
+            EventKind::Lease { domain: text(), owner: text(), token: 1, expires_at_ms: 1 },
+            EventKind::Fenced { scope: text(), key: text(), domain: text(), token: 1, accepted: false },
+            EventKind::Cut { cut: 0, action: text(), function: text() },
+            EventKind::Interrupt { interrupt: 0, worker: text(), point: text(), action: text() },
+            EventKind::ProxyRule { rule: 0, action: text(), direction: text(), frame: Value::Null },
+            EventKind::Rpc { name: text(), function: text(), outcome: Value::Null },
+            EventKind::Control { action: text(), target: text() },
+            EventKind::Note { what: text(), detail: Value::Null },
+            EventKind::Limit { what: text() },
+        ]
+    }
+
+    #[test]
+    fn every_kind_is_named_as_it_is_serialized() {
+        for kind in every_kind() {
+            let event = Event { at_ms: 0, host: "h".into(), kind };
+            assert_eq!(event.to_json()["kind"], event.kind.name(), "{event:?}");
+        }
+    }
+
+    fn condition(path: &str, text: &str) -> Condition {
+        Condition::equals(path, text).unwrap()
+    }
+
+    #[test]
+    fn documents_match_as_the_whole_event_does() {
+        let events: Vec<Event> =
+            every_kind().into_iter().enumerate().map(|(at, kind)| Event { at_ms: at as u64, host: "h".into(), kind }).collect();
+        let documents = Documents::new(&events);
+        let selections = [
+            vec![condition("kind", "note")],
+            vec![condition("host", "h")],
+            vec![condition("kind", "rpc"), condition("name", "x")],
+            vec![condition("kind", "rpc"), condition("name", "y")],
+            vec![Condition::new("kind", vec![Test::Ne("frame".into())]).unwrap(), condition("action", "x")],
+        ];
+        for conditions in selections {
+            let whole: Vec<Value> =
+                events.iter().map(Event::to_json).filter(|d| conditions.iter().all(|c| c.matches(d))).collect();
+            let found: Vec<Value> = documents.matching(&conditions, 0..events.len()).into_iter().cloned().collect();
+            assert_eq!(found, whole, "{conditions:?}");
+        }
+        assert_eq!(documents.matching(&[condition("kind", "limit")], 0..events.len() - 1), Vec::<&Value>::new());
     }
 }
