@@ -19,10 +19,10 @@ pub(crate) struct Topology {
     /// Specific configuration overrides between specific hosts.
     links: IndexMap<Pair, Link>,
 
-    /// We don't use a Rt for async. Right now, we just use it to tick time
-    /// forward in the same way we do it elsewhere. We'd like to represent
-    /// network state with async in the future.
-    rt: Rt<'static>,
+    /// The network's clock. Rig patch: upstream keeps a runtime with no
+    /// software and ticks it every step, only to read its paused clock; that
+    /// clock advances by exactly each tick, so the sum is kept instead.
+    now: Instant,
 }
 
 /// This type is used as the key in the [`Topology::links`] map. See [`new`]
@@ -177,14 +177,14 @@ impl Topology {
         Topology {
             config,
             links: IndexMap::new(),
-            rt: Rt::no_software(),
+            now: Rt::no_software().now(),
         }
     }
 
     /// Register a link between two hosts
     pub(crate) fn register(&mut self, a: IpAddr, b: IpAddr) {
         let pair = Pair::new(a, b);
-        assert!(self.links.insert(pair, Link::new(self.rt.now())).is_none());
+        assert!(self.links.insert(pair, Link::new(self.now)).is_none());
     }
 
     pub(crate) fn set_max_message_latency(&mut self, value: Duration) {
@@ -284,11 +284,9 @@ impl Topology {
     }
 
     pub(crate) fn tick_by(&mut self, duration: Duration) {
-        let _ = self.rt.tick(duration);
-        // Rig patch: one reading of the clock, not one per link.
-        let now = self.rt.now();
+        self.now += duration;
         for link in self.links.values_mut() {
-            link.tick(now);
+            link.tick(self.now);
         }
     }
 
