@@ -125,7 +125,7 @@ impl Engine {
         let reading = async {
             while let Some(Ok(message)) = stream.next().await {
                 match message {
-                    Message::Text(text) => match serde_json::from_str::<Frame>(&text) {
+                    Message::Text(text) => match Frame::from_wire(&text) {
                         Ok(frame) => self.receive(id, frame),
                         Err(error) => {
                             self.observer.note("engine", "unreadable_frame", json!({ "error": error.to_string() }))

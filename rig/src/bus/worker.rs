@@ -173,7 +173,7 @@ impl Connection {
                 let Message::Text(text) = message else {
                     continue;
                 };
-                match serde_json::from_str::<Frame>(&text) {
+                match Frame::from_wire(&text) {
                     Ok(Frame::InvokeFunction { invocation_id, function_id, data, .. }) => {
                         let call =
                             Invocation { invocation_id: invocation_id.clone().unwrap_or_default(), function_id, data };

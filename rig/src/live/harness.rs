@@ -238,7 +238,7 @@ async fn config(socket: &mut Socket, host: &str, rng: &Rc<RefCell<ChaCha8Rng>>) 
     socket.send(Message::text(text)).await.map_err(|e| format!("{RIG_CONFIG}: {e}"))?;
     while let Some(message) = socket.next().await {
         let Ok(Message::Text(text)) = message else { continue };
-        if let Ok(Frame::InvocationResult { invocation_id: id, result, error, .. }) = serde_json::from_str(&text) {
+        if let Ok(Frame::InvocationResult { invocation_id: id, result, error, .. }) = Frame::from_wire(&text) {
             if id == invocation_id {
                 return match (result, error) {
                     (_, Some(error)) => Err(format!("{RIG_CONFIG}: {}: {}", error.code, error.message)),
