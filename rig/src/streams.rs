@@ -19,8 +19,16 @@ pub fn uuid(rng: &mut ChaCha8Rng) -> String {
     rng.fill_bytes(&mut bytes);
     bytes[6] = (bytes[6] & 0x0f) | 0x40;
     bytes[8] = (bytes[8] & 0x3f) | 0x80;
-    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    format!("{}-{}-{}-{}-{}", &hex[0..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..32])
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut text = String::with_capacity(36);
+    for (index, byte) in bytes.iter().enumerate() {
+        if matches!(index, 4 | 6 | 8 | 10) {
+            text.push('-');
+        }
+        text.push(char::from(HEX[usize::from(byte >> 4)]));
+        text.push(char::from(HEX[usize::from(byte & 0x0f)]));
+    }
+    text
 }
 
 /// A stable 64-bit name hash (FNV-1a), so stream ids do not depend on std's randomized hasher.
@@ -39,5 +47,9 @@ mod tests {
         assert_ne!(a, uuid(&mut component_stream(7, "driver")));
         assert_ne!(a, uuid(&mut component_stream(8, "harness")));
         assert_eq!(&a[14..15], "4", "version nibble");
+        assert!(matches!(&a[19..20], "8" | "9" | "a" | "b"), "variant nibble: {a}");
+        let groups: Vec<usize> = a.split('-').map(str::len).collect();
+        assert_eq!(groups, [8, 4, 4, 4, 12], "{a}");
+        assert!(a.chars().all(|c| c == '-' || c.is_ascii_hexdigit() && !c.is_ascii_uppercase()), "{a}");
     }
 }

@@ -96,13 +96,16 @@ pub enum EventKind {
 pub struct Trace {
     events: Vec<Event>,
     digest: Sha256,
+    /// The canonical line of the event being pushed: one buffer for the whole run.
+    line: Vec<u8>,
 }
 
 impl Trace {
     pub fn push(&mut self, event: Event) {
-        let line = serde_json::to_string(&event).expect("trace events serialize");
-        self.digest.update(line.as_bytes());
-        self.digest.update(b"\n");
+        self.line.clear();
+        serde_json::to_writer(&mut self.line, &event).expect("trace events serialize");
+        self.line.push(b'\n');
+        self.digest.update(&self.line);
         self.events.push(event);
     }
 
