@@ -10,6 +10,18 @@ use std::process::ExitCode;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// mimalloc's `purge_delay` option (its index in `mi_option_e`; a test checks it).
+const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
+
+/// By default mimalloc hands memory that stayed free for a second back to the OS. A batch of runs
+/// frees and takes back the same few MiB run after run, and faulting them in again showed in the
+/// profile (85,000 page faults for 1,490 runs; 350 without purging). The binary keeps what it
+/// freed: its peak is a few tens of MiB.
+fn keep_freed_memory() {
+    // SAFETY: sets a plain integer option; mimalloc reads options at the time it purges.
+    unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, -1) };
+}
+
 #[derive(Parser)]
 #[command(name = "rig", version, about = "A deterministic fault-injection test rig for durable agent harnesses")]
 struct Cli {
@@ -39,6 +51,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    keep_freed_memory();
     // Colour only for a person at a terminal; logs captured by CI stay plain text.
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
@@ -55,5 +68,18 @@ fn main() -> ExitCode {
         Command::Proxy(args) => ExitCode::from(u8::try_from(proxy::run(args)).unwrap_or(1)),
         Command::Live(args) => cli::live::command(args),
         Command::Harness(args) => cli::harness::command(args),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_purge_delay_option_is_the_one_set() {
+        // 1,000 ms is purge_delay's default (mimalloc v3 `options.c`); a shifted index would read
+        // another option.
+        // SAFETY: reads a plain integer option.
+        assert_eq!(unsafe { libmimalloc_sys::mi_option_get(MI_OPTION_PURGE_DELAY) }, 1000);
     }
 }
