@@ -225,9 +225,46 @@ impl<'a> Rt<'a> {
         // out, so that the local set alone is polled with a waker that notes
         // wakes (the sleep's own wake is not a task's), and skipped ticks are
         // made up in one sleep. The order of polls is run_until's.
-        let duration = duration + mem::take(&mut self.lag);
         let pending = Arc::clone(&self.pending);
         let local = &mut self.local;
+        if self.skip_idle && self.tokio.metrics().num_alive_tasks() == 0 {
+            // Rig patch: software that keeps no tokio timers has nothing the
+            // sleep could wake; run the local set until it is idle, and leave
+            // the clock's catching up to the next tick that sleeps. Idle means
+            // idle twice over a park: a task that yielded (`yield_now`) is
+            // woken only when the scheduler parks, as it was before the sleep.
+            self.lag += duration;
+            let mut noting: Option<(Waker, Waker)> = None;
+            let mut idle_once = false;
+            self.tokio.block_on(poll_fn(|cx| {
+                let waker = match &noting {
+                    Some((inner, waker)) if inner.will_wake(cx.waker()) => waker.clone(),
+                    _ => {
+                        let waker = Waker::from(Arc::new(NoteWake {
+                            pending: Arc::clone(&pending),
+                            inner: cx.waker().clone(),
+                        }));
+                        noting = Some((cx.waker().clone(), waker.clone()));
+                        waker
+                    }
+                };
+                if pending.swap(false, Ordering::Relaxed) {
+                    idle_once = false;
+                }
+                let _ = Pin::new(&mut *local).poll(&mut std::task::Context::from_waker(&waker));
+                if pending.load(Ordering::Relaxed) {
+                    Poll::Pending
+                } else if !idle_once {
+                    idle_once = true;
+                    cx.waker().wake_by_ref();
+                    Poll::Pending
+                } else {
+                    Poll::Ready(())
+                }
+            }));
+            return self.software_finished();
+        }
+        let duration = duration + mem::take(&mut self.lag);
         self.tokio.block_on(async {
             let mut sleep = pin!(sleep(duration));
             let mut noting: Option<(Waker, Waker)> = None;
@@ -255,6 +292,11 @@ impl<'a> Rt<'a> {
             .await
         });
 
+        self.software_finished()
+    }
+
+    /// Whether the software has finished, and its error if it failed.
+    fn software_finished(&mut self) -> Result<bool> {
         // pull for software completion
         match &self.handle {
             Some(handle) if handle.is_finished() => {
