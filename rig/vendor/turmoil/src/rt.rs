@@ -80,6 +80,9 @@ pub struct Rt<'a> {
     /// Ticks skipped since the last one that ran, added to the next tick so
     /// the runtime's clock keeps up with the simulation (rig patch).
     lag: Duration,
+
+    /// The current runtime's metrics, for its count of tasks (rig patch).
+    metrics: tokio::runtime::RuntimeMetrics,
 }
 
 /// The waker the host's [`LocalSet`] is polled with: it notes that one of
@@ -106,6 +109,7 @@ impl<'a> Rt<'a> {
         F: Future<Output = Result> + 'static,
     {
         let (tokio, local) = init(&mut config);
+        let metrics = tokio.metrics();
 
         let handle = with(&tokio, &local, || tokio::task::spawn_local(client));
 
@@ -119,6 +123,7 @@ impl<'a> Rt<'a> {
             skip_idle: false,
             pending: Arc::new(AtomicBool::new(true)),
             lag: Duration::ZERO,
+            metrics,
         }
     }
 
@@ -128,6 +133,7 @@ impl<'a> Rt<'a> {
         Fut: Future<Output = Result> + 'static,
     {
         let (tokio, local) = init(&mut config);
+        let metrics = tokio.metrics();
 
         let software: Software = Box::new(move || Box::pin(software()));
         let handle = with(&tokio, &local, || tokio::task::spawn_local(software()));
@@ -142,12 +148,14 @@ impl<'a> Rt<'a> {
             skip_idle: false,
             pending: Arc::new(AtomicBool::new(true)),
             lag: Duration::ZERO,
+            metrics,
         }
     }
 
     pub(crate) fn no_software() -> Self {
         let mut config = Config::default();
         let (tokio, local) = init(&mut config);
+        let metrics = tokio.metrics();
 
         Self {
             kind: Kind::NoSoftware,
@@ -159,6 +167,7 @@ impl<'a> Rt<'a> {
             skip_idle: false,
             pending: Arc::new(AtomicBool::new(true)),
             lag: Duration::ZERO,
+            metrics,
         }
     }
 
@@ -173,7 +182,14 @@ impl<'a> Rt<'a> {
     pub(crate) fn is_idle(&self) -> bool {
         self.skip_idle
             && !self.pending.load(Ordering::Relaxed)
-            && self.tokio.metrics().num_alive_tasks() == 0
+            && self.no_runtime_tasks()
+    }
+
+    /// Whether no task lives on the runtime itself, only in the local set
+    /// (rig patch). `Runtime::metrics` clones a handle; this is read for
+    /// every host on every step.
+    fn no_runtime_tasks(&self) -> bool {
+        self.metrics.num_alive_tasks() == 0
     }
 
     /// Accounts for a tick that [`Rt::is_idle`] allowed to skip (rig patch).
@@ -226,8 +242,9 @@ impl<'a> Rt<'a> {
         // wakes (the sleep's own wake is not a task's), and skipped ticks are
         // made up in one sleep. The order of polls is run_until's.
         let pending = Arc::clone(&self.pending);
+        let timerless = self.skip_idle && self.no_runtime_tasks();
         let local = &mut self.local;
-        if self.skip_idle && self.tokio.metrics().num_alive_tasks() == 0 {
+        if timerless {
             // Rig patch: software that keeps no tokio timers has nothing the
             // sleep could wake; run the local set until it is idle, and leave
             // the clock's catching up to the next tick that sleeps. Idle means
@@ -352,6 +369,7 @@ impl<'a> Rt<'a> {
     fn cancel_tasks(&mut self) {
         let (tokio, local) = init(&mut self.config);
 
+        self.metrics = tokio.metrics();
         _ = mem::replace(&mut self.tokio, tokio);
         drop(mem::replace(&mut self.local, local));
         // The new local set's first task is queued without a wake (rig patch).
