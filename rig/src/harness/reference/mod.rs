@@ -471,15 +471,18 @@ impl Worker {
     }
 
     /// The queue's dead-letter handler: the turn a dead letter carried is held for a person,
-    /// with the dead letter named. The incident-001 baselines have no such handler.
+    /// with the dead letter named. A call that names only the session (an import, say) carried
+    /// whichever turn of that session is running: refusing it would strand the dead letter, as
+    /// the queue offers it again and again. The incident-001 baselines have no such handler.
     async fn dead_letter(self: &Rc<Self>, bus: &Bus, letter: &Value) -> Result<Value, ErrorBody> {
         if !self.policy.recovers() {
             return Err(ErrorBody::new("not_implemented", "this harness has no dead-letter handling"));
         }
         let data = &letter["data"];
-        let (Some(session_id), Some(turn_id)) = (data["session_id"].as_str(), data["turn_id"].as_str()) else {
-            return Err(ErrorBody::new("bad_request", "a dead letter must carry `data.session_id` and `data.turn_id`"));
+        let Some(session_id) = data["session_id"].as_str() else {
+            return Err(ErrorBody::new("bad_request", "a dead letter must carry `data.session_id`"));
         };
+        let turn_id = data["turn_id"].as_str();
         let lock = self.session_lock(session_id);
         let _guard = lock.lock().await;
         if let Err(not_owner) = self.ensure_ownership(bus, session_id).await {
@@ -493,12 +496,13 @@ impl Worker {
         result
     }
 
-    /// Holds the turn a dead letter carried, once this worker owns its session.
+    /// Holds the turn a dead letter carried (the session's running turn, when it names none),
+    /// once this worker owns its session.
     async fn hold_dead_letter(
         &self,
         bus: &Bus,
         session_id: &str,
-        turn_id: &str,
+        turn_id: Option<&str>,
         letter: &Value,
     ) -> Result<Value, ErrorBody> {
         let mut record = match self.get_turn(bus, session_id).await {
@@ -506,9 +510,11 @@ impl Worker {
             Ok(None) => return Ok(json!({ "held": false, "reason": "no turn record" })),
             Err(error) => return Err(error_body("get_turn", &error)),
         };
-        if record["turn_id"] != json!(turn_id) || record["status"] != json!("running") {
+        let carried = turn_id.is_none_or(|turn_id| record["turn_id"] == json!(turn_id));
+        if !carried || record["status"] != json!("running") {
             return Ok(json!({ "held": false, "reason": "the turn it carried is no longer running" }));
         }
+        let turn_id = record["turn_id"].as_str().unwrap_or_default().to_string();
         let reason = format!(
             "dead-lettered: queue `{}` gave up on message {} after {} deliveries ({})",
             letter["queue"].as_str().unwrap_or("?"),
