@@ -64,3 +64,36 @@ fn an_exploration_replays_its_seed_and_shrinks_to_the_cuts_that_matter() {
     let outcome = rig::run(&scenario, scenario.run_of("replay-unfinished").unwrap(), failing.seed);
     assert!(outcome.passed, "the shrunk file still catches the policy: {}", rig::report::human(&outcome));
 }
+
+/// A shrunk finding must still be the cuts' doing. Shrinking once removed the workload step that
+/// delivered the turn: the seeded `running` turn was then left running with no cut at all, so
+/// `liveness` still fired, and the written file (no delivery, cuts that never fire) reproduced
+/// nothing the cuts did.
+#[test]
+fn a_shrunk_finding_trips_its_oracle_only_with_its_cuts() {
+    let scenario = workload("queued-successor.toml");
+    let harness = rig::reference();
+    // Seed 1294's mix makes the reference harness fail `liveness` (a crash while a rejected
+    // terminal write is retried in the background, after the queue was acknowledged: an open
+    // defect, see the closing note of issue 11). If the harness is fixed there, this test needs
+    // another finding to shrink.
+    let exploration = explore::explore(&harness, &scenario, "reference", 1294, false);
+    let shrunk = exploration.shrunk.expect("seed 1294 finds the open liveness defect");
+    let file = Scenario::parse(Path::new("shrunk.toml"), &shrunk.scenario_file).unwrap();
+    let run = file.run_of("reference").unwrap();
+    let with_cuts = rig::run(&file, run, shrunk.seed);
+    assert!(
+        with_cuts.violations.iter().any(|v| v.oracle.name() == shrunk.oracle),
+        "{}",
+        rig::report::human(&with_cuts)
+    );
+    let mut without = file.clone();
+    without.cuts.clear();
+    let bare = rig::run(&without, without.run_of("reference").unwrap(), shrunk.seed);
+    assert!(
+        !bare.violations.iter().any(|v| v.oracle.name() == shrunk.oracle),
+        "the shrunk file trips `{}` with no cut at all:\n{}",
+        shrunk.oracle,
+        shrunk.scenario_file
+    );
+}
