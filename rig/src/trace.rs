@@ -162,9 +162,8 @@ impl<'a> Documents<'a> {
         for index in range {
             let kind = self.events[index].kind.name();
             // The kind alone decides the conditions on it: judge them on a document of the kind.
-            let holds = *kind_holds
-                .entry(kind)
-                .or_insert_with(|| on_kind.iter().all(|c| c.matches(&json!({ "kind": kind }))));
+            let holds =
+                *kind_holds.entry(kind).or_insert_with(|| on_kind.iter().all(|c| c.matches(&json!({ "kind": kind }))));
             if !holds {
                 continue;
             }
@@ -262,8 +261,20 @@ mod tests {
     fn every_kind() -> Vec<EventKind> {
         let text = || String::from("x");
         vec![
-            EventKind::Frame { direction: "in", peer: text(), frame: "invokefunction", function_id: None, invocation_id: None },
-            EventKind::Call { service: text(), function: text(), payload: Value::Null, caller: None, invocation_id: None },
+            EventKind::Frame {
+                direction: "in",
+                peer: text(),
+                frame: "invokefunction",
+                function_id: None,
+                invocation_id: None,
+            },
+            EventKind::Call {
+                service: text(),
+                function: text(),
+                payload: Value::Null,
+                caller: None,
+                invocation_id: None,
+            },
             EventKind::Commit { scope: text(), key: text(), value: Value::Null, version: 1 },
             EventKind::Effect {
                 effect: text(),
@@ -302,8 +313,11 @@ mod tests {
 
     #[test]
     fn documents_match_as_the_whole_event_does() {
-        let events: Vec<Event> =
-            every_kind().into_iter().enumerate().map(|(at, kind)| Event { at_ms: at as u64, host: "h".into(), kind }).collect();
+        let events: Vec<Event> = every_kind()
+            .into_iter()
+            .enumerate()
+            .map(|(at, kind)| Event { at_ms: at as u64, host: "h".into(), kind })
+            .collect();
         let documents = Documents::new(&events);
         let selections = [
             vec![condition("kind", "note")],

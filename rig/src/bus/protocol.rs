@@ -107,7 +107,9 @@ impl AnyFrame {
             present.iter().zip(allowed).all(|(present, allowed)| !present || allowed)
         };
         match kind.as_str() {
-            "workerregistered" if only([true, false, false, false, false, false, false, false, false, false, false]) => {
+            "workerregistered"
+                if only([true, false, false, false, false, false, false, false, false, false, false]) =>
+            {
                 Some(Frame::WorkerRegistered { worker_id: worker_id? })
             }
             "registerfunction" if only([false, true, true, false, false, false, false, false, false, false, false]) => {
@@ -122,12 +124,19 @@ impl AnyFrame {
                 })
             }
             "invocationresult" if only([false, false, false, true, true, false, false, true, true, false, false]) => {
-                Some(Frame::InvocationResult { invocation_id: invocation_id?, function_id: function_id?, result, error })
+                Some(Frame::InvocationResult {
+                    invocation_id: invocation_id?,
+                    function_id: function_id?,
+                    result,
+                    error,
+                })
             }
             "reattach" if only([false, false, false, false, false, false, false, false, false, true, true]) => {
                 Some(Frame::Reattach { previous_worker_id: previous_worker_id?, reattach_token })
             }
-            "unregisterfunction" if only([false, true, false, false, false, false, false, false, false, false, false]) => {
+            "unregisterfunction"
+                if only([false, true, false, false, false, false, false, false, false, false, false]) =>
+            {
                 Some(Frame::UnregisterFunction { id: id? })
             }
             _ => None,

@@ -36,7 +36,14 @@ pub struct NetworkConfig {
 
 impl Default for NetworkConfig {
     fn default() -> Self {
-        Self { tick_ms: 1, latency_ms_min: 1, latency_ms_max: 3, duration_ms_max: 7_200_000, steps_max: 2_000_000, tick_idle_hosts: false }
+        Self {
+            tick_ms: 1,
+            latency_ms_min: 1,
+            latency_ms_max: 3,
+            duration_ms_max: 7_200_000,
+            steps_max: 2_000_000,
+            tick_idle_hosts: false,
+        }
     }
 }
 
