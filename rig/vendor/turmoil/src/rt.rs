@@ -92,6 +92,24 @@ struct NoteWake {
     inner: Waker,
 }
 
+impl NoteWake {
+    /// The noting waker around `inner`, made once per `block_on` (its waker
+    /// does not change while it runs) and kept in `cache`.
+    fn around(cache: &mut Option<(Waker, Waker)>, pending: &Arc<AtomicBool>, inner: &Waker) -> Waker {
+        match cache {
+            Some((wrapped, waker)) if wrapped.will_wake(inner) => waker.clone(),
+            _ => {
+                let waker = Waker::from(Arc::new(NoteWake {
+                    pending: Arc::clone(pending),
+                    inner: inner.clone(),
+                }));
+                *cache = Some((inner.clone(), waker.clone()));
+                waker
+            }
+        }
+    }
+}
+
 impl Wake for NoteWake {
     fn wake(self: Arc<Self>) {
         self.wake_by_ref();
@@ -254,17 +272,7 @@ impl<'a> Rt<'a> {
             let mut noting: Option<(Waker, Waker)> = None;
             let mut idle_once = false;
             self.tokio.block_on(poll_fn(|cx| {
-                let waker = match &noting {
-                    Some((inner, waker)) if inner.will_wake(cx.waker()) => waker.clone(),
-                    _ => {
-                        let waker = Waker::from(Arc::new(NoteWake {
-                            pending: Arc::clone(&pending),
-                            inner: cx.waker().clone(),
-                        }));
-                        noting = Some((cx.waker().clone(), waker.clone()));
-                        waker
-                    }
-                };
+                let waker = NoteWake::around(&mut noting, &pending, cx.waker());
                 if pending.swap(false, Ordering::Relaxed) {
                     idle_once = false;
                 }
@@ -289,17 +297,7 @@ impl<'a> Rt<'a> {
                 if sleep.as_mut().poll(cx).is_ready() {
                     return Poll::Ready(());
                 }
-                let waker = match &noting {
-                    Some((inner, waker)) if inner.will_wake(cx.waker()) => waker.clone(),
-                    _ => {
-                        let waker = Waker::from(Arc::new(NoteWake {
-                            pending: Arc::clone(&pending),
-                            inner: cx.waker().clone(),
-                        }));
-                        noting = Some((cx.waker().clone(), waker.clone()));
-                        waker
-                    }
-                };
+                let waker = NoteWake::around(&mut noting, &pending, cx.waker());
                 // Whatever was scheduled runs now; a task still queued after
                 // the local set's tick wakes it again and sets the flag.
                 pending.store(false, Ordering::Relaxed);
