@@ -73,14 +73,13 @@ fn an_exploration_replays_its_seed_and_shrinks_to_the_cuts_that_matter() {
 fn a_shrunk_finding_trips_its_oracle_only_with_its_cuts() {
     let scenario = workload("queued-successor.toml");
     let harness = rig::reference();
-    // Seed 1294's mix makes the reference harness fail `liveness` (a crash while a rejected
-    // terminal write is retried in the background, after the queue was acknowledged: an open
-    // defect, see the closing note of issue 11). If the harness is fixed there, this test needs
-    // another finding to shrink.
-    let exploration = explore::explore(&harness, &scenario, "reference", 1294, false);
-    let shrunk = exploration.shrunk.expect("seed 1294 finds the open liveness defect");
+    // `swallow` (the released binary) never recovers a turn whose terminal write failed: seed 2's
+    // mix leaves it running, and `liveness` catches it.
+    let exploration = explore::explore(&harness, &scenario, "swallow", 2, false);
+    let shrunk = exploration.shrunk.expect("seed 2 catches swallow");
+    assert_eq!(shrunk.oracle, "liveness");
     let file = Scenario::parse(Path::new("shrunk.toml"), &shrunk.scenario_file).unwrap();
-    let run = file.run_of("reference").unwrap();
+    let run = file.run_of("swallow").unwrap();
     let with_cuts = rig::run(&file, run, shrunk.seed);
     assert!(
         with_cuts.violations.iter().any(|v| v.oracle.name() == shrunk.oracle),
@@ -89,7 +88,7 @@ fn a_shrunk_finding_trips_its_oracle_only_with_its_cuts() {
     );
     let mut without = file.clone();
     without.cuts.clear();
-    let bare = rig::run(&without, without.run_of("reference").unwrap(), shrunk.seed);
+    let bare = rig::run(&without, without.run_of("swallow").unwrap(), shrunk.seed);
     assert!(
         !bare.violations.iter().any(|v| v.oracle.name() == shrunk.oracle),
         "the shrunk file trips `{}` with no cut at all:\n{}",

@@ -245,7 +245,7 @@ impl Worker {
         self.transcribe_results(bus, &record, true).await;
         match self.finalize(bus, &record).await {
             Ok(_) => self.settle_commands(bus, session_id, Some(&record)).await,
-            Err(error) => self.unfinalized(bus, &request, super::finalize::Intent::Record(record), &error),
+            Err(error) => self.unfinalized(bus, &request, super::finalize::Intent::Record(record), &error).await,
         }
     }
 

@@ -33,7 +33,29 @@ pub(super) enum Intent {
     Held { reason: String },
 }
 
+/// The field of a running turn record where a terminal state owed to it is kept: the process
+/// that owes it may die before it lands, and the queue, already answered, delivers nothing again.
+pub(super) const TERMINAL_PENDING: &str = "terminal_pending";
+
 impl Intent {
+    fn to_json(&self) -> Value {
+        match self {
+            Intent::Record(record) => json!({ "record": record }),
+            Intent::Failed { cause } => json!({ "failed": cause }),
+            Intent::Held { reason } => json!({ "held": reason }),
+        }
+    }
+
+    fn from_json(value: &Value) -> Option<Intent> {
+        if let Some(record) = value.get("record") {
+            return Some(Intent::Record(record.clone()));
+        }
+        if let Some(cause) = value["failed"].as_str() {
+            return Some(Intent::Failed { cause: cause.to_string() });
+        }
+        value["held"].as_str().map(|reason| Intent::Held { reason: reason.to_string() })
+    }
+
     fn status(&self) -> Value {
         match self {
             Intent::Record(record) => record["status"].clone(),
@@ -95,7 +117,7 @@ impl Worker {
             Err(error) => match self.policy {
                 // `.ok().flatten()`: the read error becomes "no record", and so a skip.
                 Policy::Swallow => return Ok(self.skipped(request, "unreadable")),
-                _ => return self.unfinalized(bus, request, Intent::Failed { cause: failure.summary() }, &error),
+                _ => return self.unfinalized(bus, request, Intent::Failed { cause: failure.summary() }, &error).await,
             },
         };
         self.close(bus, request, failed_record(record, &failure.summary(), self.now())).await
@@ -112,7 +134,7 @@ impl Worker {
         self.transcribe_results(bus, &terminal, true).await;
         match self.finalize(bus, &terminal).await {
             Ok(result) => Ok(result),
-            Err(error) => self.unfinalized(bus, request, Intent::Record(terminal), &error),
+            Err(error) => self.unfinalized(bus, request, Intent::Record(terminal), &error).await,
         }
     }
 
@@ -128,7 +150,9 @@ impl Worker {
             Ok(Some(record)) if is_current(&record, request) => record,
             Ok(_) => return Ok(self.skipped(request, "not current")),
             // Unreadable is not "not current": the hold is owed, and recorded later.
-            Err(error) => return self.unfinalized(bus, request, Intent::Held { reason: reason.to_string() }, &error),
+            Err(error) => {
+                return self.unfinalized(bus, request, Intent::Held { reason: reason.to_string() }, &error).await
+            }
         };
         self.hold_record(bus, request, record, reason).await
     }
@@ -144,7 +168,7 @@ impl Worker {
     ) -> Result<Value, ErrorBody> {
         match self.write_hold(bus, request, record, reason).await {
             Ok(reply) => Ok(reply),
-            Err(error) => self.unfinalized(bus, request, Intent::Held { reason: reason.to_string() }, &error),
+            Err(error) => self.unfinalized(bus, request, Intent::Held { reason: reason.to_string() }, &error).await,
         }
     }
 
@@ -183,7 +207,7 @@ impl Worker {
     }
 
     /// What the caller hears when the terminal state could not be recorded.
-    pub(super) fn unfinalized(
+    pub(super) async fn unfinalized(
         self: &Rc<Self>,
         bus: &Bus,
         request: &TurnRequest,
@@ -202,6 +226,8 @@ impl Worker {
                     "finalization_deferred",
                     json!({ "session_id": request.session_id, "turn_id": request.turn_id, "cause": error.to_string() }),
                 );
+                // Before the delivery is answered: the retry below lives in this process only.
+                self.leave_terminal_pending(bus, request, &intent).await;
                 let status = intent.status();
                 self.pending_terminal.borrow_mut().insert(request.session_id.clone(), request.turn_id.clone());
                 let (worker, retry_bus, retry) = (Rc::clone(self), bus.clone(), request.clone());
@@ -215,6 +241,17 @@ impl Worker {
         }
     }
 
+    /// Leaves the terminal state owed to a running turn in its record (best effort: the store may
+    /// be what failed), so a worker that starts after this one died finishes it.
+    async fn leave_terminal_pending(&self, bus: &Bus, request: &TurnRequest, intent: &Intent) {
+        let Ok(Some(mut record)) = self.get_turn(bus, &request.session_id).await else { return };
+        if !is_current(&record, request) {
+            return;
+        }
+        record[TERMINAL_PENDING] = intent.to_json();
+        let _ = self.put_turn(bus, &record).await;
+    }
+
     /// Retries finalisation as terminalisation only: reads the record and, if this turn is still
     /// running, records the intended terminal state; if it finds it already recorded, finishes
     /// finalising it. Never re-runs the model or a tool.
@@ -225,7 +262,7 @@ impl Worker {
             self.env.clock.sleep(self.deferred_backoff(attempt)).await;
             let lock = self.session_lock(&request.session_id);
             let _guard = lock.lock().await;
-            let record = match self.get_turn(bus, &request.session_id).await {
+            let mut record = match self.get_turn(bus, &request.session_id).await {
                 Ok(Some(record)) => record,
                 Ok(None) => {
                     outcome = Some((attempt, "the turn record is gone"));
@@ -233,6 +270,10 @@ impl Worker {
                 }
                 Err(_) => continue,
             };
+            // What is written from here on is the owed state itself.
+            if let Some(fields) = record.as_object_mut() {
+                fields.remove(TERMINAL_PENDING);
+            }
             let held = record["status"] == json!("held");
             if record["turn_id"] == json!(request.turn_id) && (is_terminal(&record) || held) {
                 self.note("terminalization_confirmed", json!({ "turn_id": request.turn_id, "attempt": attempt }));
@@ -527,6 +568,34 @@ impl Worker {
     /// worker. Deferred work lives in memory, so a crash loses it; the durable traces it leaves
     /// (input still queued after its session's turn ended, a successor that never reached the
     /// turn queue) are what this sweep looks for.
+    /// Finishes the terminal states a worker that died owed to running turns
+    /// ([`TERMINAL_PENDING`]): their deliveries were answered, so nobody else will.
+    async fn resume_terminal_pending(self: &Rc<Self>, bus: &Bus, turns: &[Value]) {
+        for record in turns.iter().map(|e| &e["value"]).filter(|r| r["status"] == json!("running")) {
+            let (Some(session_id), Some(turn_id)) = (record["session_id"].as_str(), record["turn_id"].as_str()) else {
+                continue;
+            };
+            let Some(intent) = record.get(TERMINAL_PENDING).and_then(Intent::from_json) else { continue };
+            {
+                let lock = self.session_lock(session_id);
+                let _guard = lock.lock().await;
+                // Its lease is kept until the deferred work is over, as when it was deferred here.
+                if self.ensure_ownership(bus, session_id).await.is_err() {
+                    continue;
+                }
+            }
+            self.note("terminalization_resumed", json!({ "session_id": session_id, "turn_id": turn_id }));
+            let request = TurnRequest {
+                session_id: session_id.to_string(),
+                turn_id: turn_id.to_string(),
+                step: record["step"].as_u64().unwrap_or_default(),
+            };
+            self.pending_terminal.borrow_mut().insert(request.session_id.clone(), request.turn_id.clone());
+            let (worker, retry_bus) = (Rc::clone(self), bus.clone());
+            tokio::task::spawn_local(async move { worker.terminalize_later(&retry_bus, &request, intent).await });
+        }
+    }
+
     pub(super) async fn recover_on_start(self: Rc<Self>) {
         let bus = self.env.bus.clone();
         for _ in 0..RECOVERY_CONNECT_CHECKS {
@@ -544,6 +613,7 @@ impl Worker {
             return;
         };
         self.settle_orphaned_commands(&bus, &turns).await;
+        self.resume_terminal_pending(&bus, &turns).await;
         // Sessions with input still queued, and sessions whose running turn was admitted from
         // input (it names its predecessor) and may never have reached the turn queue.
         let admitted =
