@@ -596,6 +596,24 @@ impl Worker {
         }
     }
 
+    /// Lists a scope for the recovery sweep, again after a backoff when the store does not
+    /// answer: a sweep that gave up on its first failed read would leave what it recovers (owed
+    /// terminal states, queued input) for ever.
+    async fn list_for_recovery(&self, bus: &Bus, scope: &str) -> Option<Vec<Value>> {
+        let timeout = self.env.config.session_timeout_ms;
+        let attempts = self.env.config.terminalize_attempts;
+        for attempt in 1..=attempts {
+            if let Ok(Value::Array(entries)) = bus.invoke("state::list", json!({ "scope": scope }), timeout).await {
+                return Some(entries);
+            }
+            if attempt < attempts {
+                self.env.clock.sleep(self.deferred_backoff(attempt)).await;
+            }
+        }
+        self.note("recovery_abandoned", json!({ "scope": scope, "attempts": attempts }));
+        None
+    }
+
     pub(super) async fn recover_on_start(self: Rc<Self>) {
         let bus = self.env.bus.clone();
         for _ in 0..RECOVERY_CONNECT_CHECKS {
@@ -604,14 +622,8 @@ impl Worker {
             }
             self.env.clock.sleep(RECOVERY_CONNECT_CHECK_MS).await;
         }
-        let timeout = self.env.config.session_timeout_ms;
-        let Ok(Value::Array(queued)) = bus.invoke("state::list", json!({ "scope": QUEUE_SCOPE }), timeout).await else {
-            return;
-        };
-        let Ok(Value::Array(turns)) = bus.invoke("state::list", json!({ "scope": super::TURN_SCOPE }), timeout).await
-        else {
-            return;
-        };
+        let Some(queued) = self.list_for_recovery(&bus, QUEUE_SCOPE).await else { return };
+        let Some(turns) = self.list_for_recovery(&bus, super::TURN_SCOPE).await else { return };
         self.settle_orphaned_commands(&bus, &turns).await;
         self.resume_terminal_pending(&bus, &turns).await;
         // Sessions with input still queued, and sessions whose running turn was admitted from
