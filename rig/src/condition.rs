@@ -140,12 +140,12 @@ impl Condition {
         })
     }
 
-    /// Whether `document`'s field passes every test.
     /// Whether the condition is on this top-level field.
     pub fn is_on_field(&self, field: &str) -> bool {
         matches!(self.path.as_slice(), [only] if only == field)
     }
 
+    /// Whether `document`'s field passes every test.
     pub fn matches(&self, document: &Value) -> bool {
         let found = lookup(document, &self.path);
         self.tests.iter().all(|t| t.passes(found))

@@ -5,10 +5,10 @@
 //! ([`HarnessFactory::policies`]), under several seeds (`0..4`, or `RIG_SEEDS=A..B` /
 //! `RIG_SEED=N` from the environment, as madsim's `MADSIM_TEST_SEED`), each seed twice with equal
 //! trace hashes (the second time with every host ticked on every step, so a host that skips
-//! steps it needed shows too); every run must meet the file's expectations and trip exactly the oracles its
-//! policy declares. Failures are reported first; then, when a snapshot folder is given and the
-//! seeds include 0, seed 0's outcome is compared with the insta snapshot at the file's path and
-//! stem.
+//! steps it needed shows too); every run must meet the file's expectations and trip exactly the
+//! oracles its policy declares. Failures are reported first; then, when a snapshot folder is given
+//! and the seeds include 0, seed 0's outcome is compared with the insta snapshot at the file's
+//! path and stem.
 //!
 //! In your crate (`rig` as a dev-dependency, and `[[test]] name = "scenarios" harness = false`;
 //! `rig/tests/scenarios.rs` and the example harness's `tests/scenarios.rs` are this line, compiled):

@@ -564,10 +564,6 @@ impl Worker {
         }
     }
 
-    /// What a worker does when it starts: finish the admissions that died with an earlier
-    /// worker. Deferred work lives in memory, so a crash loses it; the durable traces it leaves
-    /// (input still queued after its session's turn ended, a successor that never reached the
-    /// turn queue) are what this sweep looks for.
     /// Finishes the terminal states a worker that died owed to running turns
     /// ([`TERMINAL_PENDING`]): their deliveries were answered, so nobody else will.
     async fn resume_terminal_pending(self: &Rc<Self>, bus: &Bus, turns: &[Value]) {
@@ -614,6 +610,10 @@ impl Worker {
         None
     }
 
+    /// What a worker does when it starts: finish what died with an earlier worker. Deferred work
+    /// lives in memory, so a crash loses it; the durable traces it leaves (a terminal state owed
+    /// to a running turn, input still queued after its session's turn ended, a successor that
+    /// never reached the turn queue) are what this sweep looks for.
     pub(super) async fn recover_on_start(self: Rc<Self>) {
         let bus = self.env.bus.clone();
         for _ in 0..RECOVERY_CONNECT_CHECKS {
