@@ -33,6 +33,16 @@ pub(super) enum Intent {
     Held { reason: String },
 }
 
+/// A terminalisation under way in the background, for the turn it is owed to.
+#[derive(Debug, Clone)]
+pub(super) struct PendingTerminal {
+    pub(super) turn_id: String,
+    intent: Intent,
+    /// Whether the owed state is in the turn's record ([`TERMINAL_PENDING`]): until it is, a
+    /// crash of this worker would lose it, so the delivery is not answered as done.
+    pub(super) left_in_record: bool,
+}
+
 /// The field of a running turn record where a terminal state owed to it is kept: the process
 /// that owes it may die before it lands, and the queue, already answered, delivers nothing again.
 pub(super) const TERMINAL_PENDING: &str = "terminal_pending";
@@ -227,11 +237,16 @@ impl Worker {
                     json!({ "session_id": request.session_id, "turn_id": request.turn_id, "cause": error.to_string() }),
                 );
                 // Before the delivery is answered: the retry below lives in this process only.
-                self.leave_terminal_pending(bus, request, &intent).await;
+                let left_in_record = self.leave_terminal_pending(bus, request, &intent).await;
                 let status = intent.status();
-                self.pending_terminal.borrow_mut().insert(request.session_id.clone(), request.turn_id.clone());
+                let pending =
+                    PendingTerminal { turn_id: request.turn_id.clone(), intent: intent.clone(), left_in_record };
+                self.pending_terminal.borrow_mut().insert(request.session_id.clone(), pending);
                 let (worker, retry_bus, retry) = (Rc::clone(self), bus.clone(), request.clone());
                 tokio::task::spawn_local(async move { worker.terminalize_later(&retry_bus, &retry, intent).await });
+                if !left_in_record {
+                    return Err(self.terminal_owed_in_memory(request));
+                }
                 Ok(json!({
                     "session_id": request.session_id, "turn_id": request.turn_id, "status": status,
                     "skipped": false, "next_step": null, "finalized": false,
@@ -241,15 +256,46 @@ impl Worker {
         }
     }
 
-    /// Leaves the terminal state owed to a running turn in its record (best effort: the store may
-    /// be what failed), so a worker that starts after this one died finishes it.
-    async fn leave_terminal_pending(&self, bus: &Bus, request: &TurnRequest, intent: &Intent) {
-        let Ok(Some(mut record)) = self.get_turn(bus, &request.session_id).await else { return };
-        if !is_current(&record, request) {
-            return;
+    /// Leaves the terminal state owed to a running turn in its record, so a worker that starts
+    /// after this one died finishes it. Whether nothing is owed in memory only any more: the
+    /// state is in the record, or the turn is no longer running there.
+    async fn leave_terminal_pending(&self, bus: &Bus, request: &TurnRequest, intent: &Intent) -> bool {
+        let mut record = match self.get_turn(bus, &request.session_id).await {
+            Ok(Some(record)) if is_current(&record, request) => record,
+            Ok(_) => return true,
+            Err(_) => return false,
+        };
+        if record.get(TERMINAL_PENDING).is_some() {
+            return true;
         }
         record[TERMINAL_PENDING] = intent.to_json();
-        let _ = self.put_turn(bus, &record).await;
+        self.put_turn(bus, &record).await.is_ok()
+    }
+
+    /// The answer to a delivery whose turn is owed a terminal state that only this process knows
+    /// of: an error, so the queue delivers it again (after its backoff, not its deadline) and
+    /// still holds it should this worker die.
+    fn terminal_owed_in_memory(&self, request: &TurnRequest) -> ErrorBody {
+        self.note(
+            "terminal_pending_unrecorded",
+            json!({ "session_id": request.session_id, "turn_id": request.turn_id }),
+        );
+        ErrorBody::new("unavailable", "the turn's terminal state is owed but not yet durable; deliver it again")
+    }
+
+    /// A redelivery of a turn whose owed terminal state is not in its record yet: one more try
+    /// to leave it there, then the same answer as the first delivery's.
+    pub(super) async fn owe_terminal_durably(&self, bus: &Bus, request: &TurnRequest) -> Result<Value, ErrorBody> {
+        let Some(intent) = self.pending_terminal.borrow().get(&request.session_id).map(|p| p.intent.clone()) else {
+            return Ok(self.skipped(request, "terminalization pending"));
+        };
+        if !self.leave_terminal_pending(bus, request, &intent).await {
+            return Err(self.terminal_owed_in_memory(request));
+        }
+        if let Some(pending) = self.pending_terminal.borrow_mut().get_mut(&request.session_id) {
+            pending.left_in_record = true;
+        }
+        Ok(self.skipped(request, "terminalization pending"))
     }
 
     /// Retries finalisation as terminalisation only: reads the record and, if this turn is still
@@ -586,7 +632,9 @@ impl Worker {
                 turn_id: turn_id.to_string(),
                 step: record["step"].as_u64().unwrap_or_default(),
             };
-            self.pending_terminal.borrow_mut().insert(request.session_id.clone(), request.turn_id.clone());
+            let pending =
+                PendingTerminal { turn_id: request.turn_id.clone(), intent: intent.clone(), left_in_record: true };
+            self.pending_terminal.borrow_mut().insert(request.session_id.clone(), pending);
             let (worker, retry_bus) = (Rc::clone(self), bus.clone());
             tokio::task::spawn_local(async move { worker.terminalize_later(&retry_bus, &request, intent).await });
         }

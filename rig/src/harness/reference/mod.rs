@@ -230,9 +230,9 @@ struct Worker {
     leases: RefCell<BTreeMap<String, HeldLease>>,
     /// The token last granted per session, kept after the lease is gone.
     tokens: RefCell<BTreeMap<String, u64>>,
-    /// Sessions whose turn (by id) has a terminalisation pending in the background: a
-    /// redelivery of that turn must not run it again.
-    pending_terminal: RefCell<BTreeMap<String, String>>,
+    /// Sessions whose turn has a terminalisation pending in the background: a redelivery of
+    /// that turn must not run it again.
+    pending_terminal: RefCell<BTreeMap<String, finalize::PendingTerminal>>,
     /// Generations asked and the frames of streamed replies, in memory.
     generations: generation::Generations,
     /// Control commands accepted per session and not applied yet: `(kind, idempotency key)`.
@@ -294,9 +294,14 @@ impl Worker {
 
     /// A turn delivery once this worker owns the session.
     async fn owned_turn(self: &Rc<Self>, bus: &Bus, request: TurnRequest) -> Result<Value, ErrorBody> {
-        if self.pending_terminal.borrow().get(&request.session_id) == Some(&request.turn_id) {
+        let pending = self.pending_terminal.borrow().get(&request.session_id).cloned();
+        if let Some(pending) = pending.filter(|p| p.turn_id == request.turn_id) {
             // Only terminalisation may touch this turn now; it is under way in the background.
-            return Ok(self.skipped(&request, "terminalization pending"));
+            // The delivery is answered once what it owes is durable, and not before.
+            return match pending.left_in_record {
+                true => Ok(self.skipped(&request, "terminalization pending")),
+                false => self.owe_terminal_durably(bus, &request).await,
+            };
         }
         let record = self.get_turn(bus, &request.session_id).await.map_err(|e| error_body("get_turn", &e))?;
         let record = match (self.policy, record) {
