@@ -274,7 +274,18 @@ impl Worker {
                 calls.iter().filter(|(_, e)| !is_settled(e) && status(e) != "held").map(|(id, _)| id.clone()).collect()
             })
             .unwrap_or_default();
-        let mut held = Vec::new();
+        // An action already held for a person is still of unknown outcome: it holds the turn too
+        // (a turn that failed after the hold was written would otherwise close over it).
+        let mut held: Vec<String> = record["calls"]
+            .as_object()
+            .map(|calls| {
+                calls
+                    .iter()
+                    .filter(|(_, e)| is_held_for_a_person(e))
+                    .map(|(id, e)| format!("action {id}: {}", e["held_reason"].as_str().unwrap_or("held for a person")))
+                    .collect()
+            })
+            .unwrap_or_default();
         for action_id in open {
             let found = if is_unsettled(&record["calls"][&action_id]) {
                 self.reconcile_until_answered(bus, &record["calls"][&action_id]).await
