@@ -47,11 +47,6 @@ fn is_unsettled(entry: &Value) -> bool {
     matches!(status(entry), "started" | "unknown") && entry["reconciled"] != json!(true)
 }
 
-/// The first action of a record held for a person, if any.
-pub(super) fn held_action(record: &Value) -> Option<&str> {
-    record["calls"].as_object()?.iter().find(|(_, entry)| is_held_for_a_person(entry)).map(|(id, _)| id.as_str())
-}
-
 /// Whether a call is held by a hook: stopped before it was ever sent, so known not to have run.
 fn is_held_by_a_hook(entry: &Value) -> bool {
     status(entry) == "held" && !entry["hold"].is_null()

@@ -221,9 +221,8 @@ impl Worker {
         }
         // What was under way when the cancellation came is reconciled first: its outcome decides
         // how the turn ended.
-        // An action already held for a person is as unresolved as one that cannot be settled now.
-        let held = super::actions::held_action(&record).map(|id| format!("action {id} is held for a person"));
-        if let Some(reason) = self.settle_open_actions(bus, &mut record).await.err().or(held) {
+        // (An action already held for a person is as unresolved as one that cannot be settled now.)
+        if let Err(reason) = self.settle_open_actions(bus, &mut record).await {
             record["cancellation"] = json!("unresolved-effect");
             self.note(
                 "turn_cancelled",
