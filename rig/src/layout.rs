@@ -47,6 +47,9 @@ pub struct RecordLayout {
     /// The scope of input waiting to be admitted as a turn (its values carry `session_id`), if
     /// the harness queues input durably.
     pub input_scope: Option<String>,
+    /// The field of a turn record listing the keys (in `input_scope`) of the input it was
+    /// admitted from, if the harness records them.
+    pub input_keys_field: Option<String>,
     /// The scope of ownership leases; the key is the session id.
     pub owner_scope: String,
 }
@@ -75,6 +78,7 @@ impl Default for RecordLayout {
             action_held_status: "held".into(),
             action_held_reason_field: "held_reason".into(),
             input_scope: Some("harness_queue".into()),
+            input_keys_field: Some("input_keys".into()),
             owner_scope: "harness_owner".into(),
         }
     }

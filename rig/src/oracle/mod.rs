@@ -34,6 +34,9 @@ pub enum Oracle {
     /// No work is stranded: input queued for a session is admitted as a turn, and every dead
     /// letter reaches its owner.
     Stranded,
+    /// No queued input is admitted into more than one turn: a message the user sent once is
+    /// answered once.
+    AdmittedOnce,
     /// The durable record of an action never contradicts the ledger: an action the service
     /// accepted is recorded, and not as failed.
     Ledger,
@@ -52,13 +55,14 @@ pub enum Oracle {
 }
 
 impl Oracle {
-    pub const ALL: [Oracle; 12] = [
+    pub const ALL: [Oracle; 13] = [
         Oracle::Effects,
         Oracle::Fencing,
         Oracle::BlindReplay,
         Oracle::Liveness,
         Oracle::Monotonic,
         Oracle::Stranded,
+        Oracle::AdmittedOnce,
         Oracle::Ledger,
         Oracle::TruthfulReply,
         Oracle::CallsClosed,
@@ -75,6 +79,7 @@ impl Oracle {
             Oracle::Liveness => "liveness",
             Oracle::Monotonic => "monotonic",
             Oracle::Stranded => "stranded",
+            Oracle::AdmittedOnce => "admitted-once",
             Oracle::Ledger => "ledger",
             Oracle::TruthfulReply => "truthful-reply",
             Oracle::CallsClosed => "calls-closed",
@@ -124,6 +129,7 @@ pub fn check(evidence: &Evidence<'_>) -> Vec<Violation> {
     liveness(evidence, &mut violations);
     monotonic(evidence, &mut violations);
     stranded(evidence, &mut violations);
+    admitted_once(evidence, &mut violations);
     ledger(evidence, &mut violations);
     truthful_reply(evidence, &mut violations);
     calls_closed(evidence, &mut violations);
@@ -380,10 +386,46 @@ fn monotonic(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
     }
 }
 
+/// Which turns (by id) each input key was admitted into, in commit order, read from every
+/// committed turn record.
+fn admissions<'a>(evidence: &Evidence<'a>) -> BTreeMap<&'a str, Vec<&'a str>> {
+    let layout = evidence.layout;
+    let mut turns_by_input: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    let Some(field) = &layout.input_keys_field else { return turns_by_input };
+    for event in evidence.events {
+        let EventKind::Commit { scope, value, .. } = &event.kind else { continue };
+        if *scope != layout.turn_scope {
+            continue;
+        }
+        let turn_id = layout.turn_id(value);
+        for key in value[field].as_array().into_iter().flatten().filter_map(Value::as_str) {
+            let turns = turns_by_input.entry(key).or_default();
+            if !turns.contains(&turn_id) {
+                turns.push(turn_id);
+            }
+        }
+    }
+    turns_by_input
+}
+
+fn admitted_once(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
+    let Some(input_scope) = &evidence.layout.input_scope else { return };
+    for (key, turns) in admissions(evidence) {
+        if turns.len() > 1 {
+            violations.push(violation(
+                Oracle::AdmittedOnce,
+                format!("input {input_scope}/{key} was admitted into {} turns: {}", turns.len(), turns.join(", ")),
+            ));
+        }
+    }
+}
+
 fn stranded(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
     if let Some(input_scope) = &evidence.layout.input_scope {
+        // Input a turn names as its own was admitted, even if its entry was never removed.
+        let admitted = admissions(evidence);
         for (scope, key, entry) in evidence.store.records() {
-            if scope == input_scope {
+            if scope == input_scope && !admitted.contains_key(key) {
                 violations.push(violation(
                     Oracle::Stranded,
                     format!(

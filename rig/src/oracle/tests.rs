@@ -253,6 +253,39 @@ fn stranded_catches_input_never_admitted_and_dead_letters_nobody_took() {
 }
 
 #[test]
+fn admitted_once_catches_one_input_in_two_turns_and_stranded_leaves_admitted_input_alone() {
+    let input = store_with("harness_queue", "s1:q1", json!({"session_id": "s1", "message": {}}));
+    let successor = |turn: &str, status: &str| {
+        commit(1, json!({"turn_id": turn, "status": status, "input_keys": ["s1:q1"], "predecessor": "t1"}))
+    };
+    // Admitted once, its entry left behind (its removal failed): neither stranded nor admitted twice.
+    assert!(judge(&[successor("t2", "running"), successor("t2", "completed")], &StateStore::new()).is_empty());
+    assert!(judge(&[successor("t2", "completed")], &input).is_empty());
+    // The same input made into a second turn.
+    assert_eq!(
+        judge(&[successor("t2", "completed"), successor("t3", "completed")], &StateStore::new()),
+        vec![Oracle::AdmittedOnce]
+    );
+    // A harness that records no admissions is judged by the input scope alone.
+    let layout = RecordLayout { input_keys_field: None, ..RecordLayout::default() };
+    let sessions = doubles::SessionService::new();
+    let events = [successor("t2", "completed"), successor("t3", "completed")];
+    let evidence = Evidence {
+        events: &events,
+        store: &input,
+        sessions: &sessions,
+        layout: &layout,
+        dead_letters: Vec::new(),
+        effect_functions: tickets(),
+        healed_at_ms: 0,
+        ended_at_ms: 10,
+        quiescent: true,
+        effects_per_action_max: 1,
+    };
+    assert_eq!(check(&evidence).iter().map(|v| v.oracle).collect::<Vec<_>>(), vec![Oracle::Stranded]);
+}
+
+#[test]
 fn ledger_catches_an_accepted_action_recorded_failed_or_never_recorded() {
     let recorded =
         |status: &str| commit(0, json!({"turn_id": "t1", "status": "running", "calls": {"a1": {"status": status}}}));

@@ -43,6 +43,12 @@ pub(super) struct PendingTerminal {
     pub(super) left_in_record: bool,
 }
 
+/// The field of a turn record naming the queued input entries it was admitted from.
+const INPUT_KEYS: &str = "input_keys";
+/// The field of a turn record naming input entries earlier turns were admitted from and whose
+/// removal has not succeeded yet: they are never admitted again.
+const SPENT_KEYS: &str = "spent_keys";
+
 /// The field of a running turn record where a terminal state owed to it is kept: the process
 /// that owes it may die before it lands, and the queue, already answered, delivers nothing again.
 pub(super) const TERMINAL_PENDING: &str = "terminal_pending";
@@ -451,6 +457,8 @@ impl Worker {
                 return Some(json!({ "admitted": false, "error": error.to_string() }));
             }
         };
+        let (leftover, queued) = self.set_aside_spent_input(predecessor, queued);
+        let spent_keys = self.remove_spent_input(bus, leftover).await;
         if queued.is_empty() {
             return None;
         }
@@ -464,6 +472,10 @@ impl Worker {
             "predecessor": predecessor["turn_id"],
             "created_at": self.now(), "updated_at": self.now(),
         });
+        let mut turn = turn;
+        if !spent_keys.is_empty() {
+            turn[SPENT_KEYS] = json!(spent_keys);
+        }
         if let Err(error) = self.put_turn(bus, &turn).await {
             let landed = error.outcome_unknown()
                 && matches!(self.get_turn(bus, session_id.as_str().unwrap_or_default()).await, Ok(Some(stored)) if stored == turn);
@@ -473,6 +485,35 @@ impl Worker {
             }
         }
         Some(self.admit(bus, turn).await)
+    }
+
+    /// Splits queued entries into those an earlier turn was already admitted from (their removal
+    /// failed after the admission) and those still to admit.
+    fn set_aside_spent_input(&self, predecessor: &Value, queued: Vec<Value>) -> (Vec<Value>, Vec<Value>) {
+        if self.policy == Policy::ReadmitConsumedInput {
+            return (Vec::new(), queued);
+        }
+        let spent = |entry: &Value| {
+            [INPUT_KEYS, SPENT_KEYS]
+                .iter()
+                .any(|field| predecessor[field].as_array().is_some_and(|keys| keys.contains(&entry["key"])))
+        };
+        queued.into_iter().partition(spent)
+    }
+
+    /// Removes input an earlier turn was admitted from; the keys still there, for the next turn
+    /// to carry on.
+    async fn remove_spent_input(&self, bus: &Bus, leftover: Vec<Value>) -> Vec<Value> {
+        let timeout = self.env.config.session_timeout_ms;
+        let mut still_there = Vec::new();
+        for entry in leftover {
+            let removed =
+                bus.invoke("state::delete", json!({ "scope": QUEUE_SCOPE, "key": entry["key"] }), timeout).await;
+            if removed.is_err() {
+                still_there.push(entry["key"].clone());
+            }
+        }
+        still_there
     }
 
     /// Puts a turn on the turn queue, trying up to `enqueue_attempts` times: the attempt that
@@ -494,7 +535,7 @@ impl Worker {
     /// input, and the turn goes to the turn queue (an exhausted enqueue holds it, with why).
     pub(super) async fn admit(&self, bus: &Bus, mut turn: Value) -> Value {
         let timeout = self.env.config.session_timeout_ms;
-        for key in turn["input_keys"].as_array().cloned().unwrap_or_default() {
+        for key in turn[INPUT_KEYS].as_array().cloned().unwrap_or_default() {
             let _ = bus.invoke("state::delete", json!({ "scope": QUEUE_SCOPE, "key": key }), timeout).await;
         }
         let turn_id = turn["turn_id"].clone();

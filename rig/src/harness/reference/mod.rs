@@ -86,10 +86,11 @@ pub enum Policy {
     ResetOnRetry,
     MintChildBudget,
     ResumeWithoutCas,
+    ReadmitConsumedInput,
 }
 
 impl Policy {
-    pub const ALL: [Policy; 18] = [
+    pub const ALL: [Policy; 19] = [
         Policy::Swallow,
         Policy::Propagate,
         Policy::Reference,
@@ -108,6 +109,7 @@ impl Policy {
         Policy::ResetOnRetry,
         Policy::MintChildBudget,
         Policy::ResumeWithoutCas,
+        Policy::ReadmitConsumedInput,
     ];
 
     pub fn name(self) -> &'static str {
@@ -130,6 +132,7 @@ impl Policy {
             Policy::ResetOnRetry => "reset-on-retry",
             Policy::MintChildBudget => "mint-child-budget",
             Policy::ResumeWithoutCas => "resume-without-cas",
+            Policy::ReadmitConsumedInput => "readmit-consumed-input",
         }
     }
 
