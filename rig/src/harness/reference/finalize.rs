@@ -209,7 +209,7 @@ impl Worker {
         record["updated_at"] = json!(self.now());
         self.put_turn(bus, &record).await?;
         if command.is_some() {
-            let _ = self.settle_commands(bus, &request.session_id, Some(&record)).await;
+            self.settle_commands_or_retry(bus, &request.session_id, Some(&record)).await;
         }
         let actions = super::actions::classify(&record, &self.env.host);
         self.note(
@@ -403,7 +403,7 @@ impl Worker {
         if self.policy != Policy::InMemoryCancel
             || self.controls.borrow().contains_key(session_id.as_str().unwrap_or_default())
         {
-            let _ = self.settle_commands(bus, session_id.as_str().unwrap_or_default(), Some(terminal)).await;
+            self.settle_commands_or_retry(bus, session_id.as_str().unwrap_or_default(), Some(terminal)).await;
         }
         self.announce(bus, terminal).await;
         let reseed = self.reseed_queued_input(bus, terminal).await;
@@ -633,22 +633,40 @@ impl Worker {
     /// Commands an earlier worker accepted and died before settling: a turn that has since
     /// ended, been held or paused settles them now (only such turns can, so the control records
     /// are read only when there is one).
-    async fn settle_orphaned_commands(&self, bus: &Bus, turns: &[Value]) {
+    async fn settle_orphaned_commands(self: &Rc<Self>, bus: &Bus, turns: &[Value]) {
         let settled_states =
             |t: &&Value| is_terminal(&t["value"]) || matches!(t["value"]["status"].as_str(), Some("held" | "paused"));
         if !turns.iter().any(|t| settled_states(&t)) {
             return;
         }
-        let timeout = self.env.config.session_timeout_ms;
-        let listed = bus.invoke("state::list", json!({ "scope": crate::layout::CONTROL_SCOPE }), timeout).await;
-        let Ok(Value::Array(controls)) = listed else { return };
+        let Some(controls) = self.list_for_recovery(bus, crate::layout::CONTROL_SCOPE).await else { return };
         for control in &controls {
             let commands = control["value"]["commands"].as_object();
             let waiting = commands.is_some_and(|c| c.values().any(|c| c["state"] == json!("accepted")));
-            if let (true, Some(session_id)) = (waiting, control["key"].as_str()) {
-                let _ = self.settle_commands(bus, session_id, None).await;
-            }
+            let (true, Some(session_id)) = (waiting, control["key"].as_str()) else { continue };
+            let turn = turns.iter().find(|t| t["key"] == json!(session_id)).map(|t| &t["value"]);
+            self.settle_commands_or_retry(bus, session_id, turn).await;
         }
+    }
+
+    /// Settles a session's waiting commands; when the store does not let it, again in the
+    /// background after a backoff, a bounded number of times: a command left `accepted` after
+    /// its turn ended waits for ever, as nobody else settles it while this worker lives.
+    pub(super) async fn settle_commands_or_retry(self: &Rc<Self>, bus: &Bus, session_id: &str, turn: Option<&Value>) {
+        if self.settle_commands(bus, session_id, turn).await.is_ok() {
+            return;
+        }
+        let (worker, bus, session_id, turn) = (Rc::clone(self), bus.clone(), session_id.to_string(), turn.cloned());
+        tokio::task::spawn_local(async move {
+            let attempts = worker.env.config.terminalize_attempts;
+            for attempt in 1..=attempts {
+                worker.env.clock.sleep(worker.deferred_backoff(attempt)).await;
+                if worker.settle_commands(&bus, &session_id, turn.as_ref()).await.is_ok() {
+                    return;
+                }
+            }
+            worker.note("command_settling_abandoned", json!({ "session_id": session_id, "attempts": attempts }));
+        });
     }
 
     /// Finishes the terminal states a worker that died owed to running turns
