@@ -717,6 +717,21 @@ impl Worker {
         None
     }
 
+    /// Reads a session's turn record for the recovery sweep, again after a backoff when the
+    /// store does not answer, as [`Self::list_for_recovery`] lists.
+    async fn get_turn_for_recovery(&self, bus: &Bus, session_id: &str) -> Option<Value> {
+        let attempts = self.env.config.terminalize_attempts;
+        for attempt in 1..=attempts {
+            match self.get_turn(bus, session_id).await {
+                Ok(record) => return record,
+                Err(_) if attempt < attempts => self.env.clock.sleep(self.deferred_backoff(attempt)).await,
+                Err(_) => {}
+            }
+        }
+        self.note("recovery_abandoned", json!({ "scope": super::TURN_SCOPE, "key": session_id, "attempts": attempts }));
+        None
+    }
+
     /// What a worker does when it starts: finish what died with an earlier worker. Deferred work
     /// lives in memory, so a crash loses it; the durable traces it leaves (a terminal state owed
     /// to a running turn, input still queued after its session's turn ended, a successor that
@@ -748,7 +763,7 @@ impl Worker {
             if self.ensure_ownership(&bus, &session_id).await.is_err() {
                 continue;
             }
-            if let Ok(Some(record)) = self.get_turn(&bus, &session_id).await {
+            if let Some(record) = self.get_turn_for_recovery(&bus, &session_id).await {
                 let request = TurnRequest {
                     session_id: session_id.clone(),
                     // An ended turn's own admission, or the admission of the successor it became.
