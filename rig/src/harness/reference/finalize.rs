@@ -232,7 +232,7 @@ impl Worker {
     ) -> Result<Value, ErrorBody> {
         if matches!(error, InvokeError::Rejected(body) if body.code == "stale_token") {
             self.forget_lease(&request.session_id);
-            return Ok(self.fenced_out(request));
+            return self.fenced_out(request);
         }
         match self.policy {
             Policy::Swallow => Ok(self.skipped(request, "finalization failed")),

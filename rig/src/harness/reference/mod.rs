@@ -351,7 +351,7 @@ impl Worker {
         match stop {
             Stop::Failed(failure) => self.fail_turn(bus, request, failure).await,
             Stop::Held { reason } => self.hold_turn(bus, request, &reason).await,
-            Stop::FencedOut => Ok(self.fenced_out(request)),
+            Stop::FencedOut => self.fenced_out(request),
             Stop::Control { kind, key } => {
                 self.apply_control(bus, &request.session_id, &kind, &key).await?;
                 let record = self.get_turn(bus, &request.session_id).await.ok().flatten().unwrap_or(Value::Null);
@@ -363,11 +363,18 @@ impl Worker {
         }
     }
 
-    fn fenced_out(&self, request: &TurnRequest) -> Value {
-        json!({
+    /// The answer to a delivery whose work a newer lease cut short. Not a success for the
+    /// recovering policies: the newer grant may have been this worker's own (a duplicated or
+    /// retried acquisition), and the turn still needs an owner, so the queue delivers it again
+    /// and the redelivery asks for the lease (refused if another worker really holds it).
+    fn fenced_out(&self, request: &TurnRequest) -> Result<Value, ErrorBody> {
+        if self.policy.recovers() {
+            return Err(ErrorBody::new("fenced_out", "a newer lease cut this work short; deliver it again"));
+        }
+        Ok(json!({
             "session_id": request.session_id, "turn_id": request.turn_id, "status": "fenced",
             "skipped": true, "next_step": null, "reason": "a newer owner holds the session",
-        })
+        }))
     }
 
     /// The unguarded policy's bug: whatever the durable record says, the delivery is taken as

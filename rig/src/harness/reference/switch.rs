@@ -78,7 +78,7 @@ impl Worker {
             record["status"] = json!("running");
         }
         match self.recover(bus, &mut record).await {
-            Err(Stop::FencedOut) => return Ok(self.fenced_out(&request)),
+            Err(Stop::FencedOut) => return self.fenced_out(&request),
             Err(Stop::Failed(failure)) => return Err(error_body(&failure.during, &failure.error)),
             _ => {}
         }
