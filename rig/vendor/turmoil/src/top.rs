@@ -23,6 +23,11 @@ pub(crate) struct Topology {
     /// software and ticks it every step, only to read its paused clock; that
     /// clock advances by exactly each tick, so the sum is kept instead.
     now: Instant,
+
+    /// Rig patch: how many messages, over all links, are ready for their
+    /// host (the sum of every link's `ready`), so that the hosts of a step
+    /// with none skip looking through every link.
+    ready: usize,
 }
 
 /// This type is used as the key in the [`Topology::links`] map. See [`new`]
@@ -152,6 +157,9 @@ struct Link {
     /// Messages that are ready to be delivered.
     deliverable: Map<IpAddr, VecDeque<Envelope>>,
 
+    /// Rig patch: how many messages `deliverable` holds.
+    ready: usize,
+
     /// The current network time, moved forward with [`Link::tick`].
     now: Instant,
 }
@@ -178,6 +186,7 @@ impl Topology {
             config,
             links: Map::default(),
             now: Rt::no_software().now(),
+            ready: 0,
         }
     }
 
@@ -239,7 +248,10 @@ impl Topology {
         message: Protocol,
     ) -> Result<()> {
         if let Some(link) = self.links.get_mut(&Pair::new(src.ip(), dst.ip())) {
-            link.enqueue_message(&self.config, rand, src, dst, message)
+            let before = link.ready;
+            let result = link.enqueue_message(&self.config, rand, src, dst, message);
+            self.ready = self.ready - before + link.ready;
+            result
         } else {
             Err(Error::new(
                 ErrorKind::ConnectionRefused,
@@ -250,9 +262,14 @@ impl Topology {
 
     // Move messages from any network links to the `dst` host.
     pub(crate) fn deliver_messages(&mut self, rand: &mut dyn RngCore, dst: &mut Host) {
+        if self.ready == 0 {
+            return;
+        }
         for (pair, link) in &mut self.links {
             if pair.0 == dst.addr || pair.1 == dst.addr {
+                let before = link.ready;
                 link.deliver_messages(&self.config, rand, dst);
+                self.ready = self.ready - before + link.ready;
             }
         }
     }
@@ -286,7 +303,9 @@ impl Topology {
     pub(crate) fn tick_by(&mut self, duration: Duration) {
         self.now += duration;
         for link in self.links.values_mut() {
+            let before = link.ready;
             link.tick(self.now);
+            self.ready = self.ready - before + link.ready;
         }
     }
 
@@ -331,6 +350,7 @@ impl Link {
             config: config::Link::default(),
             sent: VecDeque::new(),
             deliverable: Map::default(),
+            ready: 0,
             now,
         }
     }
@@ -431,6 +451,7 @@ impl Link {
                         .entry(sent.dst.ip())
                         .or_default()
                         .push_back(envelope);
+                    self.ready += 1;
                     deliverable += 1;
                 }
             }
@@ -452,6 +473,7 @@ impl Link {
             Some(queue) if !queue.is_empty() => queue.drain(..).collect::<Vec<Envelope>>(),
             _ => return,
         };
+        self.ready -= deliverable.len();
 
         for message in deliverable {
             let (src, dst) = (message.src, message.dst);
