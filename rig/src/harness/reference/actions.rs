@@ -205,6 +205,24 @@ impl Worker {
             };
             if !error.outcome_unknown() || self.policy == Policy::AssumeFailed {
                 // A definite refusal (or, under `assume-failed`, any error): it did not happen.
+                // A refusal answers one copy of the request, and the network delivers at least
+                // once: an effect is asked about before it is recorded failed.
+                let asks = !tool.replay_safe && self.reconciles() && self.policy != Policy::AssumeFailed;
+                if asks {
+                    if let Reconciled::Complete(result) = self.reconcile(bus, &record["calls"][action_id]).await {
+                        self.note(
+                            "refused_but_executed",
+                            json!({ "action_id": action_id, "error": error.to_string() }),
+                        );
+                        let entry = &mut record["calls"][action_id];
+                        entry["status"] = json!("complete");
+                        entry["result"] = result;
+                        entry["reconciled"] = json!(true);
+                        entry["completed_at_ms"] = json!(self.now());
+                        self.write(bus, record).await?;
+                        return self.check_control(&session_id);
+                    }
+                }
                 record["calls"][action_id]["status"] = json!("failed");
                 record["calls"][action_id]["error"] = json!(error.to_string());
                 return self.write(bus, record).await;
