@@ -416,13 +416,21 @@ impl Worker {
         let session_id = record["session_id"].as_str().unwrap_or_default();
         let turn_id = record["turn_id"].as_str().unwrap_or_default();
         match self.accepted_command(bus, session_id, turn_id).await {
-            Ok(Some((kind, key))) => Err(Stop::Control { kind, key }),
-            Ok(None) => Ok(()),
-            Err(error) => Err(Stop::Failed(super::StepFailure {
-                during: "control".into(),
-                error: crate::bus::InvokeError::Rejected(error),
-            })),
+            Ok(Some((kind, key))) => return Err(Stop::Control { kind, key }),
+            Ok(None) => {}
+            Err(error) => {
+                return Err(Stop::Failed(super::StepFailure {
+                    during: "control".into(),
+                    error: crate::bus::InvokeError::Rejected(error),
+                }))
+            }
         }
+        // A command this worker is recording meanwhile reached the store after the read above
+        // but before the send that follows: wait until it is recorded (or refused), and look
+        // again, with nothing but the send after.
+        let lock = self.control_lock(session_id);
+        let _recording = lock.lock().await;
+        self.check_control(session_id)
     }
 
     /// Learns, at the start of a turn, the commands its session has accepted and not applied.
