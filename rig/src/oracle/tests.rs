@@ -83,12 +83,20 @@ fn judge(events: &[Event], store: &StateStore) -> Vec<Oracle> {
 }
 
 fn judge_with_sessions(events: &[Event], store: &StateStore, sessions: &doubles::SessionService) -> Vec<Oracle> {
-    let layout = RecordLayout::default();
+    judge_with_layout(events, store, sessions, &RecordLayout::default())
+}
+
+fn judge_with_layout(
+    events: &[Event],
+    store: &StateStore,
+    sessions: &doubles::SessionService,
+    layout: &RecordLayout,
+) -> Vec<Oracle> {
     let evidence = Evidence {
         events,
         store,
         sessions,
-        layout: &layout,
+        layout,
         dead_letters: Vec::new(),
         effect_functions: tickets(),
         healed_at_ms: 0,
@@ -268,21 +276,8 @@ fn admitted_once_catches_one_input_in_two_turns_and_stranded_leaves_admitted_inp
     );
     // A harness that records no admissions is judged by the input scope alone.
     let layout = RecordLayout { input_keys_field: None, ..RecordLayout::default() };
-    let sessions = doubles::SessionService::new();
     let events = [successor("t2", "completed"), successor("t3", "completed")];
-    let evidence = Evidence {
-        events: &events,
-        store: &input,
-        sessions: &sessions,
-        layout: &layout,
-        dead_letters: Vec::new(),
-        effect_functions: tickets(),
-        healed_at_ms: 0,
-        ended_at_ms: 10,
-        quiescent: true,
-        effects_per_action_max: 1,
-    };
-    assert_eq!(check(&evidence).iter().map(|v| v.oracle).collect::<Vec<_>>(), vec![Oracle::Stranded]);
+    assert_eq!(judge_with_layout(&events, &input, &doubles::SessionService::new(), &layout), vec![Oracle::Stranded]);
 }
 
 #[test]
