@@ -412,14 +412,18 @@ impl Worker {
             "skipped": false, "next_step": null,
         });
         if let (true, Some(reseed)) = (self.policy.recovers(), reseed) {
-            if reseed["admitted"] == json!(false) && reseed["turn_id"].is_null() {
-                // The input is still queued: admit it later.
-                let (worker, retry_bus, predecessor) = (Rc::clone(self), bus.clone(), terminal.clone());
-                tokio::task::spawn_local(async move { worker.reseed_later(&retry_bus, &predecessor).await });
-            }
+            self.reseed_later_if_still_queued(bus, terminal, &reseed);
             result["reseed"] = reseed;
         }
         result
+    }
+
+    /// When a reseed left the input queued (no turn was made of it), admits it later.
+    fn reseed_later_if_still_queued(self: &Rc<Self>, bus: &Bus, predecessor: &Value, reseed: &Value) {
+        if reseed["admitted"] == json!(false) && reseed["turn_id"].is_null() {
+            let (worker, retry_bus, predecessor) = (Rc::clone(self), bus.clone(), predecessor.clone());
+            tokio::task::spawn_local(async move { worker.reseed_later(&retry_bus, &predecessor).await });
+        }
     }
 
     async fn put_terminal(&self, bus: &Bus, record: &Value) -> Result<(), InvokeError> {
@@ -581,12 +585,15 @@ impl Worker {
     /// Finishes what the finalisation of the delivered turn may have left undone when its worker
     /// died: input still queued after the turn ended is admitted, and a successor whose record
     /// was written but which never reached the turn queue is enqueued.
-    pub(super) async fn finish_admission(&self, bus: &Bus, request: &TurnRequest, record: Option<&Value>) {
+    pub(super) async fn finish_admission(self: &Rc<Self>, bus: &Bus, request: &TurnRequest, record: Option<&Value>) {
         let Some(record) = record else { return };
         let delivered = json!(request.turn_id);
         if record["turn_id"] == delivered && is_terminal(record) {
             if let Some(reseed) = self.reseed_queued_input(bus, record).await {
                 self.note("admission_finished", json!({ "after": request.turn_id, "reseed": reseed }));
+                if self.policy.recovers() {
+                    self.reseed_later_if_still_queued(bus, record, &reseed);
+                }
             }
         } else if record["predecessor"] == delivered
             && record["status"] == json!("running")

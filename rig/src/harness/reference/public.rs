@@ -120,7 +120,7 @@ impl Worker {
     /// that turn ended while the message was being queued, its finalisation may have drained the
     /// queue of input before the message was in it: the message is admitted here.
     async fn queue_behind(
-        &self,
+        self: &Rc<Self>,
         bus: &Bus,
         session_id: &str,
         data: &Value,
