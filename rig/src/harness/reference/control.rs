@@ -71,6 +71,7 @@ impl Worker {
             change(&mut record["commands"][key]);
             let write =
                 json!({ "scope": CONTROL_SCOPE, "key": session_id, "value": record, "expected_version": version });
+            self.control_writes.set(self.control_writes.get() + 1);
             let swapped = bus
                 .invoke("state::compare-and-set", write, self.env.config.session_timeout_ms)
                 .await
@@ -415,22 +416,34 @@ impl Worker {
     pub(super) async fn check_control_durably(&self, bus: &Bus, record: &Value) -> Result<(), Stop> {
         let session_id = record["session_id"].as_str().unwrap_or_default();
         let turn_id = record["turn_id"].as_str().unwrap_or_default();
-        match self.accepted_command(bus, session_id, turn_id).await {
-            Ok(Some((kind, key))) => return Err(Stop::Control { kind, key }),
-            Ok(None) => {}
-            Err(error) => {
-                return Err(Stop::Failed(super::StepFailure {
-                    during: "control".into(),
-                    error: crate::bus::InvokeError::Rejected(error),
-                }))
-            }
-        }
-        // A command this worker is recording meanwhile reached the store after the read above
-        // but before the send that follows: wait until it is recorded (or refused), and look
-        // again, with nothing but the send after.
+        let writes_before = self.control_writes.get();
+        self.stop_for_accepted_command(bus, session_id, turn_id).await?;
+        // A command this worker records meanwhile may reach the store after the read above and
+        // before the send that follows: wait until any such write is over and, if one was sent
+        // since the read began, read again (whatever its answer was, even none: the store says
+        // whether it was recorded), with nothing but the send after.
         let lock = self.control_lock(session_id);
-        let _recording = lock.lock().await;
+        let _recording = match lock.try_lock() {
+            Ok(guard) => guard,
+            Err(_) => lock.lock().await,
+        };
+        if self.control_writes.get() != writes_before {
+            return self.stop_for_accepted_command(bus, session_id, turn_id).await;
+        }
         self.check_control(session_id)
+    }
+
+    /// A stop for the command the turn's session accepted and has not applied, if any; a stop
+    /// too when that cannot be known.
+    async fn stop_for_accepted_command(&self, bus: &Bus, session_id: &str, turn_id: &str) -> Result<(), Stop> {
+        match self.accepted_command(bus, session_id, turn_id).await {
+            Ok(Some((kind, key))) => Err(Stop::Control { kind, key }),
+            Ok(None) => Ok(()),
+            Err(error) => Err(Stop::Failed(super::StepFailure {
+                during: "control".into(),
+                error: crate::bus::InvokeError::Rejected(error),
+            })),
+        }
     }
 
     /// Learns, at the start of a turn, the commands its session has accepted and not applied.

@@ -55,7 +55,7 @@ use crate::harness::{HarnessEnv, HarnessFactory};
 use ownership::HeldLease;
 use serde::Deserialize;
 use serde_json::{json, Value};
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
@@ -243,6 +243,9 @@ struct Worker {
     /// One lock per session for control commands, apart from the turn's: a command is recorded
     /// while the turn runs, and takes effect at the turn's next safe point.
     control_locks: RefCell<BTreeMap<String, Rc<tokio::sync::Mutex<()>>>>,
+    /// How many command writes this worker has sent to the store: a check before an effect
+    /// that saw this change while it read knows a command may have been recorded meanwhile.
+    control_writes: Cell<u64>,
 }
 
 impl Worker {
@@ -257,6 +260,7 @@ impl Worker {
             generations: generation::Generations::default(),
             controls: RefCell::default(),
             control_locks: RefCell::default(),
+            control_writes: Cell::new(0),
         })
     }
 
