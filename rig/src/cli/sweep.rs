@@ -70,11 +70,13 @@ pub fn reference_note(finding: &explore::Finding) -> String {
     }
 }
 
-/// Writes a finding's scenario file into `folder`; its path, or why it could not be written.
+/// Writes a finding's scenario file into `folder`; its path and the command that replays it (a
+/// finding reproduces under the seed it was found with), or why it could not be written.
 pub fn write_finding(folder: &Path, finding: &explore::Finding) -> String {
     let path = folder.join(&finding.file_name);
     match std::fs::write(&path, &finding.scenario_file) {
-        Ok(()) => path.display().to_string(),
+        Ok(()) if finding.seed == 0 => path.display().to_string(),
+        Ok(()) => format!("{path} (replay: rig run {path} --seed {seed})", path = path.display(), seed = finding.seed),
         Err(error) => format!("(could not write {}: {error})", path.display()),
     }
 }

@@ -162,7 +162,8 @@ pub(crate) fn finding(
     table.insert("policy".into(), toml::Value::Table(policies));
     let mut text = format!(
         "# Found by `{found_by}` from {} under policy `{policy}`, seed {seed}.\n\
-         # A correct harness trips no oracle here; move it into scenarios/ as a regression test.\n",
+         # Replay it with `rig run <this file> --seed {seed}`. A correct harness trips no oracle\n\
+         # here; move it into scenarios/ as a regression test.\n",
         scenario.path.display()
     );
     table.insert("about".into(), toml::Value::String(about));
