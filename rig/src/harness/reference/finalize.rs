@@ -604,6 +604,22 @@ impl Worker {
         }
     }
 
+    /// Puts a delegated child turn on the turn queue if it is not there: the worker that recorded
+    /// it may have died before enqueueing it, and its parent may have ended without it.
+    async fn finish_delegation(&self, bus: &Bus, child: &Value) {
+        if self.is_enqueued(bus, child).await {
+            return;
+        }
+        let request = json!({
+            "session_id": child["session_id"], "turn_id": child["turn_id"], "step": child["step"], "depth": 1,
+        });
+        let enqueued = self.enqueue_turn(bus, request).await;
+        self.note(
+            "delegation_finished",
+            json!({ "session_id": child["session_id"], "turn_id": child["turn_id"], "enqueued": enqueued.is_ok() }),
+        );
+    }
+
     /// Admits input that finalisation could not drain, once the store answers again; stops as
     /// soon as another turn of the session is running (its own finalisation reseeds).
     async fn reseed_later(self: &Rc<Self>, bus: &Bus, predecessor: &Value) {
@@ -756,9 +772,12 @@ impl Worker {
         self.settle_orphaned_commands(&bus, &turns).await;
         self.resume_terminal_pending(&bus, &turns).await;
         // Sessions with input still queued, and sessions whose running turn was admitted from
-        // input (it names its predecessor) and may never have reached the turn queue.
-        let admitted =
-            turns.iter().filter(|e| e["value"]["status"] == json!("running") && !e["value"]["predecessor"].is_null());
+        // input (it names its predecessor) or delegated by another turn (it names its parent),
+        // and may never have reached the turn queue.
+        let admitted = turns.iter().filter(|e| {
+            e["value"]["status"] == json!("running")
+                && (!e["value"]["predecessor"].is_null() || !e["value"]["parent"].is_null())
+        });
         let sessions: std::collections::BTreeSet<String> = queued
             .iter()
             .chain(admitted)
@@ -770,7 +789,10 @@ impl Worker {
             if self.ensure_ownership(&bus, &session_id).await.is_err() {
                 continue;
             }
-            if let Some(record) = self.get_turn_for_recovery(&bus, &session_id).await {
+            let record = self.get_turn_for_recovery(&bus, &session_id).await;
+            if let Some(child) = record.as_ref().filter(|r| r["status"] == json!("running") && !r["parent"].is_null()) {
+                self.finish_delegation(&bus, child).await;
+            } else if let Some(record) = record {
                 let request = TurnRequest {
                     session_id: session_id.clone(),
                     // An ended turn's own admission, or the admission of the successor it became.
