@@ -422,10 +422,19 @@ fn admitted_once(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
 
 fn stranded(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
     if let Some(input_scope) = &evidence.layout.input_scope {
-        // Input a turn names as its own was admitted, even if its entry was never removed.
+        // Input a turn names as its own was admitted, even if its entry was never removed; input
+        // behind a turn held for a person (or paused) waits on that person, as the turn does.
         let admitted = admissions(evidence);
+        let layout = evidence.layout;
+        let waits_on_a_person = |entry: &Value| {
+            let session = entry["session_id"].as_str().unwrap_or_default();
+            evidence
+                .store
+                .get(&layout.turn_scope, session)
+                .is_some_and(|turn| layout.is_held_with_reason(turn) || layout.is_parked(turn))
+        };
         for (scope, key, entry) in evidence.store.records() {
-            if scope == input_scope && !admitted.contains_key(key) {
+            if scope == input_scope && !admitted.contains_key(key) && !waits_on_a_person(entry) {
                 violations.push(violation(
                     Oracle::Stranded,
                     format!(

@@ -269,6 +269,12 @@ fn admitted_once_catches_one_input_in_two_turns_and_stranded_leaves_admitted_inp
     // Admitted once, its entry left behind (its removal failed): neither stranded nor admitted twice.
     assert!(judge(&[successor("t2", "running"), successor("t2", "completed")], &StateStore::new()).is_empty());
     assert!(judge(&[successor("t2", "completed")], &input).is_empty());
+    // Input behind a turn held for a person waits on that person; behind a running one, nobody.
+    let mut behind = input.clone();
+    behind.seed("harness_turn", "s1", json!({"turn_id": "t1", "status": "held", "held_reason": "dead-lettered"}));
+    assert!(judge(&[], &behind).is_empty());
+    behind.seed("harness_turn", "s1", json!({"turn_id": "t1", "status": "failed"}));
+    assert_eq!(judge(&[], &behind), vec![Oracle::Stranded]);
     // The same input made into a second turn.
     assert_eq!(
         judge(&[successor("t2", "completed"), successor("t3", "completed")], &StateStore::new()),
