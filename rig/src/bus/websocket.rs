@@ -49,7 +49,10 @@ where
 }
 
 /// Buffers sized for the bus's small JSON frames: tungstenite's 128 KiB defaults cost more to
-/// allocate than the frames do to send, in a world that opens a dozen connections per run.
+/// allocate than the frames do to send, in a world that opens a dozen connections per run. The
+/// read buffer is small because tungstenite zeroes up to that much of it before every read, and a
+/// connection is read once for every time its task is polled, most often to find nothing; a frame
+/// larger than the buffer is read in several pieces within the same poll.
 pub fn config() -> tungstenite::protocol::WebSocketConfig {
-    tungstenite::protocol::WebSocketConfig::default().read_buffer_size(8 * 1024).write_buffer_size(8 * 1024)
+    tungstenite::protocol::WebSocketConfig::default().read_buffer_size(1024).write_buffer_size(8 * 1024)
 }

@@ -300,7 +300,7 @@ pub async fn relay_client<C, U, F, Fut>(
     F: FnOnce(String) -> Fut,
     Fut: Future<Output = std::io::Result<U>>,
 {
-    let config = tokio_tungstenite::tungstenite::protocol::WebSocketConfig::default();
+    let config = crate::bus::websocket::config();
     match proxy::answer_hello(client, hello, upstream, key, config, connect, (std::future::pending(), 0)).await {
         Ok((client, upstream, _hello)) => {
             let upstream_cut = world.open_link(PROXY, ENGINE);
