@@ -369,3 +369,59 @@ fn a_repro_line_replays_the_run_from_any_folder() {
     assert_eq!(elsewhere.status.code(), Some(1), "{}", String::from_utf8_lossy(&elsewhere.stderr));
     assert_eq!(hash(&String::from_utf8_lossy(&elsewhere.stdout)), hash(&stdout), "the same run, replayed");
 }
+
+#[test]
+fn an_explored_finding_is_written_with_its_timeline_trace_and_repro_and_overwrites_nothing() {
+    let workload = workspace().join("scenarios/workloads/multi-round.toml");
+    let folder = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli/explore-out");
+    let _ = std::fs::remove_dir_all(&folder);
+    let explore = |seeds: &str| {
+        let out = rig(&[
+            "explore",
+            workload.to_str().unwrap(),
+            "--policy",
+            "unguarded",
+            "--seeds",
+            seeds,
+            "--out",
+            folder.to_str().unwrap(),
+        ]);
+        assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+        let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(!stdout.contains("NOT REPRODUCED"), "{stdout}");
+        // `... -> PATH (replay: rig run PATH --seed N) with its timeline, trace and repro beside it`
+        stdout
+            .lines()
+            .filter(|l| l.trim_start().starts_with("shrunk to"))
+            .map(|l| {
+                assert!(l.ends_with("with its timeline, trace and repro beside it"), "{l}");
+                let written = l.split(" -> ").nth(1).unwrap();
+                let seed = written.split("--seed ").nth(1).map_or(0, |s| s.split(')').next().unwrap().parse().unwrap());
+                (PathBuf::from(written.split(" (replay").next().unwrap()), seed)
+            })
+            .collect::<Vec<(PathBuf, u64)>>()
+    };
+    let found = explore("0..12");
+    let written: Vec<&PathBuf> = found.iter().map(|(path, _)| path).collect();
+    assert!(written.len() >= 2, "the unguarded policy is found more than once");
+    let distinct: std::collections::BTreeSet<_> = written.iter().collect();
+    assert_eq!(distinct.len(), written.len(), "each finding has a file of its own: {written:?}");
+    for path in written {
+        let stem = path.with_extension("");
+        for suffix in ["timeline.html", "trace.jsonl", "repro.sh"] {
+            let beside = PathBuf::from(format!("{}.{suffix}", stem.display()));
+            assert!(std::fs::metadata(&beside).is_ok_and(|m| m.len() > 0), "{}", beside.display());
+        }
+    }
+
+    // A file of another content already at a finding's name is kept, and the finding takes the
+    // next name; written again, the finding replaces only itself.
+    let (first, seed) = &found[0];
+    std::fs::write(first, "# someone else's file\n").unwrap();
+    let range = format!("{seed}..{}", seed + 1);
+    let again = explore(&range);
+    let renamed = PathBuf::from(format!("{}-2.toml", first.with_extension("").display()));
+    assert_eq!(again, [(renamed.clone(), *seed)]);
+    assert_eq!(std::fs::read_to_string(first).unwrap(), "# someone else's file\n");
+    assert_eq!(explore(&range), [(renamed, *seed)]);
+}

@@ -1,9 +1,10 @@
 //! `rig explore`: a random fault mix per seed from the cut space; every failure shrunk and
 //! written as a minimal scenario file.
 
+use super::artifacts::write_finding;
 use super::parallel::{for_each_ordered, Jobs};
 use super::progress::Progress;
-use super::sweep::{known_policy, output_folder, reference_note, write_finding};
+use super::sweep::{known_policy, output_folder, reference_note};
 use super::{bad_input, load_scenarios, parse_seed_range, EXIT_BAD_INPUT, EXIT_FAILED};
 use rig::explore;
 use std::path::PathBuf;
@@ -23,7 +24,8 @@ pub struct ExploreArgs {
     /// The harness policy to explore.
     #[arg(long, default_value = "reference")]
     pub policy: String,
-    /// Write each shrunk failure here as a scenario file.
+    /// Write each shrunk failure here as a scenario file, with the timeline, trace and repro of
+    /// its replay beside it.
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Keep the scenario's own scripted cuts in the workload (removed by default).

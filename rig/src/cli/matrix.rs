@@ -1,12 +1,12 @@
 //! `rig matrix`: many seeds, one shard of them, for CI.
 
+use super::artifacts;
 use super::parallel::{map_ordered, Jobs};
 use super::{
     bad_input, create_output, load_scenarios, parse_seed_range, run_all, run_count, run_jobs, selected_runs, RunJob,
     EXIT_BAD_INPUT, EXIT_FAILED,
 };
 use rig::report::{self, MatrixCase};
-use rig::{timeline, RunOutcome};
 use sha2::{Digest, Sha256};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -153,46 +153,7 @@ fn write_failures(
                 outcome.scenario, outcome.policy, outcome.seed, first.trace_hash, outcome.trace_hash
             ));
         }
-        first.artifacts = write_artifacts(&outcome, folder);
+        first.artifacts = artifacts::write_run(&outcome, folder, &artifacts::run_stem(&outcome));
     }
     unreproducible
-}
-
-/// The timeline, trace and repro of one failed run, beside each other; the paths written (or
-/// why one could not be).
-fn write_artifacts(outcome: &RunOutcome, folder: &Path) -> Vec<String> {
-    let stem = artifact_stem(outcome);
-    let mut trace = outcome.trace.json_lines().collect::<Vec<_>>().join("\n");
-    trace.push('\n');
-    let files = [
-        ("timeline.html", timeline::html(&[outcome])),
-        ("trace.jsonl", trace),
-        (
-            "repro.sh",
-            format!("#!/bin/sh\n# {}\n{}\n", outcome.failures.first().map_or("", String::as_str), outcome.repro()),
-        ),
-    ];
-    files
-        .into_iter()
-        .map(|(suffix, text)| {
-            let path = folder.join(format!("{stem}.{suffix}"));
-            match std::fs::write(&path, text) {
-                Ok(()) => path.display().to_string(),
-                Err(error) => format!("(could not write {}: {error})", path.display()),
-            }
-        })
-        .collect()
-}
-
-/// `scenarios/a/b.toml`, policy `p`, seed 3: `scenarios.a.b.p.seed3`.
-fn artifact_stem(outcome: &RunOutcome) -> String {
-    let path = Path::new(&outcome.scenario).with_extension("");
-    let parts: Vec<String> = path
-        .components()
-        .filter_map(|c| match c {
-            std::path::Component::Normal(part) => Some(part.to_string_lossy().into_owned()),
-            _ => None,
-        })
-        .collect();
-    format!("{}.{}.seed{}", parts.join("."), outcome.policy, outcome.seed)
 }

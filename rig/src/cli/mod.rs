@@ -21,6 +21,7 @@ macro_rules! err {
 }
 
 // Declared after the macros above, which they use.
+pub mod artifacts;
 pub mod bench;
 pub mod explore;
 pub mod harness;

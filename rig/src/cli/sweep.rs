@@ -1,6 +1,7 @@
 //! `rig sweep`: every cut at every place one uncut run offers, then bounded pairs; each finding
 //! written as a minimal scenario file.
 
+use super::artifacts::write_finding;
 use super::parallel::{map_ordered, Jobs};
 use super::progress::Progress;
 use super::{bad_input, load_scenarios, EXIT_BAD_INPUT, EXIT_FAILED};
@@ -22,7 +23,8 @@ pub struct SweepArgs {
     /// The most runs per workload (pairs are the first to go).
     #[arg(long)]
     pub budget: Option<usize>,
-    /// Write each finding here as a scenario file.
+    /// Write each finding here as a scenario file, with the timeline, trace and repro of its
+    /// replay beside it.
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// The seed of every run.
@@ -67,17 +69,6 @@ pub fn reference_note(finding: &explore::Finding) -> String {
         None => String::new(),
         Some(fired) if fired.is_empty() => " (reference: clean)".into(),
         Some(fired) => format!(" (reference trips it too: {})", fired.iter().cloned().collect::<Vec<_>>().join(", ")),
-    }
-}
-
-/// Writes a finding's scenario file into `folder`; its path and the command that replays it (a
-/// finding reproduces under the seed it was found with), or why it could not be written.
-pub fn write_finding(folder: &Path, finding: &explore::Finding) -> String {
-    let path = folder.join(&finding.file_name);
-    match std::fs::write(&path, &finding.scenario_file) {
-        Ok(()) if finding.seed == 0 => path.display().to_string(),
-        Ok(()) => format!("{path} (replay: rig run {path} --seed {seed})", path = path.display(), seed = finding.seed),
-        Err(error) => format!("(could not write {}: {error})", path.display()),
     }
 }
 

@@ -70,7 +70,7 @@ pub(crate) fn workload(scenario: &Scenario, keep_cuts: bool) -> Scenario {
 }
 
 /// A policy run with nothing to expect: only the oracles judge.
-pub(crate) fn bare_run(policy: &str) -> PolicyRun {
+pub fn bare_run(policy: &str) -> PolicyRun {
     PolicyRun {
         policy: policy.to_string(),
         expected_violations: BTreeSet::new(),
@@ -80,7 +80,7 @@ pub(crate) fn bare_run(policy: &str) -> PolicyRun {
 }
 
 /// The oracles a run tripped, by name, plus `limit` when it hit one.
-pub(crate) fn fired(outcome: &RunOutcome) -> BTreeSet<String> {
+pub fn fired(outcome: &RunOutcome) -> BTreeSet<String> {
     let mut fired: BTreeSet<String> = outcome.violations.iter().map(|v| v.oracle.name().to_string()).collect();
     if outcome.failures.iter().any(|f| f.starts_with("limit reached") || f.starts_with("a host's software failed")) {
         fired.insert("limit".into());
