@@ -82,6 +82,10 @@ pub enum ServiceFault {
     CrashCaller { after: bool },
     /// The service's own host crashes right after the call takes effect, before it replies.
     CrashService,
+    /// The engine crashes right after the call takes effect, before the reply passes through it,
+    /// and is restarted at once: every connection to it drops, every worker's calls in flight
+    /// with it, and the workers connect and register again.
+    CrashEngine,
     /// The call takes effect and is answered; then the calling worker is paused for `ms`.
     PauseCaller { ms: u64 },
 }
@@ -96,6 +100,7 @@ impl ServiceFault {
             ServiceFault::CrashCaller { after: false } => "crash-caller-before",
             ServiceFault::CrashCaller { after: true } => "crash-caller-after",
             ServiceFault::CrashService => "crash-service",
+            ServiceFault::CrashEngine => "crash-engine",
             ServiceFault::PauseCaller { .. } => "pause-caller",
         }
     }

@@ -61,6 +61,8 @@ pub enum Kind {
     CrashCallerBefore,
     CrashCallerAfter,
     CrashService,
+    /// The engine dies as the call's reply would pass through it (and restarts).
+    CrashEngine,
     /// Pause the worker holding a lease past its expiry.
     PauseCaller,
     Drop,
@@ -70,7 +72,7 @@ pub enum Kind {
 }
 
 impl Kind {
-    pub const ALL: [Kind; 12] = [
+    pub const ALL: [Kind; 13] = [
         Kind::LostAck,
         Kind::Timeout,
         Kind::Reject,
@@ -83,6 +85,7 @@ impl Kind {
         Kind::Duplicate,
         Kind::Crash,
         Kind::Pause,
+        Kind::CrashEngine,
     ];
 
     pub fn name(self) -> &'static str {
@@ -94,6 +97,7 @@ impl Kind {
             Kind::CrashCallerBefore => "crash-caller-before",
             Kind::CrashCallerAfter => "crash-caller-after",
             Kind::CrashService => "crash-service",
+            Kind::CrashEngine => "crash-engine",
             Kind::PauseCaller => "pause-caller",
             Kind::Drop => "drop",
             Kind::Duplicate => "duplicate",
@@ -180,6 +184,7 @@ impl Placement {
                     Kind::CrashCallerBefore => ServiceFault::CrashCaller { after: false },
                     Kind::CrashCallerAfter => ServiceFault::CrashCaller { after: true },
                     Kind::CrashService => ServiceFault::CrashService,
+                    Kind::CrashEngine => ServiceFault::CrashEngine,
                     _ => ServiceFault::PauseCaller { ms: self.ms.unwrap_or(0) },
                 };
                 let conditions = about
@@ -303,7 +308,13 @@ pub fn cut_space(scenario: &Scenario, baseline: &RunOutcome, options: &SpaceOpti
                 let site = Site::Call { function: function.clone(), about, nth };
                 let mut kinds = vec![Kind::Timeout, Kind::Reject, Kind::Delay];
                 if WRITES.contains(&function.as_str()) {
-                    kinds.extend([Kind::LostAck, Kind::CrashCallerBefore, Kind::CrashCallerAfter, Kind::CrashService]);
+                    kinds.extend([
+                        Kind::LostAck,
+                        Kind::CrashCallerBefore,
+                        Kind::CrashCallerAfter,
+                        Kind::CrashService,
+                        Kind::CrashEngine,
+                    ]);
                 }
                 if function == "state::acquire-lease" {
                     kinds.push(Kind::PauseCaller);

@@ -245,6 +245,7 @@ pub enum CutAction {
     CrashCallerBefore,
     CrashCallerAfter,
     CrashService,
+    CrashEngine,
     PauseCaller,
 }
 

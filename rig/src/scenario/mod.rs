@@ -584,6 +584,7 @@ fn compile_cut(at: &Locator, functions: &BTreeSet<String>, cut: Spanned<CutSpec>
         CutAction::CrashCallerBefore => ServiceFault::CrashCaller { after: false },
         CutAction::CrashCallerAfter => ServiceFault::CrashCaller { after: true },
         CutAction::CrashService => ServiceFault::CrashService,
+        CutAction::CrashEngine => ServiceFault::CrashEngine,
         CutAction::PauseCaller => ServiceFault::PauseCaller {
             ms: cut.pause_ms.ok_or_else(|| at.error(span.clone(), "a `pause-caller` cut needs `pause_ms`"))?,
         },

@@ -233,6 +233,11 @@ impl Provider for ServiceHost {
                     world.request_bounce(&self.host);
                     None
                 }
+                ServiceFault::CrashEngine => {
+                    let _ = self.apply(&call, caller.as_deref(), &bus);
+                    world.request_bounce(crate::topology::ENGINE);
+                    None
+                }
                 ServiceFault::PauseCaller { ms } => {
                     let reply = self.apply(&call, caller.as_deref(), &bus);
                     if let Some(caller) = caller.as_deref() {
