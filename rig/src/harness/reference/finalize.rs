@@ -520,16 +520,21 @@ impl Worker {
         still_there
     }
 
-    /// Puts a turn on the turn queue, trying up to `enqueue_attempts` times: the attempt that
-    /// got through, or the last error.
+    /// Puts a turn on the turn queue, trying up to `enqueue_attempts` times with a backoff
+    /// between tries (an engine that restarts refuses every call at once until the worker is
+    /// connected again): the attempt that got through, or the last error.
     pub(super) async fn enqueue_turn(&self, bus: &Bus, request: Value) -> Result<u32, String> {
         let timeout = self.env.config.session_timeout_ms;
         let queue = Action::Enqueue { queue: self.env.config.turn_queue.clone() };
+        let attempts = self.env.config.enqueue_attempts;
         let mut last_error = String::new();
-        for attempt in 1..=self.env.config.enqueue_attempts {
+        for attempt in 1..=attempts {
             match bus.invoke_with(&self.env.function("turn"), request.clone(), Some(queue.clone()), timeout).await {
                 Ok(_receipt) => return Ok(attempt),
                 Err(error) => last_error = error.to_string(),
+            }
+            if attempt < attempts {
+                self.env.clock.sleep(self.deferred_backoff(attempt)).await;
             }
         }
         Err(last_error)
