@@ -108,6 +108,8 @@ pub struct Runner {
     /// the world busy.
     held: BTreeSet<(std::net::IpAddr, std::net::IpAddr)>,
     driver: Option<(Bus, mpsc::UnboundedSender<DriverCall>)>,
+    /// Hosts whose process is stopped for a pause: turmoil does not tick them.
+    frozen: BTreeSet<String>,
 }
 
 impl Runner {
@@ -121,6 +123,7 @@ impl Runner {
             quiet_steps: 0,
             steps: 0,
             crashed: BTreeSet::new(),
+            frozen: BTreeSet::new(),
             cut_links: BTreeSet::new(),
             held: BTreeSet::new(),
             driver: None,
@@ -208,17 +211,40 @@ impl Runner {
         if self.steps >= self.config.steps_max {
             return Err(self.limit(format!("{} simulation steps", self.config.steps_max)));
         }
+        self.freeze_paused_hosts(now);
         let woken = self.world.clock.advance_to(now);
         let activity = self.world.activity();
         self.sim.step().map_err(|error| Stop::HostFailed(error.to_string()))?;
         self.steps += 1;
         for host in self.world.take_bounces() {
             self.world.record("rig", EventKind::Control { action: "crash and restart".into(), target: host.clone() });
+            self.world.end_pause(&host);
             self.sim.bounce(host.as_str());
         }
         let quiet = woken == 0 && self.world.activity() == activity && self.in_flight() == 0;
         self.quiet_steps = if quiet { self.quiet_steps + 1 } else { 0 };
         Ok(())
+    }
+
+    /// Stops the processes the world has paused and resumes those whose pause is over: a paused
+    /// host runs nothing at all (it neither answers nor sends), as a suspended process, whatever
+    /// its software would rather do.
+    fn freeze_paused_hosts(&mut self, now: u64) {
+        let paused: BTreeSet<String> = self.world.pauses_after(now).into_iter().map(|(host, _)| host).collect();
+        for host in self.frozen.difference(&paused) {
+            self.sim.freeze(host.as_str(), false);
+        }
+        for host in paused.difference(&self.frozen) {
+            self.sim.freeze(host.as_str(), true);
+        }
+        self.frozen = paused;
+    }
+
+    /// The next moment something is due: a timer on the world's clock, or a pause's end.
+    fn next_deadline(&self) -> Option<u64> {
+        let now = self.now_ms();
+        let pause_end = self.world.pauses_after(now).into_iter().map(|(_, until)| until).min();
+        [self.world.clock.next_deadline(), pause_end].into_iter().flatten().min()
     }
 
     fn limit(&self, what: String) -> Stop {
@@ -246,7 +272,7 @@ impl Runner {
             }
             // Two quiet steps in a row: every host ran to idle and nothing crossed the network.
             if self.quiet_steps >= 2 {
-                match self.world.clock.next_deadline() {
+                match self.next_deadline() {
                     Some(next) => self.warp_ms += next.min(deadline_ms.unwrap_or(u64::MAX)).saturating_sub(now),
                     None => return Ok(WaitEnd::Stalled),
                 }
@@ -276,6 +302,7 @@ impl Runner {
     /// Crashes a host: its software stops and its in-memory state is lost.
     pub fn crash(&mut self, host: &str) {
         self.world.record_control("crash", host);
+        self.world.end_pause(host);
         self.sim.crash(host);
         self.crashed.insert(host.to_string());
     }
@@ -283,6 +310,7 @@ impl Runner {
     /// Restarts a host's software from scratch.
     pub fn restart(&mut self, host: &str) {
         self.world.record_control("restart", host);
+        self.world.end_pause(host);
         self.sim.bounce(host);
         self.crashed.remove(host);
     }

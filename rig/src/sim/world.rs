@@ -114,6 +114,16 @@ impl World {
         self.services.iter().flat_map(|(_, double)| double.borrow().unused()).collect()
     }
 
+    /// The hosts paused past `now_ms`, with when each pause ends.
+    pub fn pauses_after(&self, now_ms: u64) -> Vec<(String, u64)> {
+        self.paused.borrow().iter().filter(|(_, until)| **until > now_ms).map(|(h, u)| (h.clone(), *u)).collect()
+    }
+
+    /// Ends `host`'s pause: its process died or was restarted, and a new one is not paused.
+    pub fn end_pause(&self, host: &str) {
+        self.paused.borrow_mut().remove(host);
+    }
+
     /// Heals what the world itself holds: disarms the service and process cuts, ends every
     /// pause, resets the proxy's rules, and repairs every link.
     pub fn heal_faults(&self) {

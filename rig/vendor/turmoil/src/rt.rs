@@ -74,6 +74,10 @@ pub struct Rt<'a> {
     /// tasks was woken would do nothing and may be skipped (rig patch).
     skip_idle: bool,
 
+    /// Set while the host's process is stopped from outside (rig patch): its
+    /// software is not ticked at all, as if the process were suspended.
+    frozen: bool,
+
     /// Set when a local task is woken and not yet run (rig patch).
     pending: Arc<AtomicBool>,
 
@@ -139,6 +143,7 @@ impl<'a> Rt<'a> {
             handle: Some(handle),
             config,
             skip_idle: false,
+            frozen: false,
             pending: Arc::new(AtomicBool::new(true)),
             lag: Duration::ZERO,
             metrics,
@@ -164,6 +169,7 @@ impl<'a> Rt<'a> {
             handle: Some(handle),
             config,
             skip_idle: false,
+            frozen: false,
             pending: Arc::new(AtomicBool::new(true)),
             lag: Duration::ZERO,
             metrics,
@@ -183,6 +189,7 @@ impl<'a> Rt<'a> {
             handle: None,
             config,
             skip_idle: false,
+            frozen: false,
             pending: Arc::new(AtomicBool::new(true)),
             lag: Duration::ZERO,
             metrics,
@@ -192,6 +199,16 @@ impl<'a> Rt<'a> {
     /// Lets ticks with nothing to do be skipped; see [`Rt::is_idle`] (rig patch).
     pub(crate) fn set_skip_idle(&mut self, skip_idle: bool) {
         self.skip_idle = skip_idle;
+    }
+
+    /// Stops or resumes ticking the host's software (rig patch); see
+    /// [`crate::Sim::freeze`].
+    pub(crate) fn set_frozen(&mut self, frozen: bool) {
+        self.frozen = frozen;
+    }
+
+    pub(crate) fn is_frozen(&self) -> bool {
+        self.frozen
     }
 
     /// Whether ticking now would do nothing: the software opted in, none of
@@ -336,6 +353,8 @@ impl<'a> Rt<'a> {
             panic!("can only crash host's software");
         }
 
+        // Rig patch: a process that died is no longer suspended.
+        self.frozen = false;
         if self.handle.take().is_some() {
             self.cancel_tasks();
         };
@@ -345,6 +364,8 @@ impl<'a> Rt<'a> {
         if !self.is_host() {
             panic!("can only bounce host's software");
         }
+        // Rig patch: a restarted process is no longer suspended.
+        self.frozen = false;
 
         self.cancel_tasks();
 

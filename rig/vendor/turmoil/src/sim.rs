@@ -222,6 +222,17 @@ impl<'a> Sim<'a> {
         }
     }
 
+    /// Stops ticking a host's software while `frozen`, as a suspended process
+    /// (a long GC pause, a stopped VM) is not run at all (rig patch). The
+    /// network still delivers to it, its noted wakes wait, and the time it
+    /// missed is added to its first tick after it is resumed, so its timers
+    /// that fell due meanwhile fire then. A host that crashes or restarts is
+    /// resumed.
+    pub fn freeze(&mut self, addr: impl ToIpAddr, frozen: bool) {
+        let host = self.world.borrow_mut().lookup(addr);
+        self.rts.get_mut(&host).expect("missing host").set_frozen(frozen);
+    }
+
     /// Check whether a host has software running.
     pub fn is_host_running(&mut self, addr: impl ToIpAddr) -> bool {
         let host = self.world.borrow_mut().lookup(addr);
@@ -460,8 +471,9 @@ impl<'a> Sim<'a> {
                 topology.deliver_messages(rng, hosts.get_mut(&addr).expect("missing host"));
 
                 // Rig patch: a host none of whose tasks is woken (a delivery
-                // wakes the task reading it) would do nothing in this tick.
-                if rt.is_idle() {
+                // wakes the task reading it) would do nothing in this tick,
+                // and a frozen host does nothing until it is resumed.
+                if rt.is_idle() || rt.is_frozen() {
                     rt.skip(tick);
                     world.tick(addr, tick);
                     if rt.is_client() {
