@@ -355,3 +355,38 @@ fn a_missing_worker_and_a_simulation_only_step_are_reported_clearly() {
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(stderr.contains("cannot be run live") && stderr.contains("[[interrupt]] #1"), "{stderr}");
 }
+
+/// Cuts that crash a host crash it live too: the rig's own store and engine lose their software
+/// and start afresh, and the harness process has its connections dropped (`rig harness` then
+/// starts afresh, as after a crash). The verdicts are the simulated ones.
+#[test]
+fn cuts_that_crash_a_host_crash_it_live() {
+    let files = [
+        "scenarios/regressions/child-turn-store-crash.toml",
+        "scenarios/regressions/successor-enqueued-across-an-engine-restart.toml",
+        "scenarios/regressions/owed-terminal-state-not-recorded.toml",
+    ];
+    let trace = Path::new(env!("CARGO_TARGET_TMPDIR")).join("live-crash-cuts.jsonl");
+    let live = live_against(&files, &["--trace", trace.to_str().unwrap()], |url| rig_harness(url, "reference"));
+    let mut simulated: Vec<Verdict> = files
+        .iter()
+        .map(|file| {
+            let scenario = rig::Scenario::load(&workspace().join(file)).expect("a valid scenario");
+            let outcome = rig::run(&scenario, scenario.run_of("reference").expect("reference"), 0);
+            let fired = outcome.violations.iter().map(|v| v.oracle.name().to_string()).collect::<BTreeSet<_>>();
+            Verdict {
+                scenario: file.to_string(),
+                policy: "reference".into(),
+                passed: outcome.passed,
+                oracles: fired.into_iter().collect(),
+            }
+        })
+        .collect();
+    simulated.sort();
+    assert_same(live, simulated, "rig harness --policy reference");
+    let trace = std::fs::read_to_string(&trace).expect("the trace was written");
+    for host in ["store", "engine", "harness"] {
+        let restarted = format!("\"action\":\"crash and restart\",\"target\":\"{host}\"");
+        assert!(trace.contains(&restarted), "no crash of `{host}` in the live trace");
+    }
+}

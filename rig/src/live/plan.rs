@@ -100,6 +100,16 @@ fn unsupported(scenario: &Scenario) -> Vec<String> {
             cut.point
         ));
     }
+    for (index, cut) in scenario.cuts.iter().enumerate() {
+        if matches!(cut.fault, crate::cut::ServiceFault::PauseCaller { .. }) {
+            found.push(format!(
+                "[[cut]] #{} (pause-caller on `{}`) stops the calling worker's whole process for a while, which needs \
+                 the process inside the simulation",
+                index + 1,
+                cut.function
+            ));
+        }
+    }
     for (index, step) in scenario.steps.iter().enumerate() {
         let why = match step {
             Step::Pause { host, .. } => format!(
@@ -283,6 +293,11 @@ mod tests {
             scenario(&format!("{TURN}[[step]]\npause = {{ host = \"harness\", ms = 100 }}\n[policy.reference]\n"));
         let error = prepare_live(&paused, None).err().expect("refused");
         assert!(error.contains("step 2") && error.contains("pause"), "{error}");
+        let pause_caller = scenario(&format!(
+            "{TURN}[[cut]]\nfunction = \"state::set\"\naction = \"pause-caller\"\npause_ms = 100\n[policy.reference]\n"
+        ));
+        let error = prepare_live(&pause_caller, None).err().expect("refused");
+        assert!(error.contains("[[cut]] #1 (pause-caller on `state::set`)"), "{error}");
     }
 
     #[test]

@@ -161,17 +161,52 @@ impl LiveRunner {
         }
     }
 
-    /// Runs the world in real time until `check` has an answer, looking every millisecond.
-    fn drive<T>(&self, mut check: impl FnMut(&Self) -> Option<T>) -> T {
+    /// Runs the world in real time until `check` has an answer, looking every millisecond, and
+    /// crashes and restarts the hosts cuts ask for as it goes.
+    fn drive<T>(&mut self, mut check: impl FnMut(&Self) -> Option<T>) -> T {
+        loop {
+            if let Some(answer) = self.drive_until_bounce(&mut check) {
+                return answer;
+            }
+            self.bounce_requested_hosts();
+        }
+    }
+
+    /// [`Self::drive`] until `check` has an answer (`Some`) or a cut asks for a host to be
+    /// crashed (`None`).
+    fn drive_until_bounce<T>(&self, check: &mut impl FnMut(&Self) -> Option<T>) -> Option<T> {
         self.local.block_on(&self.runtime, async {
             loop {
                 self.world.clock.advance_to(self.elapsed_ms());
+                if self.world.has_bounces() {
+                    return None;
+                }
                 if let Some(answer) = check(self) {
-                    return answer;
+                    return Some(answer);
                 }
                 tokio::time::sleep(Duration::from_millis(LOOK_MS)).await;
             }
         })
+    }
+
+    /// Crashes and at once restarts each host a cut asked for (`crash-service`, `crash-engine`,
+    /// `crash-caller-*`): the rig's own hosts lose their software and start afresh; an external
+    /// worker, whose process the rig cannot kill, has its connections dropped and may connect
+    /// again at once, as for a `crash` and `restart` of its host.
+    fn bounce_requested_hosts(&mut self) {
+        for host in self.world.take_bounces() {
+            self.world.record(
+                "rig",
+                crate::trace::EventKind::Control { action: "crash and restart".into(), target: host.clone() },
+            );
+            if self.external.contains(&host) {
+                self.net.crash_external(&host);
+                self.net.restart_external(&host);
+            } else {
+                self.stop_host(&host);
+                self.start_host(&host);
+            }
+        }
     }
 
     fn limit(&self) -> Option<Stop> {

@@ -270,6 +270,11 @@ impl World {
         self.bounces.borrow_mut().push(host.to_string());
     }
 
+    /// Whether a cut has asked for a host to be crashed and restarted since the last take.
+    pub fn has_bounces(&self) -> bool {
+        !self.bounces.borrow().is_empty()
+    }
+
     pub fn take_bounces(&self) -> Vec<String> {
         std::mem::take(&mut *self.bounces.borrow_mut())
     }
