@@ -279,16 +279,18 @@ fn outputs_are_checked_before_the_first_run() {
     let folder = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli");
     std::fs::create_dir_all(&folder).unwrap();
     let missing = folder.join("no/such/folder/out.xml");
-    let cases: [&[&str]; 4] = [
+    let cases: [&[&str]; 5] = [
         &["matrix", smoke.to_str().unwrap(), "--seeds", "0..1000", "--junit", missing.to_str().unwrap()],
         &["matrix", smoke.to_str().unwrap(), "--seeds", "0..1000", "--junit", folder.to_str().unwrap()],
         &["run", smoke.to_str().unwrap(), "--timeline", missing.to_str().unwrap()],
         &["run", smoke.to_str().unwrap(), "--mermaid", folder.to_str().unwrap()],
+        &["run", smoke.to_str().unwrap(), "--trace", missing.to_str().unwrap()],
     ];
     for args in cases {
         let out = rig(args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");
-        assert!(String::from_utf8_lossy(&out.stderr).contains("cannot write"), "{args:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("cannot write") && stderr.contains(args[args.len() - 1]), "names the file: {stderr}");
         assert!(out.stdout.is_empty(), "no run before the check: {args:?}");
     }
     let out = rig(&["run", smoke.to_str().unwrap(), "--jobs", "0"]);

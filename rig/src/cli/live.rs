@@ -84,7 +84,7 @@ pub fn command(args: LiveArgs) -> ExitCode {
     };
     let mut trace_out = match args.trace.as_deref().map(trace_sink).transpose() {
         Ok(sink) => sink,
-        Err(error) => return bad_input(&format!("cannot write the trace file: {error}")),
+        Err(code) => return code,
     };
     let scale = args.time_scale.unwrap_or(1.0);
     // The first line on stderr, so a script starting `rig live` on port 0 can read the address.

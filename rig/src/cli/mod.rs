@@ -47,11 +47,13 @@ pub fn parse_seed_range(text: &str) -> Result<std::ops::Range<u64>, String> {
 }
 
 /// Where `--trace` goes: a file, or standard output for `-`.
-pub fn trace_sink(path: &Path) -> std::io::Result<Box<dyn std::io::Write>> {
+pub fn trace_sink(path: &Path) -> Result<Box<dyn std::io::Write>, ExitCode> {
     if path == Path::new("-") {
-        Ok(Box::new(std::io::stdout()))
-    } else {
-        Ok(Box::new(std::io::BufWriter::new(std::fs::File::create(path)?)))
+        return Ok(Box::new(std::io::stdout()));
+    }
+    match std::fs::File::create(path) {
+        Ok(file) => Ok(Box::new(std::io::BufWriter::new(file))),
+        Err(error) => Err(bad_input(&format!("cannot write the trace file {}: {error}", path.display()))),
     }
 }
 

@@ -3,12 +3,12 @@
 use super::parallel::{for_each_ordered, Jobs};
 use super::progress::Progress;
 use super::{
-    bad_input, create_output, load_scenarios, parse_seed_range, run_count, run_jobs, selected_runs, EXIT_BAD_INPUT,
-    EXIT_FAILED,
+    bad_input, create_output, load_scenarios, parse_seed_range, run_count, run_jobs, selected_runs, trace_sink,
+    EXIT_BAD_INPUT, EXIT_FAILED,
 };
 use rig::{report, timeline, RunOutcome};
 use std::io::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 /// A timeline page is for reading: this many runs at most, so nobody draws ten thousand by accident.
@@ -42,15 +42,6 @@ pub struct RunArgs {
     pub mermaid: Option<PathBuf>,
     #[command(flatten)]
     pub jobs: Jobs,
-}
-
-/// Where `--trace` goes: a file, or standard output for `-`.
-fn trace_sink(path: &Path) -> std::io::Result<Box<dyn std::io::Write>> {
-    if path == Path::new("-") {
-        Ok(Box::new(std::io::stdout()))
-    } else {
-        Ok(Box::new(std::io::BufWriter::new(std::fs::File::create(path)?)))
-    }
 }
 
 /// A way of drawing runs: the HTML timeline or the Mermaid diagram.
@@ -99,7 +90,7 @@ pub fn command(args: RunArgs) -> ExitCode {
     }
     let mut trace_out = match args.trace.as_deref().map(trace_sink).transpose() {
         Ok(sink) => sink,
-        Err(error) => return bad_input(&format!("cannot write the trace file: {error}")),
+        Err(code) => return code,
     };
     let mut pictures = Vec::new();
     let drawings: [(&Option<PathBuf>, &str, Drawing); 2] =
