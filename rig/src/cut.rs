@@ -88,6 +88,10 @@ pub enum ServiceFault {
     CrashEngine,
     /// The call takes effect and is answered; then the calling worker is paused for `ms`.
     PauseCaller { ms: u64 },
+    /// The call takes effect, and the calling worker's link to the engine is cut before the
+    /// answer arrives, for `ms`: its process goes on, but every call it makes fails at once and
+    /// it cannot connect again until the link is repaired.
+    IsolateCaller { ms: u64 },
 }
 
 impl ServiceFault {
@@ -102,6 +106,7 @@ impl ServiceFault {
             ServiceFault::CrashService => "crash-service",
             ServiceFault::CrashEngine => "crash-engine",
             ServiceFault::PauseCaller { .. } => "pause-caller",
+            ServiceFault::IsolateCaller { .. } => "isolate-caller",
         }
     }
 }

@@ -356,6 +356,9 @@ fn add_hosts(
 ) {
     let world = Rc::clone(&runner.world);
     for host in topology.hosts() {
+        if let Some(target) = &host.dials {
+            runner.note_dial(&host.name, target);
+        }
         let functions: Vec<String> = host.functions.iter().cloned().collect();
         let (world, name, target) = (Rc::clone(&world), host.name.clone(), host.dials.clone().unwrap_or_default());
         match host.role {

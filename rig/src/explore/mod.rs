@@ -203,6 +203,7 @@ fn add_cut(table: &mut toml::Table, placement: &Placement) {
             match placement.kind {
                 Kind::Delay => drop(cut.insert("delay_ms".into(), number(placement.ms.unwrap_or(0)))),
                 Kind::PauseCaller => drop(cut.insert("pause_ms".into(), number(placement.ms.unwrap_or(0)))),
+                Kind::IsolateCaller => drop(cut.insert("isolate_ms".into(), number(placement.ms.unwrap_or(0)))),
                 _ => {}
             }
             cut.insert("skip".into(), number(nth - 1));

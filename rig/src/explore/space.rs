@@ -63,6 +63,8 @@ pub enum Kind {
     CrashService,
     /// The engine dies as the call's reply would pass through it (and restarts).
     CrashEngine,
+    /// The caller's link to the engine is cut as the call's reply would come back, for a while.
+    IsolateCaller,
     /// Pause the worker holding a lease past its expiry.
     PauseCaller,
     Drop,
@@ -72,7 +74,7 @@ pub enum Kind {
 }
 
 impl Kind {
-    pub const ALL: [Kind; 13] = [
+    pub const ALL: [Kind; 14] = [
         Kind::LostAck,
         Kind::Timeout,
         Kind::Reject,
@@ -86,6 +88,7 @@ impl Kind {
         Kind::Crash,
         Kind::Pause,
         Kind::CrashEngine,
+        Kind::IsolateCaller,
     ];
 
     pub fn name(self) -> &'static str {
@@ -98,6 +101,7 @@ impl Kind {
             Kind::CrashCallerAfter => "crash-caller-after",
             Kind::CrashService => "crash-service",
             Kind::CrashEngine => "crash-engine",
+            Kind::IsolateCaller => "isolate-caller",
             Kind::PauseCaller => "pause-caller",
             Kind::Drop => "drop",
             Kind::Duplicate => "duplicate",
@@ -185,6 +189,7 @@ impl Placement {
                     Kind::CrashCallerAfter => ServiceFault::CrashCaller { after: true },
                     Kind::CrashService => ServiceFault::CrashService,
                     Kind::CrashEngine => ServiceFault::CrashEngine,
+                    Kind::IsolateCaller => ServiceFault::IsolateCaller { ms: self.ms.unwrap_or(0) },
                     _ => ServiceFault::PauseCaller { ms: self.ms.unwrap_or(0) },
                 };
                 let conditions = about
@@ -314,6 +319,7 @@ pub fn cut_space(scenario: &Scenario, baseline: &RunOutcome, options: &SpaceOpti
                         Kind::CrashCallerAfter,
                         Kind::CrashService,
                         Kind::CrashEngine,
+                        Kind::IsolateCaller,
                     ]);
                 }
                 if function == "state::acquire-lease" {
@@ -322,7 +328,7 @@ pub fn cut_space(scenario: &Scenario, baseline: &RunOutcome, options: &SpaceOpti
                 for kind in kinds {
                     let ms = match kind {
                         Kind::Delay => Some(deadline_of(function) + 500),
-                        Kind::PauseCaller => Some(pause_ms),
+                        Kind::PauseCaller | Kind::IsolateCaller => Some(pause_ms),
                         _ => None,
                     };
                     placements.push(Placement { site: site.clone(), kind, ms });

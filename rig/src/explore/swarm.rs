@@ -57,6 +57,8 @@ fn draw(seed: u64, space: &[Placement], workload: &Scenario) -> Vec<Placement> {
             placement.ms = match placement.kind {
                 Kind::Delay => placement.ms.map(|past| rng.random_range(past..=past.saturating_mul(3))),
                 Kind::Pause | Kind::PauseCaller => Some(rng.random_range(ttl..=ttl.saturating_mul(4))),
+                // Cut off from a moment to longer than the sweep's isolation.
+                Kind::IsolateCaller => placement.ms.map(|ms| rng.random_range(ms / 10..=ms.saturating_mul(2))),
                 _ => placement.ms,
             };
             placement

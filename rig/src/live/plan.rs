@@ -101,14 +101,17 @@ fn unsupported(scenario: &Scenario) -> Vec<String> {
         ));
     }
     for (index, cut) in scenario.cuts.iter().enumerate() {
-        if matches!(cut.fault, crate::cut::ServiceFault::PauseCaller { .. }) {
-            found.push(format!(
-                "[[cut]] #{} (pause-caller on `{}`) stops the calling worker's whole process for a while, which needs \
-                 the process inside the simulation",
-                index + 1,
-                cut.function
-            ));
-        }
+        let why = match cut.fault {
+            crate::cut::ServiceFault::PauseCaller { .. } => {
+                "stops the calling worker's whole process for a while, which needs the process inside the simulation"
+            }
+            crate::cut::ServiceFault::IsolateCaller { .. } => {
+                "cuts the calling worker off from the engine for a while and then repairs the link, which only the \
+                 simulation's runner times; live, script it with `partition` and `repair` steps"
+            }
+            _ => continue,
+        };
+        found.push(format!("[[cut]] #{} ({} on `{}`) {why}", index + 1, cut.fault.name(), cut.function));
     }
     for (index, step) in scenario.steps.iter().enumerate() {
         let why = match step {

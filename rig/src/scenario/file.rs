@@ -221,6 +221,9 @@ pub struct CutSpec {
     /// How long a `pause-caller` cut pauses the calling worker.
     #[serde(default)]
     pub pause_ms: Option<u64>,
+    /// How long an `isolate-caller` cut keeps the calling worker's link to the engine cut.
+    #[serde(default)]
+    pub isolate_ms: Option<u64>,
     #[serde(default)]
     pub code: Option<String>,
     #[serde(default)]
@@ -247,6 +250,7 @@ pub enum CutAction {
     CrashService,
     CrashEngine,
     PauseCaller,
+    IsolateCaller,
 }
 
 /// `"once"`, `"always"` or a number of times.

@@ -588,6 +588,9 @@ fn compile_cut(at: &Locator, functions: &BTreeSet<String>, cut: Spanned<CutSpec>
         CutAction::PauseCaller => ServiceFault::PauseCaller {
             ms: cut.pause_ms.ok_or_else(|| at.error(span.clone(), "a `pause-caller` cut needs `pause_ms`"))?,
         },
+        CutAction::IsolateCaller => ServiceFault::IsolateCaller {
+            ms: cut.isolate_ms.ok_or_else(|| at.error(span.clone(), "an `isolate-caller` cut needs `isolate_ms`"))?,
+        },
     };
     Ok(ServiceCut {
         function,

@@ -238,6 +238,13 @@ impl Provider for ServiceHost {
                     world.request_bounce(crate::topology::ENGINE);
                     None
                 }
+                ServiceFault::IsolateCaller { ms } => {
+                    let _ = self.apply(&call, caller.as_deref(), &bus);
+                    if let Some(caller) = caller.as_deref().filter(|c| *c != crate::topology::DRIVER) {
+                        world.request_isolation(caller, world.clock.now_ms().saturating_add(ms));
+                    }
+                    None
+                }
                 ServiceFault::PauseCaller { ms } => {
                     let reply = self.apply(&call, caller.as_deref(), &bus);
                     if let Some(caller) = caller.as_deref() {

@@ -12,7 +12,7 @@ pub use driver::DriverCall;
 
 use crate::bus::Bus;
 use crate::trace::EventKind;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
 use std::time::{Duration, UNIX_EPOCH};
 use tokio::sync::mpsc;
@@ -110,6 +110,10 @@ pub struct Runner {
     driver: Option<(Bus, mpsc::UnboundedSender<DriverCall>)>,
     /// Hosts whose process is stopped for a pause: turmoil does not tick them.
     frozen: BTreeSet<String>,
+    /// The host each host dials (the engine, or the proxy in front of it).
+    dials: BTreeMap<String, String>,
+    /// Links an `isolate-caller` cut partitioned, with when each is repaired.
+    isolated: BTreeMap<(String, String), u64>,
 }
 
 impl Runner {
@@ -124,6 +128,8 @@ impl Runner {
             steps: 0,
             crashed: BTreeSet::new(),
             frozen: BTreeSet::new(),
+            dials: BTreeMap::new(),
+            isolated: BTreeMap::new(),
             cut_links: BTreeSet::new(),
             held: BTreeSet::new(),
             driver: None,
@@ -212,6 +218,7 @@ impl Runner {
             return Err(self.limit(format!("{} simulation steps", self.config.steps_max)));
         }
         self.freeze_paused_hosts(now);
+        self.repair_isolations_due(now);
         let woken = self.world.clock.advance_to(now);
         let activity = self.world.activity();
         self.sim.step().map_err(|error| Stop::HostFailed(error.to_string()))?;
@@ -220,6 +227,9 @@ impl Runner {
             self.world.record("rig", EventKind::Control { action: "crash and restart".into(), target: host.clone() });
             self.world.end_pause(&host);
             self.sim.bounce(host.as_str());
+        }
+        for (host, until) in self.world.take_isolations() {
+            self.isolate(&host, until);
         }
         let quiet = woken == 0 && self.world.activity() == activity && self.in_flight() == 0;
         self.quiet_steps = if quiet { self.quiet_steps + 1 } else { 0 };
@@ -240,11 +250,43 @@ impl Runner {
         self.frozen = paused;
     }
 
-    /// The next moment something is due: a timer on the world's clock, or a pause's end.
+    /// The next moment something is due: a timer on the world's clock, a pause's end, or the
+    /// repair of a link a cut isolated.
     fn next_deadline(&self) -> Option<u64> {
         let now = self.now_ms();
         let pause_end = self.world.pauses_after(now).into_iter().map(|(_, until)| until).min();
-        [self.world.clock.next_deadline(), pause_end].into_iter().flatten().min()
+        let repair = self.isolated.values().copied().min();
+        [self.world.clock.next_deadline(), pause_end, repair].into_iter().flatten().min()
+    }
+
+    /// Records the host `host` dials, for cuts that isolate it.
+    pub fn note_dial(&mut self, host: &str, target: &str) {
+        self.dials.insert(host.to_string(), target.to_string());
+    }
+
+    /// Cuts `host` off from what it dials until `until`, unless the script already has that
+    /// link cut (its own `repair` decides then).
+    fn isolate(&mut self, host: &str, until: u64) {
+        let target = self.dials.get(host).cloned().unwrap_or_else(|| crate::topology::ENGINE.to_string());
+        let link = (host.to_string(), target.clone());
+        if self.cut_links.contains(&link) && !self.isolated.contains_key(&link) {
+            return;
+        }
+        if !self.cut_links.contains(&link) {
+            self.partition(host, &target);
+        }
+        let repair = self.isolated.entry(link).or_insert(until);
+        *repair = (*repair).max(until);
+    }
+
+    /// Repairs the links whose isolation is over.
+    fn repair_isolations_due(&mut self, now: u64) {
+        let due: Vec<(String, String)> =
+            self.isolated.iter().filter(|(_, until)| **until <= now).map(|(link, _)| link.clone()).collect();
+        for (a, b) in due {
+            self.isolated.remove(&(a.clone(), b.clone()));
+            self.repair(&a, &b);
+        }
     }
 
     fn limit(&self, what: String) -> Stop {
@@ -356,6 +398,7 @@ impl Runner {
         self.world.record_control("heal", "all");
         self.world.heal_faults();
         self.held.clear();
+        self.isolated.clear();
         for (a, b) in std::mem::take(&mut self.cut_links) {
             self.sim.release(a.as_str(), b.as_str());
             self.sim.repair(a.as_str(), b.as_str());

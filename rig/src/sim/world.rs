@@ -46,6 +46,9 @@ pub struct World {
     callers: RefCell<Callers>,
     /// Hosts a cut asked to crash and restart; the runner does it after the current step.
     bounces: RefCell<Vec<String>>,
+    /// Workers a cut asked to cut off from the engine, with when their link is repaired; the
+    /// runner does it after the current step.
+    isolations: RefCell<Vec<(String, u64)>>,
     /// How often each worker reached each named interruption point: where process cuts can go.
     arrivals: RefCell<BTreeMap<(String, String), u64>>,
 }
@@ -100,6 +103,7 @@ impl World {
             links: RefCell::default(),
             callers: RefCell::default(),
             bounces: RefCell::default(),
+            isolations: RefCell::default(),
             arrivals: RefCell::default(),
         })
     }
@@ -268,6 +272,16 @@ impl World {
     /// Asks the runner to crash `host` and restart it at once, after the current step.
     pub fn request_bounce(&self, host: &str) {
         self.bounces.borrow_mut().push(host.to_string());
+    }
+
+    /// Asks the runner to cut `host`'s link to the engine (or to the proxy it dials) after the
+    /// current step, and to repair it at `until_ms`.
+    pub fn request_isolation(&self, host: &str, until_ms: u64) {
+        self.isolations.borrow_mut().push((host.to_string(), until_ms));
+    }
+
+    pub fn take_isolations(&self) -> Vec<(String, u64)> {
+        std::mem::take(&mut *self.isolations.borrow_mut())
     }
 
     /// Whether a cut has asked for a host to be crashed and restarted since the last take.
