@@ -412,18 +412,60 @@ impl Worker {
             "skipped": false, "next_step": null,
         });
         if let (true, Some(reseed)) = (self.policy.recovers(), reseed) {
-            self.reseed_later_if_still_queued(bus, terminal, &reseed);
+            self.reseed_later_if_unfinished(bus, terminal, &reseed);
             result["reseed"] = reseed;
         }
         result
     }
 
-    /// When a reseed left the input queued (no turn was made of it), admits it later.
-    fn reseed_later_if_still_queued(self: &Rc<Self>, bus: &Bus, predecessor: &Value, reseed: &Value) {
+    /// When a reseed left the input queued (no turn was made of it), admits it later; when it
+    /// made a turn it could neither enqueue nor hold, admits that turn later.
+    fn reseed_later_if_unfinished(self: &Rc<Self>, bus: &Bus, predecessor: &Value, reseed: &Value) {
         if reseed["admitted"] == json!(false) && reseed["turn_id"].is_null() {
             let (worker, retry_bus, predecessor) = (Rc::clone(self), bus.clone(), predecessor.clone());
             tokio::task::spawn_local(async move { worker.reseed_later(&retry_bus, &predecessor).await });
         }
+        self.admit_later_if_stranded(bus, reseed);
+    }
+
+    /// A turn whose record is written but which could be neither enqueued nor held (the worker
+    /// was cut off from the engine: every try failed at once) has nobody to run it and nobody to
+    /// find it until a worker starts. It is admitted again in the background, after a backoff, a
+    /// bounded number of times, for as long as it is still running and not on the turn queue.
+    fn admit_later_if_stranded(self: &Rc<Self>, bus: &Bus, admission: &Value) {
+        if admission["admitted"] != json!(false) || admission["held"] != json!(false) {
+            return;
+        }
+        let (Some(turn_id), Some(session_id)) = (admission["turn_id"].as_str(), admission["session_id"].as_str())
+        else {
+            return;
+        };
+        let (worker, bus) = (Rc::clone(self), bus.clone());
+        let (turn_id, session_id) = (turn_id.to_string(), session_id.to_string());
+        tokio::task::spawn_local(async move {
+            let attempts = worker.env.config.terminalize_attempts;
+            for attempt in 1..=attempts {
+                worker.env.clock.sleep(worker.deferred_backoff(attempt)).await;
+                let lock = worker.session_lock(&session_id);
+                let _guard = lock.lock().await;
+                let record = match worker.get_turn(&bus, &session_id).await {
+                    Ok(Some(record)) if record["turn_id"] == json!(turn_id) && record["status"] == json!("running") => {
+                        record
+                    }
+                    Ok(_) => return,
+                    Err(_) => continue,
+                };
+                if worker.is_enqueued(&bus, &record).await {
+                    return;
+                }
+                let again = worker.admit(&bus, record).await;
+                if again["admitted"] == json!(true) || again["held"] == json!(true) {
+                    worker.note("admission_recovered", json!({ "turn_id": turn_id, "attempt": attempt }));
+                    return;
+                }
+            }
+            worker.note("admission_abandoned", json!({ "turn_id": turn_id, "attempts": attempts }));
+        });
     }
 
     async fn put_terminal(&self, bus: &Bus, record: &Value) -> Result<(), InvokeError> {
@@ -567,7 +609,10 @@ impl Worker {
         turn["held_reason"] = json!(format!("enqueue exhausted after {attempts} attempts: {last_error}"));
         turn["updated_at"] = json!(self.now());
         let held = self.put_turn(bus, &turn).await.is_ok();
-        json!({ "turn_id": turn_id, "admitted": false, "attempts": attempts, "error": last_error, "held": held })
+        json!({
+            "turn_id": turn_id, "session_id": turn["session_id"], "admitted": false, "attempts": attempts,
+            "error": last_error, "held": held,
+        })
     }
 
     /// Whether the turn queue holds a message for `turn` (waiting, in flight or dead). When the
@@ -597,7 +642,7 @@ impl Worker {
             if let Some(reseed) = self.reseed_queued_input(bus, record).await {
                 self.note("admission_finished", json!({ "after": request.turn_id, "reseed": reseed }));
                 if self.policy.recovers() {
-                    self.reseed_later_if_still_queued(bus, record, &reseed);
+                    self.reseed_later_if_unfinished(bus, record, &reseed);
                 }
             }
         } else if record["predecessor"] == delivered
@@ -606,6 +651,9 @@ impl Worker {
         {
             let admitted = self.admit(bus, record.clone()).await;
             self.note("admission_finished", json!({ "after": request.turn_id, "reseed": admitted }));
+            if self.policy.recovers() {
+                self.admit_later_if_stranded(bus, &admitted);
+            }
         }
     }
 
@@ -649,8 +697,11 @@ impl Worker {
             }
             match self.reseed_queued_input(bus, predecessor).await {
                 Some(reseed) if reseed["admitted"] == json!(false) && reseed["turn_id"].is_null() => continue,
-                _ => {
+                reseed => {
                     self.note("reseed_recovered", json!({ "session_id": session_id, "attempt": attempt }));
+                    if let Some(reseed) = reseed {
+                        self.admit_later_if_stranded(bus, &reseed);
+                    }
                     return;
                 }
             }

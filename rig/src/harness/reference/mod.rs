@@ -511,6 +511,9 @@ impl Worker {
             ));
         }
         let result = self.hold_dead_letter(bus, session_id, turn_id, letter).await;
+        if matches!(&result, Ok(outcome) if outcome["held"] == json!(true)) {
+            self.apply_waiting_cancellations(bus, session_id).await;
+        }
         self.hand_back(bus, session_id).await;
         result
     }
