@@ -252,22 +252,36 @@ impl Worker {
     /// A cancel or stop accepted for a turn that its worker then lost (cut off from the store
     /// or the engine before it could apply it) waits for ever once the turn is held: a person
     /// would be asked about a turn somebody already asked to end. Applied now by the owner; the
-    /// turn's other waiting commands are settled as a held turn settles them.
-    pub(super) async fn apply_waiting_cancellations(self: &Rc<Self>, bus: &Bus, session_id: &str) {
-        let Ok((control, _)) = self.control_record(bus, session_id).await else { return };
-        let waiting: Vec<(String, String)> = control["commands"]
-            .as_object()
-            .into_iter()
-            .flatten()
-            .filter(|(_, c)| {
-                c["state"] == json!("accepted") && matches!(c["command"].as_str(), Some("cancel" | "stop"))
-            })
-            .map(|(key, c)| (key.clone(), c["command"].as_str().unwrap_or_default().to_string()))
-            .collect();
-        for (key, kind) in &waiting {
+    /// turn's other waiting commands are settled as a held turn settles them. An error when one
+    /// is still waiting (the store refused its application).
+    pub(super) async fn apply_waiting_cancellations(
+        self: &Rc<Self>,
+        bus: &Bus,
+        session_id: &str,
+    ) -> Result<(), ErrorBody> {
+        let waiting = |control: &Value| -> Vec<(String, String)> {
+            control["commands"]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .filter(|(_, c)| {
+                    c["state"] == json!("accepted") && matches!(c["command"].as_str(), Some("cancel" | "stop"))
+                })
+                .map(|(key, c)| (key.clone(), c["command"].as_str().unwrap_or_default().to_string()))
+                .collect()
+        };
+        let (control, _) = self.control_record(bus, session_id).await?;
+        for (key, kind) in &waiting(&control) {
             let _ = self.apply_control(bus, session_id, kind, key).await;
         }
         let _ = self.settle_commands(bus, session_id, None).await;
+        let (control, _) = self.control_record(bus, session_id).await?;
+        match waiting(&control).first() {
+            Some((key, kind)) => {
+                Err(ErrorBody::new("unavailable", format!("the {kind} {key} could not be applied yet")))
+            }
+            None => Ok(()),
+        }
     }
 
     /// After a turn reached a state commands wait for (ended, or paused): every command of it

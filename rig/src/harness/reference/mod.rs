@@ -510,12 +510,27 @@ impl Worker {
                 not_owner["reason"].as_str().unwrap_or("not the owner").to_string(),
             ));
         }
-        let result = self.hold_dead_letter(bus, session_id, turn_id, letter).await;
-        if matches!(&result, Ok(outcome) if outcome["held"] == json!(true)) {
-            self.apply_waiting_cancellations(bus, session_id).await;
-        }
+        let result = match self.hold_dead_letter(bus, session_id, turn_id, letter).await {
+            // The turn this dead letter holds (now, or on an earlier offer whose answer was lost)
+            // may have a cancel waiting: until it is applied, the dead letter is not done with,
+            // and the queue offers it again.
+            Ok(outcome) => match self.held_by(bus, session_id, letter).await {
+                Ok(true) => self.apply_waiting_cancellations(bus, session_id).await.map(|()| outcome),
+                Ok(false) => Ok(outcome),
+                Err(error) => Err(error),
+            },
+            other => other,
+        };
         self.hand_back(bus, session_id).await;
         result
+    }
+
+    /// Whether the session's turn is held for this dead letter.
+    async fn held_by(&self, bus: &Bus, session_id: &str, letter: &Value) -> Result<bool, ErrorBody> {
+        let record = self.get_turn(bus, session_id).await.map_err(|error| error_body("get_turn", &error))?;
+        Ok(record.is_some_and(|record| {
+            record["status"] == json!("held") && record["dead_letter"]["message_id"] == letter["message_id"]
+        }))
     }
 
     /// Holds the turn a dead letter carried (the session's running turn, when it names none),
