@@ -73,11 +73,13 @@ fn an_exploration_replays_its_seed_and_shrinks_to_the_cuts_that_matter() {
 fn a_shrunk_finding_trips_its_oracle_only_with_its_cuts() {
     let scenario = workload("queued-successor.toml");
     let harness = rig::reference();
-    // `swallow` (the released binary) never recovers a turn whose terminal write failed: seed 2's
-    // mix leaves it running, and `liveness` catches it.
-    let exploration = explore::explore(&harness, &scenario, "swallow", 2, false);
-    let shrunk = exploration.shrunk.expect("seed 2 catches swallow");
-    assert_eq!(shrunk.oracle, "liveness");
+    // `swallow` (the released binary) never recovers a turn whose terminal write failed: some
+    // seed's mix leaves it running, and `liveness` catches it. (Which seed depends on the kinds
+    // of cut the space has, so the test looks for one.)
+    let shrunk = (0..60)
+        .filter_map(|seed| explore::explore(&harness, &scenario, "swallow", seed, false).shrunk)
+        .find(|shrunk| shrunk.oracle == "liveness")
+        .expect("some seed's mix leaves a turn running under swallow");
     let file = Scenario::parse(Path::new("shrunk.toml"), &shrunk.scenario_file).unwrap();
     let run = file.run_of("swallow").unwrap();
     let with_cuts = rig::run(&file, run, shrunk.seed);
