@@ -301,6 +301,14 @@ mod tests {
         ));
         let error = prepare_live(&pause_caller, None).err().expect("refused");
         assert!(error.contains("[[cut]] #1 (pause-caller on `state::set`)"), "{error}");
+        let isolate_caller = scenario(&format!(
+            "{TURN}[[cut]]\nfunction = \"state::set\"\naction = \"isolate-caller\"\nisolate_ms = 100\n[policy.reference]\n"
+        ));
+        let error = prepare_live(&isolate_caller, None).err().expect("refused");
+        assert!(
+            error.contains("[[cut]] #1 (isolate-caller on `state::set`)") && error.contains("partition"),
+            "{error}"
+        );
     }
 
     #[test]
