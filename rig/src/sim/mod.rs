@@ -269,10 +269,12 @@ impl Runner {
     fn isolate(&mut self, host: &str, until: u64) {
         let target = self.dials.get(host).cloned().unwrap_or_else(|| crate::topology::ENGINE.to_string());
         let link = (host.to_string(), target.clone());
-        if self.cut_links.contains(&link) && !self.isolated.contains_key(&link) {
+        // The script may have named the link either way round.
+        let cut = self.cut_links.contains(&link) || self.cut_links.contains(&(target.clone(), host.to_string()));
+        if cut && !self.isolated.contains_key(&link) {
             return;
         }
-        if !self.cut_links.contains(&link) {
+        if !cut {
             self.partition(host, &target);
         }
         let repair = self.isolated.entry(link).or_insert(until);

@@ -458,6 +458,8 @@ impl Worker {
         // since the read began, read again (whatever its answer was, even none: the store says
         // whether it was recorded), with nothing but the send after.
         let lock = self.control_lock(session_id);
+        // `try_lock` first: even uncontended, `lock().await` spends tokio's cooperative budget
+        // and may yield, letting other tasks run between this check and the send.
         let _recording = match lock.try_lock() {
             Ok(guard) => guard,
             Err(_) => lock.lock().await,
