@@ -150,7 +150,7 @@ impl Provider for Worker {
     }
 }
 
-/// The workspace README, whose "Testing your own harness" example is compiled here as a doctest,
+/// The manual's page on testing your own harness, whose example is compiled here as a doctest,
 /// so the example stays true to the API.
-#[doc = include_str!("../../../README.md")]
+#[doc = include_str!("../../docs/your-harness.md")]
 mod readme {}
