@@ -12,6 +12,7 @@
 //! language is run live instead ([`prepare_live`], [`run_live`]: `rig live`).
 
 mod bus;
+mod capability;
 mod clock;
 mod condition;
 mod cut;
@@ -36,6 +37,7 @@ mod topology;
 mod trace;
 
 pub use bus::{Action, Answer, Bus, ErrorBody, Invocation, InvokeError, Provider};
+pub use capability::{Capabilities, Capability, Requirements, Skip, DELEGATE_TOOL};
 pub use clock::{within, Clock, Elapsed};
 pub use condition::{Condition, Test};
 pub use cut::{Interrupt, INTERRUPT_POINTS};
@@ -48,7 +50,7 @@ pub use live::{
     RIG_NOTE,
 };
 pub use oracle::{Oracle, Violation};
-pub use run::{reference, run, run_with, ActionStatus, RunOutcome};
+pub use run::{reference, run, run_with, ActionStatus, Rerun, RunOutcome};
 pub use scenario::{files as scenario_files, PolicyRun, Scenario, ScenarioError};
 pub use topology::HARNESS_FUNCTIONS;
 pub use trace::{Event, EventKind, NoteSink, Trace};

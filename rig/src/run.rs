@@ -50,6 +50,31 @@ pub struct RunOutcome {
     /// A live run's command line: it runs the scenario again against the same kind of worker,
     /// but there is no bit-for-bit replay of a live run. `None` for a simulated run.
     pub live: Option<String>,
+    /// What reruns this simulated run's harness (see [`RunOutcome::repro`]).
+    pub rerun: Rerun,
+}
+
+/// What reruns a simulated run: the repro line names the command that reruns *its* harness.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Rerun {
+    /// A command line running the harness's CLI: `rig` for the reference harness, a user's
+    /// binary built on [`crate::cli::main`]. The repro is `PROGRAM run FILE --policy P --seed N`.
+    Cli(String),
+    /// A whole command line of its own, such as the one test that ran it.
+    Command(String),
+    /// No command line is known to run this harness.
+    Unknown,
+}
+
+impl Rerun {
+    /// What reruns runs of `harness` when nothing else is known: `rig` runs the reference.
+    pub fn default_for(harness: &str) -> Self {
+        if harness == "reference" {
+            Rerun::Cli("rig".into())
+        } else {
+            Rerun::Unknown
+        }
+    }
 }
 
 /// Where one action stands at the end of a run, as the person approving a switch needs it.
@@ -73,21 +98,30 @@ impl RunOutcome {
         self.actions.iter().filter(|a| a.class != "complete")
     }
 
-    /// The shell command that replays this run from any folder: the installed `rig`
-    /// (`cargo install --path rig`) on the scenario's absolute path. For a live run: the command
-    /// that runs it again.
+    /// The shell command that replays this run, with its own harness, from any folder: its
+    /// CLI ([`Rerun::Cli`]) on the scenario's absolute path, or the command line that ran it. For
+    /// a live run: the command that runs it again.
     pub fn repro(&self) -> String {
         if let Some(command) = &self.live {
             return command.clone();
         }
         let path = std::path::Path::new(&self.scenario);
         let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
-        format!("rig run {} --policy {} --seed {}", shell_word(&absolute.to_string_lossy()), self.policy, self.seed)
+        let arguments =
+            format!("run {} --policy {} --seed {}", shell_word(&absolute.to_string_lossy()), self.policy, self.seed);
+        match &self.rerun {
+            Rerun::Cli(program) => format!("{program} {arguments}"),
+            Rerun::Command(command) => command.clone(),
+            Rerun::Unknown => format!(
+                "(no command line is known to run harness `{}`: give its crate a binary calling rig::cli::main, then BINARY {arguments})",
+                self.harness
+            ),
+        }
     }
 }
 
 /// `text` as one shell word: as it is when it is plain, single-quoted otherwise.
-fn shell_word(text: &str) -> String {
+pub(crate) fn shell_word(text: &str) -> String {
     let plain = |c: char| c.is_ascii_alphanumeric() || "/._-+:@,=".contains(c);
     if !text.is_empty() && text.chars().all(plain) {
         text.to_string()
@@ -240,6 +274,7 @@ pub(crate) fn judge(
         interrupt_points: world.arrivals(),
         trace,
         live: None,
+        rerun: Rerun::default_for(harness.name),
     }
 }
 

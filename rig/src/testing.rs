@@ -6,11 +6,17 @@
 //! `RIG_SEED=N` from the environment, as madsim's `MADSIM_TEST_SEED`), each seed twice with equal
 //! trace hashes (the second time with every host ticked on every step, so a host that skips
 //! steps it needed shows too); every run must meet the file's expectations and trip exactly the
-//! oracles its policy declares. Failures are reported first; then, when a snapshot folder is given
-//! and the seeds include 0, seed 0's outcome is compared with the insta snapshot at the file's
-//! path and stem.
+//! oracles its policy declares. Failures are reported first, as text, each with the command that
+//! reruns it; then, when a snapshot folder is given and the seeds include 0, seed 0's outcome is
+//! compared with the insta snapshot at the file's path and stem.
 //!
-//! In your crate (`rig` as a dev-dependency, and `[[test]] name = "scenarios" harness = false`;
+//! A file that needs a capability the harness does not declare
+//! ([`HarnessFactory::capabilities`]) is reported *ignored*, with what it needs and where the
+//! file asks for it: never passed, never failed. A file with no snapshot yet writes its first
+//! one and passes (say what it claims by reviewing and committing it); with `CI` set, a missing
+//! snapshot fails instead, as insta does. A changed snapshot always fails.
+//!
+//! In your crate (`rig` as a dependency, and `[[test]] name = "scenarios" harness = false`;
 //! `rig/tests/scenarios.rs` and the example harness's `tests/scenarios.rs` are this line, compiled):
 //!
 //! ```text
@@ -20,19 +26,22 @@
 
 use crate::harness::HarnessFactory;
 use crate::report;
-use crate::run::run_with;
-use crate::scenario::Scenario;
+use crate::run::{run_with, shell_word, Rerun, RunOutcome};
+use crate::scenario::{PolicyRun, Scenario};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 use std::sync::Arc;
 
-pub use datatest_stable;
 pub use insta;
+pub use libtest_mimic;
 
 /// The seeds every file runs under unless the environment says otherwise.
 pub const DEFAULT_SEEDS: Range<u64> = 0..4;
 /// The seed whose outcome the snapshot shows.
 pub const SNAPSHOT_SEED: u64 = 0;
+/// What every test is named after, before the file's path: `rig_scenario_test::smoke/x.toml`.
+pub const TEST_PREFIX: &str = "rig_scenario_test";
 
 /// The seeds to run: `RIG_SEED=N` pins one, `RIG_SEEDS=A..B` widens or moves the range.
 pub fn seeds() -> Result<Range<u64>, String> {
@@ -48,18 +57,36 @@ pub fn seeds() -> Result<Range<u64>, String> {
     }
 }
 
+/// How one file's check ended, when nothing failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Checked {
+    Passed,
+    /// Nothing ran, and why: the file needs a capability the harness lacks, or declares none
+    /// of the policies it answers to.
+    Skipped(String),
+}
+
+/// The test target running a suite, so a failure names the command that reruns it.
+#[derive(Debug, Clone)]
+struct TestTarget {
+    manifest: PathBuf,
+    package: String,
+    test: String,
+}
+
 /// A folder of scenario files and the harness to check them against.
 pub struct Suite {
     harness: Arc<dyn HarnessFactory>,
     scenarios: PathBuf,
     snapshots: Option<PathBuf>,
+    target: Option<TestTarget>,
 }
 
 impl Suite {
     /// Scenario files under `scenarios`, a path relative to `crate_root` (your crate's
     /// `env!("CARGO_MANIFEST_DIR")`).
     pub fn new(harness: Arc<dyn HarnessFactory>, crate_root: &str, scenarios: &str) -> Self {
-        Self { harness, scenarios: Path::new(crate_root).join(scenarios), snapshots: None }
+        Self { harness, scenarios: Path::new(crate_root).join(scenarios), snapshots: None, target: None }
     }
 
     /// Compares each file's outcome with the insta snapshot of the same relative path and stem
@@ -69,35 +96,78 @@ impl Suite {
         self
     }
 
+    /// Names the test target that runs this suite (`package`, the `[[test]]` name, in the crate
+    /// at `crate_root`), so every failure comes with the `cargo test` line that reruns it.
+    pub fn in_test_target(mut self, crate_root: &str, package: &str, test: &str) -> Self {
+        let manifest = Path::new(crate_root).join("Cargo.toml");
+        self.target = Some(TestTarget { manifest, package: package.into(), test: test.into() });
+        self
+    }
+
+    /// The scenario files of the suite, sorted.
+    pub fn files(&self) -> Result<Vec<PathBuf>, String> {
+        crate::scenario_files(std::slice::from_ref(&self.scenarios)).map_err(|errors| errors.join("\n"))
+    }
+
+    /// The test name of a scenario file: `rig_scenario_test::` and its path under the folder.
+    pub fn test_name(&self, path: &Path) -> String {
+        let relative = path.strip_prefix(&self.scenarios).unwrap_or(path);
+        let relative: Vec<String> =
+            relative.components().map(|c| c.as_os_str().to_string_lossy().into_owned()).collect();
+        format!("{TEST_PREFIX}::{}", relative.join("/"))
+    }
+
+    /// Runs the suite as a test binary (`harness = false`): one test per file, the usual
+    /// `cargo test` arguments (filters, `--exact`, `--list`, `--ignored`, ...).
+    pub fn main(self) -> ExitCode {
+        let arguments = libtest_mimic::Arguments::from_args();
+        let files = match self.files() {
+            Ok(files) => files,
+            Err(error) => {
+                eprintln!("error: {error}");
+                return ExitCode::FAILURE;
+            }
+        };
+        let suite = Arc::new(self);
+        let trials = files
+            .into_iter()
+            .map(|file| {
+                let suite = Arc::clone(&suite);
+                libtest_mimic::Trial::ignorable_test(suite.test_name(&file), move || match suite.check(&file) {
+                    Ok(Checked::Passed) => Ok(libtest_mimic::Completion::Completed),
+                    Ok(Checked::Skipped(why)) => Ok(libtest_mimic::Completion::ignored_with(why)),
+                    Err(failures) => Err(failures.into()),
+                })
+            })
+            .collect();
+        libtest_mimic::run(&arguments, trials).exit_code()
+    }
+
     /// Checks one scenario file: runs, determinism, expectations and oracles, then the snapshot.
-    pub fn check(&self, path: &Path) -> datatest_stable::Result<()> {
-        let absolute = path.canonicalize()?;
-        let relative = absolute.strip_prefix(self.scenarios.canonicalize()?)?.to_path_buf();
-        let scenario = Scenario::parse(&absolute, &std::fs::read_to_string(&absolute)?)?;
-        // The same world with every host ticked on every step, as turmoil upstream steps it.
-        let mut every_tick = scenario.clone();
-        every_tick.world.network.tick_idle_hosts = true;
+    /// `Err` holds every failure, as text.
+    pub fn check(&self, path: &Path) -> Result<Checked, String> {
+        let absolute = path.canonicalize().map_err(|e| format!("{}: {e}", path.display()))?;
+        let root = self.scenarios.canonicalize().map_err(|e| format!("{}: {e}", self.scenarios.display()))?;
+        let relative = absolute.strip_prefix(&root).map_err(|e| e.to_string())?.to_path_buf();
+        let source = std::fs::read_to_string(&absolute).map_err(|e| format!("{}: {e}", absolute.display()))?;
+        let scenario = Scenario::parse(&absolute, &source).map_err(|e| e.to_string())?;
         let seeds = seeds()?;
-        let policies = self.harness.policies();
+        let (runs, skipped) = self.runnable(&scenario);
+        if runs.is_empty() {
+            return Ok(Checked::Skipped(skipped.join("; ")));
+        }
+        for skip in &skipped {
+            eprintln!("{}: {skip}", relative.display());
+        }
         let mut failures = Vec::new();
         let mut snapshot_runs = Vec::new();
-        let mut ran = false;
-        for policy_run in scenario.runs.iter().filter(|r| policies.contains(&r.policy)) {
+        for policy_run in runs {
             if self.snapshots.is_some() && !seeds.contains(&SNAPSHOT_SEED) {
                 snapshot_runs.push(run_with(&self.harness, &scenario, policy_run, SNAPSHOT_SEED));
             }
             for seed in seeds.clone() {
-                let first = run_with(&self.harness, &scenario, policy_run, seed);
-                ran = true;
-                let second = run_with(&self.harness, &every_tick, policy_run, seed);
-                if first.trace_hash != second.trace_hash {
-                    failures.push(format!(
-                        "[{}] seed {seed} is not reproducible: trace hashes {} and {} (the second run \
-                         ticked every host on every step; if `waits_on_rig_clock_only` is true, does \
-                         the harness wait on a tokio timer?)",
-                        policy_run.policy, first.trace_hash, second.trace_hash
-                    ));
-                }
+                let first = self.run(&scenario, policy_run, seed, &relative);
+                failures.extend(self.reproducible(&scenario, policy_run, &first));
                 if !first.passed {
                     failures.push(report::human(&first));
                 }
@@ -107,46 +177,139 @@ impl Suite {
             }
         }
         if !failures.is_empty() {
-            return Err(failures.join("\n").into());
-        }
-        if !ran {
-            eprintln!(
-                "{}: declares none of the policies {} answers to; nothing ran",
-                relative.display(),
-                self.harness.name()
-            );
-            return Ok(());
+            return Err(failures.join("\n"));
         }
         // The snapshot is the claim about seed 0, whatever seeds were chosen.
-        let Some(snapshots) = self.snapshots.as_ref() else { return Ok(()) };
+        let Some(snapshots) = self.snapshots.as_ref() else { return Ok(Checked::Passed) };
         let outcomes: Vec<_> = snapshot_runs.iter().collect();
         let snapshot = report::snapshot(scenario.about.as_deref().unwrap_or("(no description)"), &outcomes);
-        let stem = relative.file_stem().expect("scenario files have names").to_string_lossy().into_owned();
-        let mut settings = insta::Settings::clone_current();
-        settings.set_snapshot_path(snapshots.join(relative.parent().unwrap_or(Path::new(""))));
-        settings.set_prepend_module_to_snapshot(false);
-        settings.set_omit_expression(true);
-        settings.set_input_file(&absolute);
-        settings.bind(|| insta::assert_snapshot!(stem, snapshot));
-        Ok(())
+        compare_snapshot(&snapshots.join(&relative), &absolute, &snapshot)?;
+        Ok(Checked::Passed)
     }
+
+    /// The policy runs of `scenario` this harness can make, and a line for each it cannot.
+    fn runnable<'a>(&self, scenario: &'a Scenario) -> (Vec<&'a PolicyRun>, Vec<String>) {
+        let policies = self.harness.policies();
+        let declared = self.harness.capabilities();
+        let mut runs = Vec::new();
+        let mut skipped = Vec::new();
+        for run in &scenario.runs {
+            if !policies.contains(&run.policy) {
+                continue;
+            }
+            match scenario.requirements(&run.policy).unmet(self.harness.name(), &declared) {
+                Some(skip) => skipped.push(format!("[{}] skipped: {skip}", run.policy)),
+                None => runs.push(run),
+            }
+        }
+        if runs.is_empty() && skipped.is_empty() {
+            skipped.push(format!("declares none of the policies harness `{}` answers to", self.harness.name()));
+        }
+        (runs, skipped)
+    }
+
+    /// One run, with the command line that reruns it as this suite's test.
+    fn run(&self, scenario: &Scenario, policy_run: &PolicyRun, seed: u64, relative: &Path) -> RunOutcome {
+        let mut outcome = run_with(&self.harness, scenario, policy_run, seed);
+        if let Some(target) = &self.target {
+            let name = self.test_name(&self.scenarios.join(relative));
+            outcome.rerun = Rerun::Command(format!(
+                "RIG_SEED={seed} cargo test --manifest-path {} -p {} --test {} -- {} --exact",
+                shell_word(&target.manifest.to_string_lossy()),
+                target.package,
+                target.test,
+                shell_word(&name)
+            ));
+        }
+        outcome
+    }
+
+    /// The same world with every host ticked on every step, as turmoil upstream steps it: the
+    /// same trace, or a failure saying it is not.
+    fn reproducible(&self, scenario: &Scenario, policy_run: &PolicyRun, first: &RunOutcome) -> Option<String> {
+        let mut every_tick = scenario.clone();
+        every_tick.world.network.tick_idle_hosts = true;
+        let second = run_with(&self.harness, &every_tick, policy_run, first.seed);
+        (first.trace_hash != second.trace_hash).then(|| {
+            format!(
+                "[{}] seed {} is not reproducible: trace hashes {} and {} (the second run ticked every host on \
+                 every step; if `waits_on_rig_clock_only` is true, does the harness wait on a tokio timer?)",
+                policy_run.policy, first.seed, first.trace_hash, second.trace_hash
+            )
+        })
+    }
+}
+
+/// Compares `snapshot` with the insta snapshot for the scenario file `input` at `at` (the file's
+/// path under the snapshot folder; its extension becomes `.snap`). A missing one is written
+/// (outside CI) and passes: a new scenario file passes its first run.
+fn compare_snapshot(at: &Path, input: &Path, snapshot: &str) -> Result<(), String> {
+    let file = at.with_extension("snap");
+    if !file.exists() {
+        return first_snapshot(&file, input, snapshot);
+    }
+    let stem = at.file_stem().expect("scenario files have names").to_string_lossy().into_owned();
+    let mut settings = insta::Settings::clone_current();
+    settings.set_snapshot_path(at.parent().unwrap_or(Path::new("")));
+    settings.set_prepend_module_to_snapshot(false);
+    settings.set_omit_expression(true);
+    settings.set_input_file(input);
+    settings.bind(|| insta::assert_snapshot!(stem, snapshot));
+    Ok(())
+}
+
+/// Writes a scenario file's first snapshot, as insta writes one (`INSTA_UPDATE=always`), and
+/// says so; in CI (`CI` set, as insta reads it) a missing snapshot is a failure instead: CI
+/// checks claims, it does not make them.
+fn first_snapshot(file: &Path, input: &Path, snapshot: &str) -> Result<(), String> {
+    if in_ci() {
+        return Err(format!(
+            "no snapshot {} (CI is set, so none is written): run `cargo test` without CI, review the snapshot it writes and commit it",
+            file.display()
+        ));
+    }
+    let header = format!("---\nsource: rig/src/testing.rs\ninput_file: {}\n---\n", input_file_name(input));
+    let body = if snapshot.ends_with('\n') { snapshot.to_string() } else { format!("{snapshot}\n") };
+    if let Some(folder) = file.parent() {
+        std::fs::create_dir_all(folder).map_err(|e| format!("cannot make {}: {e}", folder.display()))?;
+    }
+    std::fs::write(file, header + &body).map_err(|e| format!("cannot write {}: {e}", file.display()))?;
+    eprintln!("wrote the first snapshot {}: review it, and commit it with the scenario file", file.display());
+    Ok(())
+}
+
+/// Whether this runs in CI, as insta decides it (`CI` set to anything but `false`, `0` or
+/// nothing; or Azure's `TF_BUILD`).
+fn in_ci() -> bool {
+    match std::env::var("CI").ok().as_deref() {
+        Some("false" | "0" | "") => false,
+        None => std::env::var("TF_BUILD").is_ok(),
+        Some(_) => true,
+    }
+}
+
+/// The scenario file as insta names an input file: relative to the workspace (the nearest
+/// folder above it holding `Cargo.lock`), else as it is.
+fn input_file_name(input: &Path) -> String {
+    let workspace = input.ancestors().skip(1).find(|folder| folder.join("Cargo.lock").exists());
+    let relative = workspace.and_then(|root| input.strip_prefix(root).ok()).unwrap_or(input);
+    relative.components().map(|c| c.as_os_str().to_string_lossy().into_owned()).collect::<Vec<_>>().join("/")
 }
 
 /// One test per scenario file under a folder, checked against a harness (see [`Suite::check`]).
 ///
 /// `harness` is an `Arc<dyn HarnessFactory>`; `scenarios` and `snapshots` are paths relative to
 /// the calling crate's root; `snapshots` is optional. Use it in a test target with
-/// `harness = false`.
+/// `harness = false`: it is the target's `main`.
 #[macro_export]
 macro_rules! scenario_tests {
     (harness = $harness:expr, scenarios = $scenarios:literal $(, snapshots = $snapshots:literal)? $(,)?) => {
-        fn rig_scenario_test(path: &::std::path::Path) -> $crate::testing::datatest_stable::Result<()> {
-            let suite = $crate::testing::Suite::new($harness, env!("CARGO_MANIFEST_DIR"), $scenarios);
-            $( let suite = suite.with_snapshots(env!("CARGO_MANIFEST_DIR"), $snapshots); )?
-            suite.check(path)
-        }
-        $crate::testing::datatest_stable::harness! {
-            { test = rig_scenario_test, root = $scenarios, pattern = r"\.toml$" },
+        fn main() -> ::std::process::ExitCode {
+            let root = env!("CARGO_MANIFEST_DIR");
+            let suite = $crate::testing::Suite::new($harness, root, $scenarios)
+                .in_test_target(root, env!("CARGO_PKG_NAME"), env!("CARGO_CRATE_NAME"));
+            $( let suite = suite.with_snapshots(root, $snapshots); )?
+            suite.main()
         }
     };
 }

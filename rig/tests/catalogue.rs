@@ -1,5 +1,5 @@
 //! The scenario catalogue and its snapshots stay one-to-one: an empty fixture folder is an
-//! error (datatest would silently run nothing), and every snapshot belongs to a scenario file.
+//! error (the scenario test would silently run nothing), and every snapshot belongs to a scenario file.
 
 use std::path::{Path, PathBuf};
 

@@ -111,3 +111,18 @@ fn every_page_of_the_manual_is_linked_from_the_readme() {
         .collect();
     assert!(unlinked.is_empty(), "pages the README does not link: {unlinked:?}");
 }
+
+#[test]
+fn the_capability_table_lists_every_capability_with_its_functions() {
+    let page = std::fs::read_to_string(workspace().join("rig/docs/your-harness.md")).unwrap();
+    let mut missing = Vec::new();
+    for capability in rig::Capability::ALL {
+        let functions: Vec<String> = capability.functions().iter().map(|f| format!("`{f}`")).collect();
+        let served = if functions.is_empty() { String::new() } else { format!(" {}", functions.join(", ")) };
+        let row = format!("| `{}` |{served} |", capability.name());
+        if !page.lines().any(|line| line.starts_with(&row)) {
+            missing.push(row);
+        }
+    }
+    assert!(missing.is_empty(), "rig/docs/your-harness.md lacks the rows {missing:#?}");
+}

@@ -10,9 +10,16 @@
 //! - it trusts every delivery: no check that the turn is still the current one;
 //! - it takes no lease and carries no fencing token;
 //! - on import it runs the turn again from the top;
-//! - input queued during a turn is left where it is, and dead letters are refused.
+//! - input queued during a turn is left where it is.
+//!
+//! It declares what it serves and nothing more: turns, a switch (`export`, `import`), and the
+//! interruption points around its effects. The files that need more of the contract (control
+//! commands, `send`, `status`, hooks, streaming, dead letters, delegation, budgets) are skipped
+//! for it, with the reason, instead of failing on a function it never had.
 
-use rig::{Answer, Bus, ErrorBody, HarnessEnv, HarnessFactory, Invocation, InvokeError, Provider};
+use rig::{
+    Answer, Bus, Capabilities, Capability, ErrorBody, HarnessEnv, HarnessFactory, Invocation, InvokeError, Provider,
+};
 use serde_json::{json, Value};
 use std::future::Future;
 use std::pin::Pin;
@@ -25,6 +32,10 @@ pub struct NaiveHarness;
 impl HarnessFactory for NaiveHarness {
     fn name(&self) -> &str {
         "naive"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        [Capability::Turns, Capability::Switch, Capability::Checkpoints].into_iter().collect()
     }
 
     /// It never waits on time at all, and spawns nothing: its host may skip idle steps.

@@ -10,10 +10,10 @@
 mod reference;
 
 use crate::bus::Provider;
+use crate::capability::Capabilities;
 use crate::clock::Clock;
 use crate::cut::Interrupt;
 use crate::layout::RecordLayout;
-use crate::topology::{CONTROL_FUNCTIONS, HARNESS_FUNCTIONS};
 use crate::trace::NoteSink;
 use rand_chacha::ChaCha8Rng;
 use serde_json::json;
@@ -41,10 +41,18 @@ pub trait HarnessFactory: Send + Sync {
         RecordLayout::default()
     }
 
+    /// The parts of the harness contract it serves. A scenario run that needs one it lacks is
+    /// skipped, with the reason, never passed or failed (see [`crate::Capability`] for the set, and
+    /// [`crate::Scenario::requirements`] for how a file's needs are derived). By default only
+    /// `turns`: declare each further one as you implement it.
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::default()
+    }
+
     /// The functions each worker registers, by name after `{host}::` (`turn`, `import`, ...):
-    /// by default all of [`HARNESS_FUNCTIONS`] but the control commands.
+    /// by default those of its [`Self::capabilities`].
     fn functions(&self) -> Vec<String> {
-        HARNESS_FUNCTIONS.iter().filter(|f| !CONTROL_FUNCTIONS.contains(f)).map(|f| f.to_string()).collect()
+        self.capabilities().functions()
     }
 
     /// Whether it reports its decisions as the reference harness does (`note` events with the

@@ -4,6 +4,7 @@
 //! column, what was expected there and, for a misspelt name, the nearest valid one.
 
 mod file;
+mod requires;
 
 use crate::condition::Condition;
 use crate::cut::{Count, Interrupt, ProcessCut, ServiceCut, ServiceFault, Trigger, INTERRUPT_POINTS};
@@ -227,6 +228,12 @@ impl Scenario {
     /// The scenario's name: its file name without the extension.
     pub fn name(&self) -> String {
         self.path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default()
+    }
+
+    /// What a run of this scenario under `policy` needs of its harness, derived from the file
+    /// (see [`crate::Capability`]).
+    pub fn requirements(&self, policy: &str) -> crate::capability::Requirements {
+        requires::derive(&self.source, policy)
     }
 
     /// The run of the given policy section, if the file declares it.

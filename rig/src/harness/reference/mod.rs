@@ -177,9 +177,9 @@ impl HarnessFactory for ReferenceHarness {
         true
     }
 
-    /// Every function of the vocabulary, the control commands included.
-    fn functions(&self) -> Vec<String> {
-        crate::topology::HARNESS_FUNCTIONS.iter().map(|f| f.to_string()).collect()
+    /// The whole contract.
+    fn capabilities(&self) -> crate::capability::Capabilities {
+        crate::capability::Capabilities::all()
     }
 
     fn start(&self, policy: &str, env: HarnessEnv) -> Rc<dyn Provider> {
