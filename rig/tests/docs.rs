@@ -126,3 +126,82 @@ fn the_capability_table_lists_every_capability_with_its_functions() {
     }
     assert!(missing.is_empty(), "rig/docs/your-harness.md lacks the rows {missing:#?}");
 }
+
+/// Every function of a world with every optional part (tickets with lookup, a queue, a second
+/// harness worker, a declared service `name`, which the manual calls `NAME`), as the rig lists them when a step names none of
+/// them.
+fn world_functions() -> BTreeSet<String> {
+    let source = r#"
+[world]
+replacement = true
+[world.tickets]
+lookup = true
+[world.queue.q]
+[world.service.name]
+effect = "effect"
+[[step]]
+invoke = { function = "no::such" }
+[policy.reference]
+"#;
+    let error = rig::Scenario::parse(Path::new("full-world.toml"), source).expect_err("`no::such` is unknown");
+    let listed = error.message.split("expected one of ").nth(1).unwrap_or_else(|| panic!("{error}"));
+    listed.split(", ").map(|f| f.trim_end_matches(|c: char| !c.is_alphanumeric()).to_string()).collect()
+}
+
+/// What may name a function: inline code outside code blocks, and quoted strings inside them
+/// (`function = "ticket::create"`).
+fn named_functions(text: &str) -> Vec<&str> {
+    let mut in_code = false;
+    let mut named = Vec::new();
+    for line in text.lines() {
+        if line.starts_with("```") {
+            in_code = !in_code;
+            continue;
+        }
+        let quote = if in_code { '"' } else { '`' };
+        named.extend(line.split(quote).skip(1).step_by(2).filter(|q| q.contains("::")));
+    }
+    named
+}
+
+/// The manual names functions as the world spells them: `ticket::create`, not `tickets::...`.
+/// Each backticked `NS::...` names a namespace of the world's functions, a harness host (or
+/// `{host}`), or a Rust path; a function of the rig's doubles named in full must exist.
+#[test]
+fn every_function_the_manual_names_is_one_the_world_has() {
+    let functions = world_functions();
+    assert!(functions.contains("ticket::create") && functions.contains("state::get"), "{functions:?}");
+    let namespaces: BTreeSet<&str> = functions.iter().filter_map(|f| f.split_once("::").map(|(ns, _)| ns)).collect();
+    // Harness hosts serve what their harness implements; `rig::` is both the rig's own live
+    // functions and the crate; the rest are Rust paths of the examples.
+    let not_checked = ["{host}", "harness", "replacement", "rig", "proxy", "tokio", "naive_harness"];
+    let mut wrong = Vec::new();
+    for page in pages() {
+        let text = std::fs::read_to_string(&page).unwrap();
+        for quoted in named_functions(&text) {
+            let Some((namespace, rest)) = quoted.split_once("::") else { continue };
+            let namespace = if namespace == "NAME" { "name" } else { namespace };
+            let is_type = namespace.starts_with(|c: char| c.is_ascii_uppercase());
+            if is_type || not_checked.contains(&namespace) || quoted.contains(' ') && !rest.contains('{') {
+                continue;
+            }
+            if !namespaces.contains(namespace) {
+                wrong.push(format!(
+                    "{}: `{quoted}`: no function of the world is named `{namespace}::...`",
+                    page.display()
+                ));
+                continue;
+            }
+            let named = rest.split_whitespace().next().unwrap_or_default();
+            for name in named.split(['/', '|']).filter(|n| !n.is_empty() && *n != "...") {
+                if !functions.contains(&format!("{namespace}::{name}")) {
+                    wrong.push(format!(
+                        "{}: `{quoted}`: the world has no function `{namespace}::{name}`",
+                        page.display()
+                    ));
+                }
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "functions the manual names wrongly:\n{}", wrong.join("\n"));
+}
