@@ -59,7 +59,7 @@ fn main() -> ExitCode {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .without_time()
         .init();
-    match Cli::parse().command {
+    let code = match Cli::parse().command {
         Command::Run(args) => cli::run::command(args),
         Command::Matrix(args) => cli::matrix::command(args),
         Command::Bench(args) => cli::bench::command(args),
@@ -68,7 +68,8 @@ fn main() -> ExitCode {
         Command::Proxy(args) => ExitCode::from(u8::try_from(proxy::run(args)).unwrap_or(1)),
         Command::Live(args) => cli::live::command(args),
         Command::Harness(args) => cli::harness::command(args),
-    }
+    };
+    cli::output::finish(code)
 }
 
 #[cfg(test)]

@@ -147,14 +147,92 @@ fn closed_output_streams_never_panic() {
         .unwrap();
     drop(child.stderr.take());
     assert_eq!(child.wait().unwrap().code(), Some(2), "closed stderr: still bad input, not a panic");
+}
+
+/// Standard output opened on `/dev/full`: every write fails with "no space left on device".
+fn full_disk() -> std::process::Stdio {
+    std::fs::OpenOptions::new().write(true).open("/dev/full").expect("/dev/full").into()
+}
+
+#[test]
+fn every_lost_output_is_exit_2_with_a_message() {
     let smoke = workspace().join("scenarios/smoke/healthy-turn.toml");
+    let smoke = smoke.to_str().unwrap();
+    let cases: [(&[&str], bool); 5] = [
+        (&["run", smoke, "--trace", "/dev/full"], false),
+        (&["run", smoke, "--trace", "-"], true),
+        (&["run", smoke, "--json"], true),
+        (&["run", smoke], true),
+        (&["matrix", smoke, "--seeds", "0..3"], true),
+    ];
+    for (args, to_full_stdout) in cases {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_rig"));
+        command.args(args);
+        if to_full_stdout {
+            command.stdout(full_disk());
+        }
+        let out = command.output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?} (stdout on /dev/full: {to_full_stdout}): {stderr}");
+        let named = if to_full_stdout { "cannot write to standard output" } else { "cannot write the trace file" };
+        assert!(stderr.contains(named) && stderr.contains("No space left"), "{args:?}: {stderr}");
+    }
+}
+
+#[test]
+fn a_closed_pipe_stops_the_runs_quietly_and_does_not_exit_0() {
+    use std::io::BufRead;
+    use std::process::Stdio;
+    let smoke = workspace().join("scenarios/smoke/healthy-turn.toml");
+    // As `rig run ... --seeds 0..5000 | head -1`: three policies, 15,000 runs, one line read.
+    let trace = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli/closed-pipe.trace.jsonl");
+    std::fs::create_dir_all(trace.parent().unwrap()).unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_rig"))
-        .args(["run", smoke.to_str().unwrap(), "--seeds", "0..20"])
+        .args(["run", smoke.to_str().unwrap(), "--seeds", "0..5000", "--jobs", "1"])
+        .args(["--trace", trace.to_str().unwrap()])
         .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    drop(child.stdout.take());
-    assert_eq!(child.wait().unwrap().code(), Some(0), "closed stdout: the runs still pass");
+    let mut first = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut first).unwrap();
+    assert!(first.starts_with("PASS"), "{first}");
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(141), "closed stdout: as a program ended by SIGPIPE, not 0");
+    assert!(out.stderr.is_empty(), "quietly: {}", String::from_utf8_lossy(&out.stderr));
+    let runs_traced: std::collections::BTreeSet<(String, u64)> = std::fs::read_to_string(&trace)
+        .unwrap()
+        .lines()
+        .map(|line| {
+            let line: serde_json::Value = serde_json::from_str(line).unwrap();
+            (line["policy"].as_str().unwrap().to_string(), line["seed"].as_u64().unwrap())
+        })
+        .collect();
+    assert!(runs_traced.len() < 15_000, "the runs stopped when the reader went away: {} ran", runs_traced.len());
+}
+
+#[test]
+fn a_sweep_budget_of_0_is_refused() {
+    let workload = workspace().join("scenarios/workloads/multi-round.toml");
+    let out = rig(&["sweep", workload.to_str().unwrap(), "--budget", "0"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("would sweep nothing"), "{out:?}");
+    assert!(out.stdout.is_empty());
+}
+
+#[test]
+fn the_sweep_wall_time_is_elapsed_time_not_the_sum_of_the_runs() {
+    // Four workers on a two-core machine: each run's own wall time includes the time it waited
+    // for a core, so their sum is well above the time that passed. Elapsed time cannot be more
+    // than the whole process took.
+    let workload = workspace().join("scenarios/workloads/multi-round.toml");
+    let started = std::time::Instant::now();
+    let out = rig(&["sweep", workload.to_str().unwrap(), "--jobs", "4"]);
+    let process_s = started.elapsed().as_secs_f64();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout.lines().find(|l| l.contains("s of wall time")).unwrap_or_else(|| panic!("{stdout}"));
+    let printed: f64 = line.split(" runs in ").nth(1).and_then(|r| r.split(' ').next()).unwrap().parse().unwrap();
+    assert!(printed <= process_s, "`{line}`, but the whole sweep took {process_s:.2} s");
 }
 
 #[test]

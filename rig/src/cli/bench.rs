@@ -36,7 +36,7 @@ pub fn command(args: BenchArgs) -> ExitCode {
     // The scenario file of each (scenario, policy) pair, by its position in `scenarios`.
     let file_of: Vec<usize> =
         scenarios.iter().enumerate().flat_map(|(file, s)| std::iter::repeat_n(file, s.runs.len())).collect();
-    let workers = args.jobs.workers();
+    let workers = args.jobs.workers(run_count(&selected, &args.seeds));
     let seeds = args.seeds.end - args.seeds.start;
     out!(
         "rig bench: {} jobs, seeds {}..{} ({seeds} per scenario and policy)",

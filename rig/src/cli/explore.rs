@@ -5,7 +5,7 @@ use super::artifacts::write_finding;
 use super::parallel::{for_each_ordered, Jobs};
 use super::progress::Progress;
 use super::sweep::{known_policy, output_folder, reference_note};
-use super::{bad_input, load_scenarios, parse_seed_range, EXIT_BAD_INPUT, EXIT_FAILED};
+use super::{bad_input, load_scenarios, output, parse_seed_range, EXIT_BAD_INPUT, EXIT_FAILED};
 use rig::explore;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -47,13 +47,14 @@ pub fn command(args: ExploreArgs) -> ExitCode {
     let Some(scenarios) = load_scenarios(&args.paths) else { return ExitCode::from(EXIT_BAD_INPUT) };
     let harness = rig::reference();
     let (mut explored, mut failing) = (0u64, 0u64);
-    let jobs = scenarios.iter().flat_map(|scenario| seeds.clone().map(move |seed| (scenario, seed)));
+    let jobs =
+        output::while_wanted(scenarios.iter().flat_map(|scenario| seeds.clone().map(move |seed| (scenario, seed))));
     let total = (scenarios.len() as u64).saturating_mul(seeds.end.saturating_sub(seeds.start));
     let progress = Progress::new(total);
     // Each seed is explored (and shrunk) on one worker; findings are printed in seed order.
     for_each_ordered(
         jobs,
-        args.jobs.workers(),
+        args.jobs.workers(total),
         |(scenario, seed)| (scenario, explore::explore(&harness, scenario, &args.policy, seed, args.keep_cuts)),
         |_, _| progress.completed(None),
         |_, (scenario, exploration)| {

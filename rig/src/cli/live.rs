@@ -1,6 +1,6 @@
 //! `rig live`: scenario files against real harness processes, on real sockets in real time.
 
-use super::{bad_input, load_scenarios, selected_runs, trace_sink, write_trace, EXIT_BAD_INPUT, EXIT_FAILED};
+use super::{bad_input, load_scenarios, output, selected_runs, trace_lines, trace_sink, EXIT_BAD_INPUT, EXIT_FAILED};
 use rig::report;
 use rig::{prepare_live, run_live, LiveListener, LiveOptions};
 use std::net::SocketAddr;
@@ -97,6 +97,9 @@ pub fn command(args: LiveArgs) -> ExitCode {
     let (mut passed, mut failed) = (0u64, 0u64);
     let total = prepared.len();
     for (index, (ready, run)) in prepared.iter().enumerate() {
+        if output::lost() {
+            break;
+        }
         for ignored in &ready.ignored {
             err!("rig live: {}: {ignored}", ready.scenario.path.display());
         }
@@ -125,7 +128,7 @@ pub fn command(args: LiveArgs) -> ExitCode {
             out!("{}\n    live: time scale {scale}; no bit-for-bit replay", report::human(&outcome));
         }
         if let Some(sink) = trace_out.as_mut() {
-            write_trace(sink.as_mut(), &outcome);
+            sink.write(trace_lines(&outcome).as_bytes());
         }
         if outcome.passed {
             passed += 1;
@@ -140,8 +143,8 @@ pub fn command(args: LiveArgs) -> ExitCode {
             }
         }
     }
-    if let Some(sink) = trace_out.as_mut() {
-        let _ = sink.flush();
+    if let Err(code) = trace_out.map_or(Ok(()), |sink| sink.finish()) {
+        return code;
     }
     if !args.json {
         out!("{passed} passed, {failed} failed (live)");

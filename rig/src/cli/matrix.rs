@@ -80,7 +80,7 @@ pub fn command(args: MatrixArgs) -> ExitCode {
         .map(|(scenario, policy_run)| MatrixCase::new(scenario.path.display().to_string(), policy_run.policy.clone()))
         .collect();
     let mut digest = Sha256::new();
-    let workers = args.jobs.workers();
+    let workers = args.jobs.workers(in_shard);
     run_all(jobs, in_shard, workers, |pair, outcome| {
         cases[pair].record(&outcome);
         let line = format!(

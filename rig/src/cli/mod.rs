@@ -1,19 +1,19 @@
-//! What every command shares: output that survives closed streams, exit codes, loading the
+//! What every command shares: output that is checked ([`output`]), exit codes, loading the
 //! scenario files, choosing the runs.
 
 use rig::{PolicyRun, RunOutcome, Scenario};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-/// Writes a line to standard output. A closed pipe (`rig run ... | head`) is not an error
-/// worth a panic: the rest of the output is simply not wanted.
+/// Writes a line to standard output; a failure is remembered and decides the exit status
+/// (see [`output`]).
 macro_rules! out {
-    ($($arg:tt)*) => {{
-        let _ = std::io::Write::write_fmt(&mut std::io::stdout().lock(), format_args!("{}\n", format_args!($($arg)*)));
-    }};
+    ($($arg:tt)*) => {
+        crate::cli::output::line(format_args!($($arg)*))
+    };
 }
 
-/// Writes a line to standard error, which may be closed too.
+/// Writes a line to standard error, which may be closed: there is nowhere left to say so.
 macro_rules! err {
     ($($arg:tt)*) => {{
         let _ = std::io::Write::write_fmt(&mut std::io::stderr().lock(), format_args!("{}\n", format_args!($($arg)*)));
@@ -27,6 +27,7 @@ pub mod explore;
 pub mod harness;
 pub mod live;
 pub mod matrix;
+pub mod output;
 pub mod parallel;
 pub mod progress;
 pub mod run;
@@ -47,26 +48,21 @@ pub fn parse_seed_range(text: &str) -> Result<std::ops::Range<u64>, String> {
 }
 
 /// Where `--trace` goes: a file, or standard output for `-`.
-pub fn trace_sink(path: &Path) -> Result<Box<dyn std::io::Write>, ExitCode> {
-    if path == Path::new("-") {
-        return Ok(Box::new(std::io::stdout()));
-    }
-    match std::fs::File::create(path) {
-        Ok(file) => Ok(Box::new(std::io::BufWriter::new(file))),
-        Err(error) => Err(bad_input(&format!("cannot write the trace file {}: {error}", path.display()))),
-    }
+pub fn trace_sink(path: &Path) -> Result<output::Output, ExitCode> {
+    output::Output::create(path, "trace file")
 }
 
-/// Writes a run's trace as JSON lines, each naming the run.
-pub fn write_trace(sink: &mut dyn std::io::Write, outcome: &rig::RunOutcome) {
+/// A run's trace as JSON lines, each naming the run.
+pub fn trace_lines(outcome: &rig::RunOutcome) -> String {
     let scenario = serde_json::json!(outcome.scenario);
+    let mut lines = String::new();
     for event in outcome.trace.json_lines() {
-        let _ = writeln!(
-            sink,
-            "{{\"scenario\":{scenario},\"policy\":\"{}\",\"seed\":{},\"event\":{event}}}",
+        lines.push_str(&format!(
+            "{{\"scenario\":{scenario},\"policy\":\"{}\",\"seed\":{},\"event\":{event}}}\n",
             outcome.policy, outcome.seed
-        );
+        ));
     }
+    lines
 }
 
 /// Bad input: said once, and the exit status other tools rely on.
@@ -146,15 +142,17 @@ impl RunJob<'_> {
 
 /// Every run of the selection under every seed, in the order they are reported: scenario by
 /// scenario, policy by policy, seed by seed. Made as they are taken, so a seed range larger
-/// than memory is only a long night, not an allocation failure.
+/// than memory is only a long night, not an allocation failure; none is made once an output
+/// has failed.
 pub fn run_jobs<'a>(
     selected: &[(&'a Scenario, &'a PolicyRun)],
     seeds: &std::ops::Range<u64>,
 ) -> impl Iterator<Item = RunJob<'a>> + Send + 'a {
     let (selected, seeds) = (selected.to_vec(), seeds.clone());
-    selected.into_iter().enumerate().flat_map(move |(pair, (scenario, policy_run))| {
+    let jobs = selected.into_iter().enumerate().flat_map(move |(pair, (scenario, policy_run))| {
         seeds.clone().map(move |seed| RunJob { pair, scenario, policy_run, seed })
-    })
+    });
+    output::while_wanted(jobs)
 }
 
 /// How many runs [`run_jobs`] makes.

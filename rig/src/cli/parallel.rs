@@ -32,9 +32,13 @@ pub struct Jobs {
 }
 
 impl Jobs {
-    /// The number of workers: as asked, or one per core.
-    pub fn workers(self) -> NonZeroUsize {
-        self.jobs.unwrap_or_else(|| std::thread::available_parallelism().unwrap_or(NonZeroUsize::MIN))
+    /// The number of workers for `runs` runs: as asked, or one per core, and never more than
+    /// there are runs (each worker is a thread with a large stack: `--jobs 100000` for three
+    /// runs would spend seconds making threads that get nothing to do).
+    pub fn workers(self, runs: u64) -> NonZeroUsize {
+        let asked = self.jobs.unwrap_or_else(|| std::thread::available_parallelism().unwrap_or(NonZeroUsize::MIN));
+        let runs = NonZeroUsize::new(usize::try_from(runs).unwrap_or(usize::MAX)).unwrap_or(NonZeroUsize::MIN);
+        asked.min(runs)
     }
 }
 
@@ -241,6 +245,15 @@ mod tests {
             map_ordered(0..1000, workers(3), |n: u32| assert!(n != 5, "job 5 fails"), |_, _| {})
         });
         assert!(outcome.is_err());
+    }
+
+    #[test]
+    fn workers_are_never_more_than_the_runs() {
+        let asked = |n: usize| Jobs { jobs: NonZeroUsize::new(n) };
+        assert_eq!(asked(100_000).workers(3).get(), 3);
+        assert_eq!(asked(2).workers(3).get(), 2);
+        assert_eq!(asked(8).workers(0).get(), 1, "no runs still has one worker to find that out");
+        assert_eq!(asked(4).workers(u64::MAX).get(), 4);
     }
 
     #[test]

@@ -3,8 +3,8 @@
 use super::parallel::{for_each_ordered, Jobs};
 use super::progress::Progress;
 use super::{
-    bad_input, create_output, load_scenarios, parse_seed_range, run_count, run_jobs, selected_runs, trace_sink,
-    EXIT_BAD_INPUT, EXIT_FAILED,
+    bad_input, create_output, load_scenarios, parse_seed_range, run_count, run_jobs, selected_runs, trace_lines,
+    trace_sink, EXIT_BAD_INPUT, EXIT_FAILED,
 };
 use rig::{report, timeline, RunOutcome};
 use std::io::Write as _;
@@ -56,16 +56,7 @@ struct Done {
 
 fn render(outcome: RunOutcome, json: bool, with_trace: bool) -> Done {
     let report = if json { report::json_line(&outcome).to_string() } else { report::human(&outcome) };
-    let mut trace_lines = String::new();
-    if with_trace {
-        let scenario = serde_json::json!(outcome.scenario);
-        for event in outcome.trace.json_lines() {
-            trace_lines.push_str(&format!(
-                "{{\"scenario\":{scenario},\"policy\":\"{}\",\"seed\":{},\"event\":{event}}}\n",
-                outcome.policy, outcome.seed
-            ));
-        }
-    }
+    let trace_lines = if with_trace { trace_lines(&outcome) } else { String::new() };
     Done { outcome, report, trace_lines }
 }
 
@@ -110,13 +101,13 @@ pub fn command(args: RunArgs) -> ExitCode {
     let mut drawn: Vec<RunOutcome> = Vec::new();
     for_each_ordered(
         run_jobs(&selected, &seeds),
-        args.jobs.workers(),
+        args.jobs.workers(total),
         |job| render(job.run(), json, with_trace),
         |_, _| progress.completed(None),
         |_, done| {
             progress.out(&done.report);
             if let Some(sink) = trace_out.as_mut() {
-                let _ = sink.write_all(done.trace_lines.as_bytes());
+                sink.write(done.trace_lines.as_bytes());
             }
             if done.outcome.passed {
                 passed += 1
@@ -129,8 +120,8 @@ pub fn command(args: RunArgs) -> ExitCode {
         },
     );
     progress.finish();
-    if let Some(sink) = trace_out.as_mut() {
-        let _ = sink.flush();
+    if let Err(code) = trace_out.map_or(Ok(()), |sink| sink.finish()) {
+        return code;
     }
     let drawn: Vec<&RunOutcome> = drawn.iter().collect();
     for (path, mut file, draw) in pictures {

@@ -4,7 +4,7 @@
 use super::artifacts::write_finding;
 use super::parallel::{map_ordered, Jobs};
 use super::progress::Progress;
-use super::{bad_input, load_scenarios, EXIT_BAD_INPUT, EXIT_FAILED};
+use super::{bad_input, load_scenarios, output, EXIT_BAD_INPUT, EXIT_FAILED};
 use rig::explore::{self, SpaceOptions, SweepOptions, Verdict};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -20,8 +20,8 @@ pub struct SweepArgs {
     /// 1: every cut alone; 2: then pairs of cuts, most promising first.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=2))]
     pub depth: u8,
-    /// The most runs per workload (pairs are the first to go).
-    #[arg(long)]
+    /// The most runs per workload, at least 1 (pairs are the first to go).
+    #[arg(long, value_parser = budget)]
     pub budget: Option<usize>,
     /// Write each finding here as a scenario file, with the timeline, trace and repro of its
     /// replay beside it.
@@ -41,6 +41,15 @@ pub struct SweepArgs {
     pub all: bool,
     #[command(flatten)]
     pub jobs: Jobs,
+}
+
+/// A budget of no runs would sweep nothing and report a clean workload.
+fn budget(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(0) => Err("a budget of 0 runs would sweep nothing; expected at least 1".into()),
+        Ok(runs) => Ok(runs),
+        Err(_) => Err(format!("`{text}` is not a number of runs")),
+    }
 }
 
 /// The policy named on the command line, if the harness has it.
@@ -88,15 +97,21 @@ pub fn command(args: SweepArgs) -> ExitCode {
     };
     let mut anything = false;
     for scenario in &scenarios {
+        if output::lost() {
+            break;
+        }
+        // Wall time, for the summary line only: the uncut run and the sweep's, as they took.
+        let started = std::time::Instant::now();
         let plan = explore::plan(&harness, scenario, &options);
         let progress = Progress::new(plan.jobs.len() as u64);
         let runs = map_ordered(
-            &plan.jobs,
-            args.jobs.workers(),
+            output::while_wanted(plan.jobs.iter()),
+            args.jobs.workers(plan.jobs.len() as u64),
             |job| explore::run_job(&harness, &plan, job),
             |_, _| progress.completed(None),
         );
         progress.finish();
+        let elapsed = started.elapsed();
         let report = explore::report(&harness, plan, runs);
         out!("sweep {} [{}] depth {} seed {}", scenario.path.display(), args.policy, args.depth, args.seed);
         for failure in &report.baseline_failures {
@@ -107,9 +122,8 @@ pub fn command(args: SweepArgs) -> ExitCode {
             let fired: Vec<&str> = report.baseline_fired.iter().map(String::as_str).collect();
             out!("  FIRED   [{}] on the uncut workload itself", fired.join(", "));
         }
-        let (mut clean, mut unreached, mut fired_runs, mut wall_us) = (0, 0, 0, 0);
+        let (mut clean, mut unreached, mut fired_runs) = (0, 0, 0);
         for run in &report.runs {
-            wall_us += run.wall_us;
             let ids: Vec<String> = run.placements.iter().map(|p| p.id()).collect();
             let (verdict, oracles) = match &run.verdict {
                 Verdict::Clean => {
@@ -132,7 +146,7 @@ pub fn command(args: SweepArgs) -> ExitCode {
         out!(
             "  {} runs in {:.2} s of wall time: {clean} clean, {fired_runs} fired, {unreached} unreached{}; {} findings",
             report.runs.len(),
-            wall_us as f64 / 1e6,
+            elapsed.as_secs_f64(),
             if report.skipped > 0 { format!(", {} pairs over the budget", report.skipped) } else { String::new() },
             report.findings.len()
         );
