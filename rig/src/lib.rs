@@ -13,6 +13,7 @@
 
 mod bus;
 mod capability;
+pub mod cli;
 mod clock;
 mod condition;
 mod cut;

@@ -1,7 +1,4 @@
-//! The `rig` command line.
-
-#[macro_use]
-mod cli;
+//! The `rig` command line: the reference harness's, plus live runs and the drop-proxy.
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -23,7 +20,13 @@ fn keep_freed_memory() {
 }
 
 #[derive(Parser)]
-#[command(name = "rig", version, about = "A deterministic fault-injection test rig for durable agent harnesses")]
+#[command(
+    name = "rig",
+    version,
+    about = "A deterministic fault-injection test rig for durable agent harnesses. `run`, `matrix`, `sweep`, \
+             `explore` and `bench` run the reference harness; give a harness of yours this command set with \
+             rig::cli::main in a binary of its crate."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -31,45 +34,28 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run scenario files (or every .toml file under a folder) and report each run.
-    Run(cli::run::RunArgs),
-    /// Run many seeds, one shard of them, for CI: failing pairs with a repro each, JUnit XML.
-    Matrix(cli::matrix::MatrixArgs),
-    /// Try every cut at every place one uncut run offers (and pairs); write each finding as a scenario.
-    Sweep(cli::sweep::SweepArgs),
-    /// Draw a random fault mix per seed, shrink every failure, write it as a scenario.
-    Explore(cli::explore::ExploreArgs),
-    /// Measure the rig: runs per second and simulated-to-wall time per scenario file.
-    Bench(cli::bench::BenchArgs),
+    #[command(flatten)]
+    Reference(rig::cli::Command),
     /// Put the frame-aware WebSocket drop-proxy between two real processes.
     Proxy(proxy::ProxyArgs),
     /// Run scenario files live: engine, doubles and cuts on real sockets in real time, against
     /// harness processes that connect (any language; no bit-for-bit replay).
-    Live(cli::live::LiveArgs),
+    Live(rig::cli::live::LiveArgs),
     /// Run the reference harness as an external process for `rig live`.
-    Harness(cli::harness::HarnessArgs),
+    Harness(rig::cli::harness::HarnessArgs),
 }
 
 fn main() -> ExitCode {
     keep_freed_memory();
-    // Colour only for a person at a terminal; logs captured by CI stay plain text.
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .without_time()
-        .init();
+    rig::cli::init_logging();
+    let reference = rig::cli::Harness::new(rig::reference());
     let code = match Cli::parse().command {
-        Command::Run(args) => cli::run::command(args),
-        Command::Matrix(args) => cli::matrix::command(args),
-        Command::Bench(args) => cli::bench::command(args),
-        Command::Sweep(args) => cli::sweep::command(args),
-        Command::Explore(args) => cli::explore::command(args),
+        Command::Reference(command) => command.execute(&reference),
         Command::Proxy(args) => ExitCode::from(u8::try_from(proxy::run(args)).unwrap_or(1)),
-        Command::Live(args) => cli::live::command(args),
-        Command::Harness(args) => cli::harness::command(args),
+        Command::Live(args) => rig::cli::live::command(args, &reference),
+        Command::Harness(args) => rig::cli::harness::command(args),
     };
-    cli::output::finish(code)
+    rig::cli::output::finish(code)
 }
 
 #[cfg(test)]

@@ -2,6 +2,7 @@
 //! (one JSON object per line), and to a snapshot (a reviewable claim about the run: its
 //! verdict, durable state and replies, and the events that carry meaning, without times).
 
+use crate::capability::Skip;
 use crate::run::RunOutcome;
 use crate::trace::{Event, EventKind};
 use serde_json::{json, Value};
@@ -67,7 +68,35 @@ pub fn human(outcome: &RunOutcome) -> String {
     line
 }
 
-/// The `--json` object of one run.
+/// A run not made: its scenario needs what its harness does not declare.
+#[derive(Debug, Clone)]
+pub struct SkippedRun {
+    pub scenario: String,
+    pub policy: String,
+    pub seed: u64,
+    pub skip: Skip,
+}
+
+/// A skipped scenario and policy as one line: `SKIP path [policy]: needs ...`.
+pub fn skip_line(scenario: &str, policy: &str, skip: &Skip) -> String {
+    format!("SKIP {scenario} [{policy}]: {skip}")
+}
+
+/// The `--json` object of a skipped run: `passed` is null (neither passed nor failed),
+/// `skipped` says why, `missing` names the capabilities lacking.
+pub fn skip_json(run: &SkippedRun) -> Value {
+    json!({
+        "scenario": run.scenario,
+        "harness": run.skip.harness,
+        "policy": run.policy,
+        "seed": run.seed,
+        "passed": null,
+        "skipped": run.skip.to_string(),
+        "missing": run.skip.capabilities(),
+    })
+}
+
+/// The `--json` object of one run (`skipped` is null: it ran).
 pub fn json_line(outcome: &RunOutcome) -> Value {
     json!({
         "scenario": outcome.scenario,
@@ -75,6 +104,7 @@ pub fn json_line(outcome: &RunOutcome) -> Value {
         "policy": outcome.policy,
         "seed": outcome.seed,
         "passed": outcome.passed,
+        "skipped": null,
         "trace_hash": outcome.trace_hash,
         "sim_ms": outcome.sim_ms,
         "wall_us": outcome.wall_us,
@@ -294,6 +324,9 @@ pub struct MatrixCase {
     pub policy: String,
     pub runs: u64,
     pub failed: u64,
+    /// Runs not made, and why: the harness lacks what the scenario needs.
+    pub skipped: u64,
+    pub skip: Option<String>,
     pub wall_us: u64,
     /// The lowest failing seed: the smallest case to look at first.
     pub first_failure: Option<FirstFailure>,
@@ -311,7 +344,13 @@ pub struct FirstFailure {
 
 impl MatrixCase {
     pub fn new(scenario: String, policy: String) -> Self {
-        Self { scenario, policy, runs: 0, failed: 0, wall_us: 0, first_failure: None }
+        Self { scenario, policy, runs: 0, failed: 0, skipped: 0, skip: None, wall_us: 0, first_failure: None }
+    }
+
+    /// A run of this case not made, because of `skip`.
+    pub fn record_skip(&mut self, skip: &Skip) {
+        self.skipped += 1;
+        self.skip.get_or_insert_with(|| skip.to_string());
     }
 
     pub fn record(&mut self, outcome: &RunOutcome) {
@@ -333,10 +372,15 @@ impl MatrixCase {
     }
 }
 
-/// One line per failing scenario and policy (its lowest failing seed, a repro and where its
-/// timeline is), then totals.
-pub fn matrix_summary(cases: &[MatrixCase], (shard, shards): (u64, u64)) -> String {
+/// One line per skipped and per failing scenario and policy (its lowest failing seed, a repro
+/// and where its timeline is), then totals, naming the harness.
+pub fn matrix_summary(cases: &[MatrixCase], (shard, shards): (u64, u64), harness: &str) -> String {
     let mut text = String::new();
+    for case in cases {
+        if let Some(skip) = &case.skip {
+            let _ = writeln!(text, "SKIP {} [{}] {} runs: {skip}", case.scenario, case.policy, case.skipped);
+        }
+    }
     for case in cases {
         if let Some(first) = &case.first_failure {
             let _ = writeln!(
@@ -355,12 +399,19 @@ pub fn matrix_summary(cases: &[MatrixCase], (shard, shards): (u64, u64)) -> Stri
     }
     let runs: u64 = cases.iter().map(|c| c.runs).sum();
     let failed: u64 = cases.iter().map(|c| c.failed).sum();
-    let _ = write!(text, "shard {shard}/{shards}: {} passed, {failed} failed", runs - failed);
+    let skipped: u64 = cases.iter().map(|c| c.skipped).sum();
+    let _ = write!(
+        text,
+        "shard {shard}/{shards}: {} passed, {failed} failed, {skipped} skipped (harness {harness})",
+        runs - failed
+    );
     text
 }
 
 /// What a matrix's JUnit suite says about the run it reports, beyond its cases.
 pub struct JunitSuite<'a> {
+    /// The harness that ran.
+    pub harness: &'a str,
     pub shard: (u64, u64),
     pub seeds: &'a std::ops::Range<u64>,
     pub policy: Option<&'a str>,
@@ -382,13 +433,19 @@ pub fn junit(cases: &[MatrixCase], suite: &JunitSuite<'_>) -> Result<String, Str
     test_suite.set_timestamp(started).set_time(suite.elapsed);
     test_suite.add_property(("seeds", format!("{}..{}", suite.seeds.start, suite.seeds.end).as_str()));
     test_suite.add_property(("shard", format!("{shard}/{shards}").as_str()));
+    test_suite.add_property(("harness", suite.harness));
     if let Some(policy) = suite.policy {
         test_suite.add_property(("policy", policy));
     }
     for case in cases {
-        let status = match &case.first_failure {
-            None => TestCaseStatus::success(),
-            Some(first) => {
+        let status = match (&case.first_failure, &case.skip) {
+            (None, Some(skip)) if case.runs == 0 => {
+                let mut status = TestCaseStatus::skipped();
+                status.set_message(skip.as_str()).set_type("capability lacking");
+                status
+            }
+            (None, _) => TestCaseStatus::success(),
+            (Some(first), _) => {
                 let mut status = TestCaseStatus::non_success(NonSuccessKind::Failure);
                 let mut description = first.failures.join("\n");
                 let _ = write!(description, "\nrepro: {}", first.repro);

@@ -58,7 +58,7 @@ pub struct RunOutcome {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Rerun {
     /// A command line running the harness's CLI: `rig` for the reference harness, a user's
-    /// binary built on [`crate::cli::main`]. The repro is `PROGRAM run FILE --policy P --seed N`.
+    /// binary built on `rig::cli::main`. The repro is `PROGRAM run FILE --policy P --seed N`.
     Cli(String),
     /// A whole command line of its own, such as the one test that ran it.
     Command(String),

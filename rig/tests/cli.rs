@@ -443,9 +443,11 @@ fn a_repro_line_replays_the_run_from_any_folder() {
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
     let hash = |text: &str| text.split("hash=").nth(1).map(|h| h[..12].to_string());
     let repro = stdout.lines().find_map(|l| l.trim().strip_prefix("repro: ")).expect(&stdout);
-    let words: Vec<&str> = repro.split_whitespace().collect();
-    assert_eq!(&words[..2], ["rig", "run"], "{repro}");
-    let elsewhere = Command::new(env!("CARGO_BIN_EXE_rig")).args(&words[1..]).current_dir("/").output().unwrap();
+    // The binary that ran it, on the scenario's absolute path: it runs as printed, from anywhere,
+    // installed or not.
+    let binary = Path::new(env!("CARGO_BIN_EXE_rig")).canonicalize().unwrap();
+    assert!(repro.starts_with(&format!("{} run /", binary.display())), "{repro}");
+    let elsewhere = Command::new("sh").arg("-c").arg(repro).current_dir("/").output().unwrap();
     assert_eq!(elsewhere.status.code(), Some(1), "{}", String::from_utf8_lossy(&elsewhere.stderr));
     assert_eq!(hash(&String::from_utf8_lossy(&elsewhere.stdout)), hash(&stdout), "the same run, replayed");
 }
@@ -469,14 +471,17 @@ fn an_explored_finding_is_written_with_its_timeline_trace_and_repro_and_overwrit
         assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
         let stdout = String::from_utf8_lossy(&out.stdout).to_string();
         assert!(!stdout.contains("NOT REPRODUCED"), "{stdout}");
-        // `... -> PATH (replay: rig run PATH --seed N) with its timeline, trace and repro beside it`
+        // `... -> PATH (replay: RIG run PATH --policy P --seed N; trace hash H) with its timeline, trace and repro beside it`
         stdout
             .lines()
             .filter(|l| l.trim_start().starts_with("shrunk to"))
             .map(|l| {
                 assert!(l.ends_with("with its timeline, trace and repro beside it"), "{l}");
                 let written = l.split(" -> ").nth(1).unwrap();
-                let seed = written.split("--seed ").nth(1).map_or(0, |s| s.split(')').next().unwrap().parse().unwrap());
+                let seed = written
+                    .split("--seed ")
+                    .nth(1)
+                    .map_or(0, |s| s.chars().take_while(char::is_ascii_digit).collect::<String>().parse().unwrap());
                 (PathBuf::from(written.split(" (replay").next().unwrap()), seed)
             })
             .collect::<Vec<(PathBuf, u64)>>()

@@ -2,12 +2,14 @@
 //! trace and its repro command side by side, and for a sweep or explore finding the scenario file
 //! that reproduces it, replayed from that file to check that it does.
 
-use rig::{explore, timeline, RunOutcome};
+use super::Harness;
+use crate::run::RunOutcome;
+use crate::{explore, timeline};
 use std::path::{Path, PathBuf};
 
 /// Writes `STEM.timeline.html`, `STEM.trace.jsonl` and `STEM.repro.sh` of one run into `folder`;
 /// the paths written (or why one could not be).
-pub fn write_run(outcome: &RunOutcome, folder: &Path, stem: &str) -> Vec<String> {
+pub(crate) fn write_run(outcome: &RunOutcome, folder: &Path, stem: &str) -> Vec<String> {
     let mut trace = outcome.trace.json_lines().collect::<Vec<_>>().join("\n");
     trace.push('\n');
     let files = [
@@ -31,7 +33,7 @@ pub fn write_run(outcome: &RunOutcome, folder: &Path, stem: &str) -> Vec<String>
 }
 
 /// `scenarios/a/b.toml`, policy `p`, seed 3: `scenarios.a.b.p.seed3`.
-pub fn run_stem(outcome: &RunOutcome) -> String {
+pub(crate) fn run_stem(outcome: &RunOutcome) -> String {
     let path = Path::new(&outcome.scenario).with_extension("");
     let parts: Vec<String> = path
         .components()
@@ -43,27 +45,28 @@ pub fn run_stem(outcome: &RunOutcome) -> String {
     format!("{}.{}.seed{}", parts.join("."), outcome.policy, outcome.seed)
 }
 
-/// Writes a finding's scenario file into `folder`, replays the written file under the finding's
-/// policy and seed, and writes that run's timeline, trace and repro beside it. Returns the line
-/// that names them: the file, the command that replays it (a finding reproduces under the seed it
-/// was found with), and `NOT REPRODUCED` when the written file does not trip the finding's oracle,
-/// which would be a bug of the rig's.
-pub fn write_finding(folder: &Path, finding: &explore::Finding) -> String {
-    let path = match finding_path(folder, finding) {
+/// Writes a finding's scenario file into `folder`, replays the written file with the harness
+/// under the finding's policy and seed, and writes that run's timeline, trace and repro beside
+/// it. Returns the line that names them: the file, the command that replays it with this
+/// harness (a finding reproduces under the seed it was found with) and the replay's trace hash,
+/// and `NOT REPRODUCED` when the written file does not trip the finding's oracle, which would be
+/// a bug of the rig's.
+pub(crate) fn write_finding(folder: &Path, finding: &explore::Finding, harness: &Harness) -> String {
+    let text = with_replay_line(&finding.scenario_file, &harness.program, finding.seed);
+    let path = match finding_path(folder, finding, &text) {
         Ok(path) => path,
         Err(error) => return format!("(could not write into {}: {error})", folder.display()),
     };
-    if let Err(error) = std::fs::write(&path, &finding.scenario_file) {
+    if let Err(error) = std::fs::write(&path, &text) {
         return format!("(could not write {}: {error})", path.display());
     }
-    let seed = if finding.seed == 0 { String::new() } else { format!(" --seed {}", finding.seed) };
-    let mut line = format!("{path} (replay: rig run {path}{seed})", path = path.display());
-    let scenario = match rig::Scenario::parse(&path, &finding.scenario_file) {
+    let scenario = match crate::Scenario::parse(&path, &text) {
         Ok(scenario) => scenario,
-        Err(error) => return format!("{line} NOT REPRODUCED: the written file does not load: {error}"),
+        Err(error) => return format!("{} NOT REPRODUCED: the written file does not load: {error}", path.display()),
     };
     let policy_run = scenario.run_of(&finding.policy).cloned().unwrap_or_else(|| explore::bare_run(&finding.policy));
-    let outcome = rig::run(&scenario, &policy_run, finding.seed);
+    let outcome = harness.run(&scenario, &policy_run, finding.seed);
+    let mut line = format!("{} (replay: {}; trace hash {})", path.display(), outcome.repro(), outcome.trace_hash);
     let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
     let written = write_run(&outcome, folder, &stem);
     if !explore::fired(&outcome).contains(&finding.oracle) {
@@ -81,20 +84,27 @@ pub fn write_finding(folder: &Path, finding: &explore::Finding) -> String {
 /// exploration can shrink to the same cuts, and each replays under its own seed). A file already
 /// there with other content is kept, and this one takes the next free `-N` name: nothing a
 /// finding wrote is lost. The same finding written again replaces itself.
-fn finding_path(folder: &Path, finding: &explore::Finding) -> std::io::Result<PathBuf> {
+fn finding_path(folder: &Path, finding: &explore::Finding, text: &str) -> std::io::Result<PathBuf> {
     let name = Path::new(&finding.file_name);
     let stem = name.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
     let stem = if finding.seed == 0 { stem } else { format!("{stem}--seed{}", finding.seed) };
     for n in 1..=FINDINGS_OF_ONE_NAME_MAX {
         let candidate = folder.join(if n == 1 { format!("{stem}.toml") } else { format!("{stem}-{n}.toml") });
         match std::fs::read_to_string(&candidate) {
-            Ok(existing) if existing != finding.scenario_file => continue,
+            Ok(existing) if existing != text => continue,
             Ok(_) => return Ok(candidate),
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(candidate),
             Err(error) => return Err(error),
         }
     }
     Err(std::io::Error::other(format!("{FINDINGS_OF_ONE_NAME_MAX} other findings are already named {stem}")))
+}
+
+/// A finding's text with the command that replays it with this binary's harness, after its
+/// first line (which says what found it).
+fn with_replay_line(text: &str, program: &str, seed: u64) -> String {
+    let (first, rest) = text.split_once('\n').unwrap_or((text, ""));
+    format!("{first}\n# Replay it with `{program} run <this file> --seed {seed}`.\n{rest}")
 }
 
 /// How many differing findings may share a name in one folder before the rig stops numbering.

@@ -2,7 +2,9 @@
 //! on all of them.
 
 use super::parallel::Jobs;
-use super::{load_scenarios, parse_seed_range, run_all, run_count, run_jobs, EXIT_BAD_INPUT, EXIT_FAILED};
+use super::{
+    load_scenarios, parse_seed_range, run_all, run_count, run_jobs, Done, Harness, Pair, EXIT_BAD_INPUT, EXIT_FAILED,
+};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -30,16 +32,28 @@ struct Cost {
     failed: u64,
 }
 
-pub fn command(args: BenchArgs) -> ExitCode {
+pub(crate) fn command(args: BenchArgs, harness: &Harness) -> ExitCode {
     let Some(scenarios) = load_scenarios(&args.paths) else { return ExitCode::from(EXIT_BAD_INPUT) };
-    let selected: Vec<_> = scenarios.iter().flat_map(|s| s.runs.iter().map(move |r| (s, r))).collect();
-    // The scenario file of each (scenario, policy) pair, by its position in `scenarios`.
-    let file_of: Vec<usize> =
-        scenarios.iter().enumerate().flat_map(|(file, s)| std::iter::repeat_n(file, s.runs.len())).collect();
+    // Every policy the harness answers to; the runs it cannot serve are counted, not timed.
+    let policies = harness.factory.policies();
+    let (mut selected, mut file_of, mut skipped) = (Vec::new(), Vec::new(), 0u64);
+    for (file, scenario) in scenarios.iter().enumerate() {
+        for policy_run in scenario.runs.iter().filter(|r| policies.contains(&r.policy)) {
+            match harness.skip(scenario, &policy_run.policy) {
+                Some(_) => skipped += 1,
+                None => {
+                    selected.push(Pair { scenario, policy_run, skip: None });
+                    // The scenario file of each (scenario, policy) pair, by its position in `scenarios`.
+                    file_of.push(file);
+                }
+            }
+        }
+    }
     let workers = args.jobs.workers(run_count(&selected, &args.seeds));
     let seeds = args.seeds.end - args.seeds.start;
     out!(
-        "rig bench: {} jobs, seeds {}..{} ({seeds} per scenario and policy)",
+        "rig bench: harness {}, {} jobs, seeds {}..{} ({seeds} per scenario and policy)",
+        harness.name(),
         workers,
         args.seeds.start,
         args.seeds.end
@@ -47,7 +61,8 @@ pub fn command(args: BenchArgs) -> ExitCode {
     out!("{:<64} {:>6} {:>11} {:>9} {:>11} {:>10}", "scenario", "runs", "wall/run", "runs/s", "sim/run", "sim/wall");
     let mut costs: Vec<Cost> = scenarios.iter().map(|_| Cost::default()).collect();
     let clock = std::time::Instant::now();
-    run_all(run_jobs(&selected, &args.seeds), run_count(&selected, &args.seeds), workers, |pair, outcome| {
+    run_all(run_jobs(&selected, &args.seeds), run_count(&selected, &args.seeds), workers, harness, |pair, done| {
+        let Done::Ran(outcome) = done else { return };
         let cost = &mut costs[file_of[pair]];
         cost.runs += 1;
         cost.wall_us += outcome.wall_us.max(1);
@@ -55,7 +70,7 @@ pub fn command(args: BenchArgs) -> ExitCode {
         cost.failed += u64::from(!outcome.passed);
     });
     let elapsed_us = u64::try_from(clock.elapsed().as_micros()).unwrap_or(u64::MAX).max(1);
-    for (scenario, cost) in scenarios.iter().zip(&costs) {
+    for (scenario, cost) in scenarios.iter().zip(&costs).filter(|(_, cost)| cost.runs > 0) {
         let runs = cost.runs.max(1);
         out!(
             "{:<64} {:>6} {:>9}us {:>9.0} {:>9}ms {:>9.0}x",
@@ -73,13 +88,14 @@ pub fn command(args: BenchArgs) -> ExitCode {
     // Runs per second of one core: each run's own wall time. Runs per second in all: the
     // whole catalogue over the elapsed time, with every worker busy.
     out!(
-        "total: {all_runs} runs, {:.0} runs/s per core, {:.0} runs/s with {workers} jobs ({:.2} runs at once on average), {failed} failed",
+        "total: {all_runs} runs, {:.0} runs/s per core, {:.0} runs/s with {workers} jobs ({:.2} runs at once on average), {failed} failed, {} skipped",
         all_runs as f64 / (busy_us.max(1) as f64 / 1e6),
         all_runs as f64 / (elapsed_us as f64 / 1e6),
-        busy_us as f64 / elapsed_us as f64
+        busy_us as f64 / elapsed_us as f64,
+        skipped.saturating_mul(seeds)
     );
     if let Some(workload) = args.sweep.as_ref().filter(|w| w.exists()) {
-        failed += super::sweep::bench(workload);
+        failed += super::sweep::bench(workload, harness);
     }
     if let Some(peak) = peak_memory_kib() {
         out!("peak resident memory: {} MiB", peak / 1024);

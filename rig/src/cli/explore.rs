@@ -5,8 +5,8 @@ use super::artifacts::write_finding;
 use super::parallel::{for_each_ordered, Jobs};
 use super::progress::Progress;
 use super::sweep::{known_policy, output_folder, reference_note};
-use super::{bad_input, load_scenarios, output, parse_seed_range, EXIT_BAD_INPUT, EXIT_FAILED};
-use rig::explore;
+use super::{bad_input, load_scenarios, output, parse_seed_range, Harness, EXIT_BAD_INPUT, EXIT_FAILED};
+use crate::{explore, report};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -35,17 +35,27 @@ pub struct ExploreArgs {
     pub jobs: Jobs,
 }
 
-pub fn command(args: ExploreArgs) -> ExitCode {
+pub(crate) fn command(args: ExploreArgs, harness: &Harness) -> ExitCode {
     let seeds = match (args.seed, &args.seeds) {
         (Some(seed), _) => seed..seed + 1,
         (None, Some(range)) => range.clone(),
         (None, None) => return bad_input("give `--seeds A..B` or `--seed N`"),
     };
-    if let Err(code) = known_policy(&args.policy).and_then(|()| output_folder(args.out.as_deref())) {
+    if let Err(code) = known_policy(harness, &args.policy).and_then(|()| output_folder(args.out.as_deref())) {
         return code;
     }
-    let Some(scenarios) = load_scenarios(&args.paths) else { return ExitCode::from(EXIT_BAD_INPUT) };
-    let harness = rig::reference();
+    let Some(mut scenarios) = load_scenarios(&args.paths) else { return ExitCode::from(EXIT_BAD_INPUT) };
+    let per_scenario = seeds.end.saturating_sub(seeds.start);
+    let mut skipped = 0u64;
+    scenarios.retain(|scenario| match harness.skip(scenario, &args.policy) {
+        Some(skip) => {
+            out!("{}", report::skip_line(&scenario.path.display().to_string(), &args.policy, &skip));
+            skipped = skipped.saturating_add(per_scenario);
+            false
+        }
+        None => true,
+    });
+    let factory = &harness.factory;
     let (mut explored, mut failing) = (0u64, 0u64);
     let jobs =
         output::while_wanted(scenarios.iter().flat_map(|scenario| seeds.clone().map(move |seed| (scenario, seed))));
@@ -55,7 +65,7 @@ pub fn command(args: ExploreArgs) -> ExitCode {
     for_each_ordered(
         jobs,
         args.jobs.workers(total),
-        |(scenario, seed)| (scenario, explore::explore(&harness, scenario, &args.policy, seed, args.keep_cuts)),
+        |(scenario, seed)| (scenario, explore::explore(factory, scenario, &args.policy, seed, args.keep_cuts)),
         |_, _| progress.completed(None),
         |_, (scenario, exploration)| {
             explored += 1;
@@ -73,17 +83,20 @@ pub fn command(args: ExploreArgs) -> ExitCode {
                 fired.join(", "),
                 mix.join(" + ")
             ));
+            let path = std::path::absolute(&scenario.path).unwrap_or_else(|_| scenario.path.clone());
             progress.out(&format!(
-                "    repro: rig explore {} --policy {} --seed {seed}",
-                scenario.path.display(),
-                args.policy
+                "    repro: {} explore {} --policy {} --seed {seed}{}",
+                harness.program,
+                crate::run::shell_word(&path.to_string_lossy()),
+                args.policy,
+                if args.keep_cuts { " --keep-cuts" } else { "" }
             ));
             if let Some(shrunk) = &exploration.shrunk {
                 let cuts: Vec<String> = shrunk.placements.iter().map(|p| p.id()).collect();
                 let written = args
                     .out
                     .as_ref()
-                    .map(|folder| format!(" -> {}", write_finding(folder, shrunk)))
+                    .map(|folder| format!(" -> {}", write_finding(folder, shrunk, harness)))
                     .unwrap_or_default();
                 progress.out(&format!(
                     "    shrunk to {} cut(s) in {} runs: {}{}{written}",
@@ -96,9 +109,15 @@ pub fn command(args: ExploreArgs) -> ExitCode {
         },
     );
     progress.finish();
-    out!("explored {explored} seed(s): {} clean, {failing} failing", explored - failing);
+    out!(
+        "explored {explored} seed(s): {} clean, {failing} failing, {skipped} skipped (harness {})",
+        explored - failing,
+        harness.name()
+    );
     if failing > 0 {
         ExitCode::from(EXIT_FAILED)
+    } else if explored == 0 {
+        bad_input("every workload was skipped: harness lacks what they need, so nothing was explored")
     } else {
         ExitCode::SUCCESS
     }

@@ -1,7 +1,7 @@
 //! `rig harness`: the reference harness as an external process, for `rig live`.
 
 use super::bad_input;
-use rig::{serve_harness, HarnessProcess};
+use crate::{serve_harness, HarnessProcess};
 use std::process::ExitCode;
 
 #[derive(clap::Args)]

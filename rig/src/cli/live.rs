@@ -1,8 +1,11 @@
 //! `rig live`: scenario files against real harness processes, on real sockets in real time.
 
-use super::{bad_input, load_scenarios, output, selected_runs, trace_lines, trace_sink, EXIT_BAD_INPUT, EXIT_FAILED};
-use rig::report;
-use rig::{prepare_live, run_live, LiveListener, LiveOptions};
+use super::{
+    bad_input, load_scenarios, output, selected_runs, trace_lines, trace_sink, Harness, EXIT_BAD_INPUT, EXIT_FAILED,
+};
+use crate::capability::Capabilities;
+use crate::report;
+use crate::{prepare_live, run_live, LiveListener, LiveOptions};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -45,18 +48,32 @@ pub struct LiveArgs {
     /// Write the full trace of every run as JSON lines to this file (`-`: standard output).
     #[arg(long)]
     pub trace: Option<PathBuf>,
+    /// The capabilities the external harness serves, comma-separated (`switch,send,...`;
+    /// `turns` is implied); the files that need others are skipped with the reason. By default
+    /// all of them.
+    #[arg(long, value_parser = Capabilities::parse)]
+    pub capabilities: Option<Capabilities>,
 }
 
-pub fn command(args: LiveArgs) -> ExitCode {
+/// `rig live`. The external harness is judged by the reference harness's policies; `rig` names
+/// the binary for the command that runs a scenario again.
+pub fn command(args: LiveArgs, rig: &Harness) -> ExitCode {
     let Some(scenarios) = load_scenarios(&args.paths) else { return ExitCode::from(EXIT_BAD_INPUT) };
-    let selected = match selected_runs(&scenarios, Some(&args.policy)) {
+    let selected = match selected_runs(&scenarios, Some(&args.policy), rig) {
         Ok(selected) => selected,
         Err(message) => return bad_input(&message),
     };
     // Everything is checked before anything runs: one refusal stops the whole command.
     let mut prepared = Vec::new();
     let mut refused = false;
-    for (scenario, run) in selected {
+    let declared = args.capabilities.clone().unwrap_or_else(Capabilities::all);
+    let mut skipped = 0u64;
+    for super::Pair { scenario, policy_run: run, .. } in selected {
+        if let Some(skip) = scenario.requirements(&run.policy).unmet("live", &declared) {
+            out!("{}", report::skip_line(&scenario.path.display().to_string(), &run.policy, &skip));
+            skipped += 1;
+            continue;
+        }
         match prepare_live(scenario, args.time_scale) {
             Ok(ready) => prepared.push((ready, run)),
             Err(why) => {
@@ -67,6 +84,9 @@ pub fn command(args: LiveArgs) -> ExitCode {
     }
     if refused {
         return ExitCode::from(EXIT_BAD_INPUT);
+    }
+    if prepared.is_empty() {
+        return bad_input("every run was skipped: the harness lacks what they need, so nothing was tested");
     }
     let address: SocketAddr = match args.listen.parse() {
         Ok(address) => address,
@@ -109,7 +129,7 @@ pub fn command(args: LiveArgs) -> ExitCode {
             time_scale: scale,
             connect_timeout_ms: args.connect_timeout_ms,
             quiet_ms: args.quiet_ms,
-            command: rerun_command(&args, &ready.scenario.path.display().to_string(), address),
+            command: rerun_command(&args, &rig.program, &ready.scenario.path.display().to_string(), address),
         };
         let outcome = match run_live(&listener, ready, run, &options) {
             Ok(outcome) => outcome,
@@ -147,7 +167,7 @@ pub fn command(args: LiveArgs) -> ExitCode {
         return code;
     }
     if !args.json {
-        out!("{passed} passed, {failed} failed (live)");
+        out!("{passed} passed, {failed} failed, {skipped} skipped (live)");
     }
     if failed > 0 {
         ExitCode::from(EXIT_FAILED)
@@ -157,8 +177,8 @@ pub fn command(args: LiveArgs) -> ExitCode {
 }
 
 /// The command that runs a scenario live again, as this run did (not a replay).
-fn rerun_command(args: &LiveArgs, scenario: &str, address: SocketAddr) -> String {
-    let mut command = format!("rig live {scenario} --listen {address} --policy {}", args.policy);
+fn rerun_command(args: &LiveArgs, program: &str, scenario: &str, address: SocketAddr) -> String {
+    let mut command = format!("{program} live {scenario} --listen {address} --policy {}", args.policy);
     if let Some(scale) = args.time_scale {
         command.push_str(&format!(" --time-scale {scale}"));
     }

@@ -3,10 +3,10 @@
 use super::artifacts;
 use super::parallel::{map_ordered, Jobs};
 use super::{
-    bad_input, create_output, load_scenarios, parse_seed_range, run_all, run_count, run_jobs, selected_runs, RunJob,
-    EXIT_BAD_INPUT, EXIT_FAILED,
+    bad_input, create_output, load_scenarios, parse_seed_range, run_all, run_count, run_jobs, selected_runs, Done,
+    Harness, Pair, RunJob, Tally, EXIT_BAD_INPUT, EXIT_FAILED,
 };
-use rig::report::{self, MatrixCase};
+use crate::report::{self, MatrixCase};
 use sha2::{Digest, Sha256};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -49,9 +49,9 @@ fn parse_shard(text: &str) -> Result<(u64, u64), String> {
     Ok((k, n))
 }
 
-pub fn command(args: MatrixArgs) -> ExitCode {
+pub(crate) fn command(args: MatrixArgs, harness: &Harness) -> ExitCode {
     let Some(scenarios) = load_scenarios(&args.paths) else { return ExitCode::from(EXIT_BAD_INPUT) };
-    let selected = match selected_runs(&scenarios, args.policy.as_deref()) {
+    let selected = match selected_runs(&scenarios, args.policy.as_deref(), harness) {
         Ok(selected) => selected,
         Err(message) => return bad_input(&message),
     };
@@ -77,24 +77,34 @@ pub fn command(args: MatrixArgs) -> ExitCode {
     let in_shard = all / shards + u64::from(all % shards > shard - 1);
     let mut cases: Vec<MatrixCase> = selected
         .iter()
-        .map(|(scenario, policy_run)| MatrixCase::new(scenario.path.display().to_string(), policy_run.policy.clone()))
+        .map(|chosen| MatrixCase::new(chosen.scenario.path.display().to_string(), chosen.policy_run.policy.clone()))
         .collect();
     let mut digest = Sha256::new();
+    let mut tally = Tally::default();
     let workers = args.jobs.workers(in_shard);
-    run_all(jobs, in_shard, workers, |pair, outcome| {
-        cases[pair].record(&outcome);
-        let line = format!(
-            "{}\t{}\t{}\t{}\t{}\n",
-            outcome.scenario, outcome.policy, outcome.seed, outcome.passed, outcome.trace_hash
-        );
+    run_all(jobs, in_shard, workers, harness, |pair, done| {
+        tally.count(&done);
+        let line = match &done {
+            Done::Ran(outcome) => {
+                cases[pair].record(outcome);
+                format!(
+                    "{}\t{}\t{}\t{}\t{}\n",
+                    outcome.scenario, outcome.policy, outcome.seed, outcome.passed, outcome.trace_hash
+                )
+            }
+            Done::Skipped(skipped) => {
+                cases[pair].record_skip(&skipped.skip);
+                format!("{}\t{}\t{}\tskipped\n", skipped.scenario, skipped.policy, skipped.seed)
+            }
+        };
         digest.update(line.as_bytes());
     });
     let unreproducible = match &args.out {
-        Some(folder) => write_failures(&selected, &mut cases, folder, workers),
+        Some(folder) => write_failures(&selected, &mut cases, folder, workers, harness),
         None => Vec::new(),
     };
-    cases.retain(|case| case.runs > 0);
-    out!("{}", report::matrix_summary(&cases, (shard, shards)));
+    cases.retain(|case| case.runs > 0 || case.skipped > 0);
+    out!("{}", report::matrix_summary(&cases, (shard, shards), harness.name()));
     if args.out.is_none() && cases.iter().any(|c| c.failed > 0) {
         out!("(--out DIR writes each failing case's timeline, trace and repro, from a replay of its lowest seed)");
     }
@@ -105,6 +115,7 @@ pub fn command(args: MatrixArgs) -> ExitCode {
     out!("runs digest {digest} (every run's verdict and trace hash, in order: equal for any --jobs)");
     if let Some(mut file) = junit_file {
         let suite = report::JunitSuite {
+            harness: harness.name(),
             shard: (shard, shards),
             seeds: &args.seeds,
             policy: args.policy.as_deref(),
@@ -118,34 +129,35 @@ pub fn command(args: MatrixArgs) -> ExitCode {
             return bad_input(&format!("cannot write the JUnit report {}: {error}", path.display()));
         }
     }
-    if cases.iter().any(|c| c.failed > 0) || !unreproducible.is_empty() {
-        ExitCode::from(EXIT_FAILED)
-    } else {
-        ExitCode::SUCCESS
+    if !unreproducible.is_empty() {
+        return ExitCode::from(EXIT_FAILED);
     }
+    tally.exit_code()
 }
 
 /// Replays each failing case's lowest seed and writes its timeline, trace and repro into
 /// `folder`, naming them in the case's report. `cases` line up with `selected`. Returns a line for every replay whose trace
 /// differed from the first run's: a run that does not reproduce is a bug of its own.
 fn write_failures(
-    selected: &[(&rig::Scenario, &rig::PolicyRun)],
+    selected: &[Pair],
     cases: &mut [MatrixCase],
     folder: &Path,
     workers: std::num::NonZeroUsize,
+    harness: &Harness,
 ) -> Vec<String> {
     let replays: Vec<(usize, RunJob)> = cases
         .iter()
         .enumerate()
         .filter_map(|(pair, case)| {
             let seed = case.first_failure.as_ref()?.seed;
-            let (scenario, policy_run) = selected[pair];
-            Some((pair, RunJob { pair, scenario, policy_run, seed }))
+            let chosen = &selected[pair];
+            Some((pair, RunJob { pair, scenario: chosen.scenario, policy_run: chosen.policy_run, seed, skip: None }))
         })
         .collect();
-    let replayed = map_ordered(replays, workers, |(index, job)| (index, job.run()), |_, _| {});
+    let replayed = map_ordered(replays, workers, |(index, job)| (index, job.run(harness)), |_, _| {});
     let mut unreproducible = Vec::new();
-    for (index, outcome) in replayed {
+    for (index, done) in replayed {
+        let Done::Ran(outcome) = done else { continue };
         let Some(first) = cases[index].first_failure.as_mut() else { continue };
         if outcome.trace_hash != first.trace_hash {
             unreproducible.push(format!(

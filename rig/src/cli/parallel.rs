@@ -45,7 +45,7 @@ impl Jobs {
 /// Runs `work` on every job on up to `workers` threads and returns the results in input order.
 /// `finished(index, &result)` is called on the calling thread as each job completes, in
 /// completion order.
-pub fn map_ordered<J, R>(
+pub(crate) fn map_ordered<J, R>(
     jobs: impl IntoIterator<Item = J, IntoIter: Send>,
     workers: NonZeroUsize,
     work: impl Fn(J) -> R + Sync,
@@ -67,7 +67,7 @@ where
 /// Jobs are taken from `jobs` as workers get to them, so it may be long (or lazily made).
 /// With one worker everything runs on the calling thread. A panic in a job stops the others
 /// from starting new jobs and is resumed on the calling thread.
-pub fn for_each_ordered<J, R>(
+pub(crate) fn for_each_ordered<J, R>(
     jobs: impl IntoIterator<Item = J, IntoIter: Send>,
     workers: NonZeroUsize,
     work: impl Fn(J) -> R + Sync,
@@ -260,9 +260,10 @@ mod tests {
     fn what_crosses_threads_is_send_and_sync() {
         fn shared<T: Send + Sync>() {}
         fn returned<T: Send>() {}
-        shared::<rig::Scenario>();
-        shared::<rig::PolicyRun>();
-        shared::<std::sync::Arc<dyn rig::HarnessFactory>>();
-        returned::<rig::RunOutcome>();
+        shared::<crate::Scenario>();
+        shared::<crate::PolicyRun>();
+        shared::<std::sync::Arc<dyn crate::HarnessFactory>>();
+        shared::<super::super::Harness>();
+        returned::<super::super::Done>();
     }
 }

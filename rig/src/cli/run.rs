@@ -4,9 +4,11 @@ use super::parallel::{for_each_ordered, Jobs};
 use super::progress::Progress;
 use super::{
     bad_input, create_output, load_scenarios, parse_seed_range, run_count, run_jobs, selected_runs, trace_lines,
-    trace_sink, EXIT_BAD_INPUT, EXIT_FAILED,
+    trace_sink, Done, Harness, Tally, EXIT_BAD_INPUT,
 };
-use rig::{report, timeline, RunOutcome};
+use crate::report;
+use crate::run::RunOutcome;
+use crate::timeline;
 use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -47,23 +49,36 @@ pub struct RunArgs {
 /// A way of drawing runs: the HTML timeline or the Mermaid diagram.
 type Drawing = fn(&[&RunOutcome]) -> String;
 
-/// One finished run, rendered on the worker that ran it.
-struct Done {
-    outcome: RunOutcome,
-    report: String,
+/// One finished job, rendered on the worker that ran it.
+struct Rendered {
+    done: Done,
+    /// What it prints, if anything: a skipped pair says so once, at its first seed.
+    report: Option<String>,
     trace_lines: String,
 }
 
-fn render(outcome: RunOutcome, json: bool, with_trace: bool) -> Done {
-    let report = if json { report::json_line(&outcome).to_string() } else { report::human(&outcome) };
-    let trace_lines = if with_trace { trace_lines(&outcome) } else { String::new() };
-    Done { outcome, report, trace_lines }
+fn render(done: Done, first_seed: u64, json: bool, with_trace: bool) -> Rendered {
+    let outcome = match &done {
+        Done::Skipped(skipped) => {
+            let report = if json {
+                Some(report::skip_json(skipped).to_string())
+            } else {
+                (skipped.seed == first_seed)
+                    .then(|| report::skip_line(&skipped.scenario, &skipped.policy, &skipped.skip))
+            };
+            return Rendered { done, report, trace_lines: String::new() };
+        }
+        Done::Ran(outcome) => outcome,
+    };
+    let report = Some(if json { report::json_line(outcome).to_string() } else { report::human(outcome) });
+    let trace_lines = if with_trace { trace_lines(outcome) } else { String::new() };
+    Rendered { done, report, trace_lines }
 }
 
-pub fn command(args: RunArgs) -> ExitCode {
+pub(crate) fn command(args: RunArgs, harness: &Harness) -> ExitCode {
     // Load everything first: a bad file is reported before any run starts.
     let Some(scenarios) = load_scenarios(&args.paths) else { return ExitCode::from(EXIT_BAD_INPUT) };
-    let selected = match selected_runs(&scenarios, args.policy.as_deref()) {
+    let selected = match selected_runs(&scenarios, args.policy.as_deref(), harness) {
         Ok(selected) => selected,
         Err(message) => return bad_input(&message),
     };
@@ -97,25 +112,23 @@ pub fn command(args: RunArgs) -> ExitCode {
 
     let (json, with_trace) = (args.json, trace_out.is_some());
     let progress = Progress::new(total);
-    let (mut passed, mut failed) = (0u64, 0u64);
+    let mut tally = Tally::default();
     let mut drawn: Vec<RunOutcome> = Vec::new();
     for_each_ordered(
         run_jobs(&selected, &seeds),
         args.jobs.workers(total),
-        |job| render(job.run(), json, with_trace),
+        |job| render(job.run(harness), seeds.start, json, with_trace),
         |_, _| progress.completed(None),
-        |_, done| {
-            progress.out(&done.report);
+        |_, rendered| {
+            if let Some(report) = &rendered.report {
+                progress.out(report);
+            }
             if let Some(sink) = trace_out.as_mut() {
-                sink.write(done.trace_lines.as_bytes());
+                sink.write(rendered.trace_lines.as_bytes());
             }
-            if done.outcome.passed {
-                passed += 1
-            } else {
-                failed += 1
-            }
-            if drawing {
-                drawn.push(done.outcome);
+            tally.count(&rendered.done);
+            if let (true, Done::Ran(outcome)) = (drawing, rendered.done) {
+                drawn.push(outcome);
             }
         },
     );
@@ -131,11 +144,7 @@ pub fn command(args: RunArgs) -> ExitCode {
         err!("wrote {}", path.display());
     }
     if !args.json {
-        out!("{passed} passed, {failed} failed");
+        out!("{}", tally.summary(harness));
     }
-    if failed > 0 {
-        ExitCode::from(EXIT_FAILED)
-    } else {
-        ExitCode::SUCCESS
-    }
+    tally.exit_code()
 }

@@ -4,8 +4,9 @@
 use super::artifacts::write_finding;
 use super::parallel::{map_ordered, Jobs};
 use super::progress::Progress;
-use super::{bad_input, load_scenarios, output, EXIT_BAD_INPUT, EXIT_FAILED};
-use rig::explore::{self, SpaceOptions, SweepOptions, Verdict};
+use super::{bad_input, load_scenarios, output, Harness, EXIT_BAD_INPUT, EXIT_FAILED};
+use crate::explore::{self, SpaceOptions, SweepOptions, Verdict};
+use crate::report;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -52,19 +53,13 @@ fn budget(text: &str) -> Result<usize, String> {
     }
 }
 
-/// The policy named on the command line, if the harness has it.
-pub fn known_policy(name: &str) -> Result<(), ExitCode> {
-    match rig::Policy::from_name(name) {
-        Some(_) => Ok(()),
-        None => {
-            let known: Vec<_> = rig::Policy::ALL.iter().map(|p| p.name()).collect();
-            Err(bad_input(&format!("unknown policy `{name}`, expected one of {}", known.join(", "))))
-        }
-    }
+/// The policy named on the command line, if the harness answers to it.
+pub(crate) fn known_policy(harness: &Harness, name: &str) -> Result<(), ExitCode> {
+    harness.known_policy(name).map_err(|why| bad_input(&why))
 }
 
 /// The folder findings go to, made if need be; checked before any run.
-pub fn output_folder(out: Option<&Path>) -> Result<(), ExitCode> {
+pub(crate) fn output_folder(out: Option<&Path>) -> Result<(), ExitCode> {
     match out {
         Some(folder) => std::fs::create_dir_all(folder)
             .map_err(|e| bad_input(&format!("cannot write findings to {}: {e}", folder.display()))),
@@ -73,7 +68,7 @@ pub fn output_folder(out: Option<&Path>) -> Result<(), ExitCode> {
 }
 
 /// How the reference harness fares on a finding made under another policy.
-pub fn reference_note(finding: &explore::Finding) -> String {
+pub(crate) fn reference_note(finding: &explore::Finding) -> String {
     match &finding.reference_fired {
         None => String::new(),
         Some(fired) if fired.is_empty() => " (reference: clean)".into(),
@@ -81,12 +76,11 @@ pub fn reference_note(finding: &explore::Finding) -> String {
     }
 }
 
-pub fn command(args: SweepArgs) -> ExitCode {
-    if let Err(code) = known_policy(&args.policy).and_then(|()| output_folder(args.out.as_deref())) {
+pub(crate) fn command(args: SweepArgs, harness: &Harness) -> ExitCode {
+    if let Err(code) = known_policy(harness, &args.policy).and_then(|()| output_folder(args.out.as_deref())) {
         return code;
     }
     let Some(scenarios) = load_scenarios(&args.paths) else { return ExitCode::from(EXIT_BAD_INPUT) };
-    let harness = rig::reference();
     let options = SweepOptions {
         policy: args.policy.clone(),
         depth: args.depth,
@@ -96,23 +90,31 @@ pub fn command(args: SweepArgs) -> ExitCode {
         space: SpaceOptions { nth_max: args.nth_max },
     };
     let mut anything = false;
+    let (mut swept, mut skipped, mut found) = (0u64, 0u64, 0u64);
+    let factory = &harness.factory;
     for scenario in &scenarios {
         if output::lost() {
             break;
         }
+        if let Some(skip) = harness.skip(scenario, &args.policy) {
+            out!("{}", report::skip_line(&scenario.path.display().to_string(), &args.policy, &skip));
+            skipped += 1;
+            continue;
+        }
+        swept += 1;
         // Wall time, for the summary line only: the uncut run and the sweep's, as they took.
         let started = std::time::Instant::now();
-        let plan = explore::plan(&harness, scenario, &options);
+        let plan = explore::plan(factory, scenario, &options);
         let progress = Progress::new(plan.jobs.len() as u64);
         let runs = map_ordered(
             output::while_wanted(plan.jobs.iter()),
             args.jobs.workers(plan.jobs.len() as u64),
-            |job| explore::run_job(&harness, &plan, job),
+            |job| explore::run_job(factory, &plan, job),
             |_, _| progress.completed(None),
         );
         progress.finish();
         let elapsed = started.elapsed();
-        let report = explore::report(&harness, plan, runs);
+        let report = explore::report(factory, plan, runs);
         out!("sweep {} [{}] depth {} seed {}", scenario.path.display(), args.policy, args.depth, args.seed);
         for failure in &report.baseline_failures {
             out!("  note: the uncut workload: {}", failure.lines().next().unwrap_or_default());
@@ -150,35 +152,48 @@ pub fn command(args: SweepArgs) -> ExitCode {
             if report.skipped > 0 { format!(", {} pairs over the budget", report.skipped) } else { String::new() },
             report.findings.len()
         );
+        found += u64::from(!report.baseline_fired.is_empty() || !report.findings.is_empty());
         for finding in &report.findings {
             anything = true;
             let ids: Vec<String> = finding.placements.iter().map(|p| p.id()).collect();
-            let written =
-                args.out.as_ref().map(|folder| format!(" -> {}", write_finding(folder, finding))).unwrap_or_default();
+            let written = args
+                .out
+                .as_ref()
+                .map(|folder| format!(" -> {}", write_finding(folder, finding, harness)))
+                .unwrap_or_default();
             out!("  finding `{}`: {}{}{written}", finding.oracle, ids.join(" + "), reference_note(finding));
         }
     }
+    out!("swept {swept} workload(s): {found} with findings, {skipped} skipped (harness {})", harness.name());
     if anything {
         ExitCode::from(EXIT_FAILED)
+    } else if swept == 0 {
+        bad_input("every workload was skipped: harness lacks what they need, so nothing was swept")
     } else {
         ExitCode::SUCCESS
     }
 }
 
-/// Times a depth-1 sweep of `workload` under the reference harness, on one core, for `rig bench`;
-/// 1 if it found anything (a benchmark of a clean workload should stay clean), else 0.
-pub fn bench(workload: &Path) -> u64 {
-    let Ok(scenario) = rig::Scenario::load(workload) else {
+/// Times a depth-1 sweep of `workload` under the harness, on one core, for `rig bench`; 1 if it
+/// found anything (a benchmark of a clean workload should stay clean), else 0.
+pub(crate) fn bench(workload: &Path, harness: &Harness) -> u64 {
+    let Ok(scenario) = crate::Scenario::load(workload) else {
         err!("error: cannot load the sweep workload {}", workload.display());
         return 1;
     };
+    let options = SweepOptions::default();
+    if let Some(skip) = harness.skip(&scenario, &options.policy) {
+        out!("sweep: {}", report::skip_line(&workload.display().to_string(), &options.policy, &skip));
+        return 0;
+    }
     // Wall time, for the benchmark only.
     let started = std::time::Instant::now();
-    let report = explore::sweep(&rig::reference(), &scenario, &SweepOptions::default());
+    let report = explore::sweep(&harness.factory, &scenario, &options);
     let seconds = started.elapsed().as_secs_f64();
     out!(
-        "sweep: {} depth 1 under reference: {} runs in {seconds:.2} s on one core ({:.0} runs/s), {} findings",
+        "sweep: {} depth 1 under {}: {} runs in {seconds:.2} s on one core ({:.0} runs/s), {} findings",
         workload.display(),
+        harness.name(),
         report.runs.len() + 1,
         (report.runs.len() + 1) as f64 / seconds,
         report.findings.len()

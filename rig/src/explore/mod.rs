@@ -6,6 +6,35 @@
 //! effects of its scripted story, which an injected cut changes on purpose. An oracle the uncut
 //! run already trips is not a finding of any cut. A cut that never fired left the run uncut:
 //! its site was not reached, which is no finding either.
+//!
+//! These are library entry points too, for any harness: [`sweep`] (or [`plan`], [`run_job`] and
+//! [`report`] to spread the runs over threads as `rig sweep` does) and [`explore`], which shrinks
+//! each failure it finds (to the cuts that fired, then one cut and one step at a time) into
+//! [`Exploration::shrunk`]. A [`Finding`]'s `scenario_file` is a scenario file of its own; the
+//! CLI adds the line that replays it with its binary.
+//!
+//! ```
+//! use rig::explore::{self, SweepOptions};
+//! use std::path::Path;
+//!
+//! let harness = rig::reference(); // your own factory here
+//! let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/smoke/healthy-turn.toml");
+//! let workload = rig::Scenario::load(&file).unwrap();
+//!
+//! // Every cut at every place the uncut run offers. (This workload's turn is invoked directly,
+//! // not through a queue, so a dropped invocation leaves it running: `liveness` findings.)
+//! let swept = explore::sweep(&harness, &workload, &SweepOptions::default());
+//! assert!(!swept.runs.is_empty());
+//! for finding in &swept.findings {
+//!     println!("`{}` with {} cut(s): {}", finding.oracle, finding.placements.len(), finding.file_name);
+//! }
+//!
+//! // One seed's random fault mix; a failure comes back shrunk, as a scenario file.
+//! let exploration = explore::explore(&harness, &workload, "reference", 7, false);
+//! if let Some(finding) = &exploration.shrunk {
+//!     println!("{} -> {}\n{}", finding.oracle, finding.file_name, finding.scenario_file);
+//! }
+//! ```
 
 mod space;
 mod swarm;
@@ -118,7 +147,9 @@ fn slug(text: &str) -> String {
 /// Writes a finding as a scenario file: the workload (its world and steps, without the
 /// expectations its own story made, and without the steps shrinking removed), the cuts that
 /// trigger it, what was found, and what each policy must show: a correct harness trips no
-/// oracle; the policy it was found under trips the one found.
+/// oracle; the policy it was found under trips the one found. `found_by` says what found it
+/// (`sweep of harness `naive``); the command that replays it is the caller's to add, since only
+/// the caller knows what runs this harness.
 pub(crate) fn finding(
     scenario: &Scenario,
     placements: &[Placement],
@@ -148,7 +179,8 @@ pub(crate) fn finding(
         *steps = kept;
     }
     let ids: Vec<String> = placements.iter().map(Placement::id).collect();
-    let about = format!("{found_by} found `{oracle}` under policy `{policy}` (seed {seed}) with: {}", ids.join("; "));
+    let about =
+        format!("The {found_by} found `{oracle}` under policy `{policy}` (seed {seed}) with: {}", ids.join("; "));
     for placement in placements {
         add_cut(&mut table, placement);
     }
@@ -161,9 +193,8 @@ pub(crate) fn finding(
     }
     table.insert("policy".into(), toml::Value::Table(policies));
     let mut text = format!(
-        "# Found by `{found_by}` from {} under policy `{policy}`, seed {seed}.\n\
-         # Replay it with `rig run <this file> --seed {seed}`. A correct harness trips no oracle\n\
-         # here; move it into scenarios/ as a regression test.\n",
+        "# Found by the {found_by} from {} under policy `{policy}`, seed {seed}.\n\
+         # A correct harness trips no oracle here; move it into scenarios/ as a regression test.\n",
         scenario.path.display()
     );
     table.insert("about".into(), toml::Value::String(about));

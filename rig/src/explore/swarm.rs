@@ -140,7 +140,8 @@ pub fn explore(
             removed = fewer;
         }
     }
-    let mut shrunk = finding(&workload, &cuts, policy, &oracle, seed, &removed, "rig explore");
+    let found_by = format!("exploration of harness `{}`", harness.name());
+    let mut shrunk = finding(&workload, &cuts, policy, &oracle, seed, &removed, &found_by);
     shrunk.check_reference(harness, &workload, &removed);
     exploration.shrunk = Some(shrunk);
     exploration

@@ -145,7 +145,7 @@ pub fn report(harness: &Arc<dyn HarnessFactory>, plan: SweepPlan, runs: Vec<Swee
                     oracle,
                     plan.options.seed,
                     &BTreeSet::new(),
-                    "rig sweep",
+                    &format!("sweep of harness `{}`", harness.name()),
                 )
             });
         }
