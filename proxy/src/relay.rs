@@ -5,9 +5,10 @@
 //! the clock, sleeping and the record of frames. It never spawns, never reads the wall clock,
 //! never touches a tokio timer and never draws unseeded randomness; both directions run in the
 //! one future it returns, polled in a fixed order, and frames held by `delay` rules wait in a
-//! queue inside it, each with its own release time.
+//! queue inside it, each with its own release time; a frame a `reorder` rule holds waits beside
+//! that queue for its partner, or its limit.
 
-use crate::rule::{Action, Decision, Direction, FrameKind, RuleSet};
+use crate::rule::{Action, Decision, Direction, FrameKind, RuleHit, RuleSet};
 use crate::wire::{CloseWitness, Wire};
 use futures_util::future::{poll_fn, select, Either, FutureExt};
 use futures_util::{Sink, Stream};
@@ -67,8 +68,10 @@ pub struct FrameRecord<'a> {
     /// Index of the rule that fired, in the rule set at that moment.
     pub rule: Option<usize>,
     pub rule_name: Option<&'a str>,
-    /// `forward`, `drop`, `delay`, `duplicate` or `close`, or `refuse` for a close frame
-    /// whose code may not be sent (`message` is the frame as it arrived).
+    /// `forward`, `drop`, `delay`, `duplicate`, `close` or `reorder` (held for its partner), or
+    /// `refuse` for a close frame whose code may not be sent (`message` is the frame as it
+    /// arrived). A frame `reorder` held is recorded again when it leaves: `reordered` right
+    /// behind its partner, `reorder-expired` at its limit with no partner seen.
     pub action: &'static str,
     /// The frame itself, for a log that wants payloads.
     #[serde(skip)]
@@ -257,6 +260,13 @@ impl Held {
     }
 }
 
+/// A frame a `reorder` rule holds until its partner has passed; `frame.release_us` is the
+/// limit after which it leaves anyway.
+struct Reordered {
+    frame: Held,
+    rule: RuleHit,
+}
+
 /// A copy of a message that owns its payload alone: a payload read from the socket shares
 /// its allocation with the frames read with it, which a held frame must not keep alive.
 fn detached(message: Message) -> Message {
@@ -354,9 +364,40 @@ where
         PumpEnd::Closed
     }
 
+    /// Records a frame a `reorder` rule held as it leaves.
+    fn record_release(&self, reordered: &Reordered, action: &'static str) {
+        let (kind, size) = frame_kind(&reordered.frame.message);
+        let decision = Decision { rule: Some(reordered.rule.clone()), action: Action::Forward };
+        self.record(kind, size, &decision, action, &reordered.frame.message);
+    }
+
+    /// Sends a frame on now, or behind the frames `delay` holds, keeping its place.
+    async fn pass_on(
+        &self,
+        held: &mut VecDeque<Held>,
+        held_bytes: &mut usize,
+        message: Message,
+    ) -> Result<(), PumpEnd> {
+        if held.is_empty() {
+            return feed(self.dest, message).await.map_err(|e| PumpEnd::DestGone { error: e.to_string() });
+        }
+        let frame = Held { message, release_us: 0 };
+        *held_bytes += frame.cost();
+        held.push_back(frame);
+        Ok(())
+    }
+
+    /// When the next held frame may leave: the first `delay` holds, or a `reorder` limit.
+    fn next_release_us(held: &VecDeque<Held>, reordered: &[Reordered]) -> Option<u64> {
+        let limits = reordered.iter().map(|r| r.frame.release_us);
+        held.front().map(|f| f.release_us).into_iter().chain(limits).min()
+    }
+
     async fn run(self) -> PumpEnd {
         let mut held: VecDeque<Held> = VecDeque::new();
         let mut held_bytes = 0usize;
+        // Frames `reorder` rules hold for their partners, in the order they arrived.
+        let mut reordered: Vec<Reordered> = Vec::new();
         // The close frame read from the source while frames were held; it leaves after them.
         let mut held_close: Option<Option<Message>> = None;
         loop {
@@ -371,7 +412,16 @@ where
                     return PumpEnd::DestGone { error: e.to_string() };
                 }
             }
-            if held.is_empty() {
+            // A reordered frame whose partner never came leaves at its limit.
+            while let Some(index) = reordered.iter().position(|r| r.frame.release_us <= self.env.now_us()) {
+                let expired = reordered.remove(index);
+                held_bytes -= expired.frame.cost();
+                self.record_release(&expired, "reorder-expired");
+                if let Err(end) = self.pass_on(&mut held, &mut held_bytes, expired.frame.message).await {
+                    return end;
+                }
+            }
+            if held.is_empty() && reordered.is_empty() {
                 self.held_until_us.set(0);
                 if let Some(close) = held_close.take() {
                     return self.pass_close(close).await;
@@ -382,7 +432,8 @@ where
             if let Err(e) = ready(self.dest).await {
                 return PumpEnd::DestGone { error: e.to_string() };
             }
-            let room = held_close.is_none() && (held.is_empty() || held_bytes < MAX_HELD_BYTES);
+            let room =
+                held_close.is_none() && ((held.is_empty() && reordered.is_empty()) || held_bytes < MAX_HELD_BYTES);
             // Frames already buffered are written without a flush in between, and the
             // destination is flushed once the source has nothing ready: batching under load,
             // no added latency when idle.
@@ -397,10 +448,10 @@ where
                     if let Err(e) = flush(self.dest).await {
                         return PumpEnd::DestGone { error: e.to_string() };
                     }
-                    match held.front() {
+                    match Self::next_release_us(&held, &reordered) {
                         None => next_message(self.source).await,
-                        Some(front) => {
-                            let wait_ms = front.release_us.saturating_sub(self.env.now_us()).div_ceil(1000);
+                        Some(release_us) => {
+                            let wait_ms = release_us.saturating_sub(self.env.now_us()).div_ceil(1000);
                             tokio::select! {
                                 biased;
                                 next = next_message(self.source), if room => next,
@@ -417,7 +468,8 @@ where
                     // peer: pass on what is held and buffered (within the grace period) before
                     // the relay drops both connections.
                     let owed = async {
-                        for frame in held.drain(..) {
+                        let reordered = reordered.drain(..).map(|r| r.frame);
+                        for frame in held.drain(..).chain(reordered) {
                             let wait_ms = frame.release_us.saturating_sub(self.env.now_us()).div_ceil(1000);
                             if wait_ms > 0 {
                                 self.env.sleep(wait_ms).await;
@@ -440,7 +492,7 @@ where
             let (kind, size) = frame_kind(&message);
             if let Message::Close(frame) = message {
                 let close = self.note_close(frame);
-                if held.is_empty() {
+                if held.is_empty() && reordered.is_empty() {
                     return self.pass_close(close).await;
                 }
                 held_close = Some(close);
@@ -454,12 +506,18 @@ where
                 }
                 continue;
             }
-            let decision = {
+            let (decision, partner) = {
                 let text = match &message {
                     Message::Text(text) => Some(text.as_str()),
                     _ => None,
                 };
-                self.rules.borrow_mut().decide_frame(self.direction, kind, text)
+                let rules = &self.rules;
+                // The partner of a held frame: the next frame its rule selects. That rule does
+                // not take it again; any other rule may.
+                let partner =
+                    reordered.iter().position(|r| rules.borrow().selects(&r.rule.name, self.direction, kind, text));
+                let except = partner.map(|index| reordered[index].rule.name.clone());
+                (rules.borrow_mut().decide_frame_except(self.direction, kind, text, except.as_deref()), partner)
             };
             self.record(kind, size, &decision, decision.action.as_str(), &message);
             let copies = match decision.action {
@@ -474,10 +532,25 @@ where
                     held_bytes += frame.cost();
                     self.held_until_us.set(self.held_until_us.get().max(release_us));
                     held.push_back(frame);
+                    // A delayed partner still passes first: what it released queues behind it.
+                    if let Some(index) = partner {
+                        let released = reordered.remove(index);
+                        self.record_release(&released, "reordered");
+                        held.push_back(Held { message: released.frame.message, release_us: 0 });
+                    }
                     continue;
                 }
                 Action::Close { code, reason } => {
                     return PumpEnd::RuleClose { rule: decision.rule.map(|r| r.name).unwrap_or_default(), code, reason }
+                }
+                Action::Reorder(ms) => {
+                    let release_us = self.env.now_us().saturating_add(ms.saturating_mul(1000)).max(1);
+                    let frame = Held { message: detached(message), release_us };
+                    held_bytes += frame.cost();
+                    self.held_until_us.set(self.held_until_us.get().max(release_us));
+                    let rule = decision.rule.expect("a rule decided to reorder");
+                    reordered.push(Reordered { frame, rule });
+                    continue;
                 }
             };
             let mut remaining = copies;
@@ -495,6 +568,15 @@ where
                     let frame = Held { message: detached(this), release_us: 0 };
                     held_bytes += frame.cost();
                     held.push_back(frame);
+                }
+            }
+            // The partner has passed (unless a rule dropped it): the frame held for it follows.
+            if let (Some(index), true) = (partner, copies > 0) {
+                let released = reordered.remove(index);
+                held_bytes -= released.frame.cost();
+                self.record_release(&released, "reordered");
+                if let Err(end) = self.pass_on(&mut held, &mut held_bytes, released.frame.message).await {
+                    return end;
                 }
             }
         }

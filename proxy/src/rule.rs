@@ -21,6 +21,8 @@ pub const MAX_DELAY_MS: u64 = 600_000;
 pub const MAX_RULES: usize = 1024;
 /// The longest close reason: a close frame's payload is at most 125 bytes, 2 of them the code.
 pub const MAX_CLOSE_REASON_BYTES: usize = 123;
+/// How long a `reorder` holds a frame for its partner when the rule gives no `delay_ms`.
+pub const REORDER_HOLD_MS_DEFAULT: u64 = 10_000;
 
 /// Which way a frame travels.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -101,6 +103,9 @@ pub enum ActionKind {
     Delay,
     Duplicate,
     Close,
+    /// Hold the frame until the next frame the rule selects in the same direction of the same
+    /// connection (its partner) has passed, then send it: the two arrive in the opposite order.
+    Reorder,
 }
 
 /// How many frames a rule may fire on before it stops matching.
@@ -259,7 +264,8 @@ pub struct Rule {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
     pub action: ActionKind,
-    /// How long a `delay` holds the frame.
+    /// How long a `delay` holds the frame; for `reorder`, the longest it waits for its partner
+    /// (then it is sent anyway).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delay_ms: Option<u64>,
     /// The code a `close` sends to both peers.
@@ -317,6 +323,9 @@ pub enum Action {
         code: u16,
         reason: String,
     },
+    /// Hold the frame until its partner (the next frame the same rule selects, in the same
+    /// direction of the same connection) has passed, at most this many milliseconds.
+    Reorder(u64),
 }
 
 impl Action {
@@ -328,6 +337,7 @@ impl Action {
             Action::Delay(_) => "delay",
             Action::Duplicate => "duplicate",
             Action::Close { .. } => "close",
+            Action::Reorder(_) => "reorder",
         }
     }
 }
@@ -390,7 +400,10 @@ impl Rule {
         let words = split_words(text).map_err(|problem| invalid(text, problem))?;
         let mut words = words.into_iter().peekable();
         let action = words.next().ok_or_else(|| {
-            invalid(text, "empty rule; expected ACTION (drop, delay=MS, duplicate or close=CODE[:REASON])")
+            invalid(
+                text,
+                "empty rule; expected ACTION (drop, delay=MS, duplicate, reorder[=MS] or close=CODE[:REASON])",
+            )
         })?;
         let mut rule = parse_action(text, &action)?;
         let (mut count, mut direction, mut kind, mut probability, mut skip) = (None, None, None, None, None);
@@ -500,9 +513,16 @@ impl Rule {
                 }
                 Action::Close { code, reason }
             }
+            ActionKind::Reorder => {
+                let ms = self.delay_ms.unwrap_or(REORDER_HOLD_MS_DEFAULT);
+                if ms > MAX_DELAY_MS {
+                    return Err(invalid(label, format!("delay_ms {ms} is above the limit of {MAX_DELAY_MS}")));
+                }
+                Action::Reorder(ms)
+            }
         };
-        if self.delay_ms.is_some() && self.action != ActionKind::Delay {
-            return Err(invalid(label, "delay_ms is only for action delay"));
+        if self.delay_ms.is_some() && !matches!(self.action, ActionKind::Delay | ActionKind::Reorder) {
+            return Err(invalid(label, "delay_ms is only for actions delay and reorder"));
         }
         if (self.close_code.is_some() || self.close_reason.is_some()) && self.action != ActionKind::Close {
             return Err(invalid(label, "close_code and close_reason are only for action close"));
@@ -538,6 +558,10 @@ impl fmt::Display for Rule {
         match self.action {
             ActionKind::Drop => f.write_str("drop")?,
             ActionKind::Duplicate => f.write_str("duplicate")?,
+            ActionKind::Reorder => match self.delay_ms {
+                Some(ms) => write!(f, "reorder={ms}")?,
+                None => f.write_str("reorder")?,
+            },
             // A value that is missing is shown missing, not as a made-up 0.
             ActionKind::Delay => match self.delay_ms {
                 Some(ms) => write!(f, "delay={ms}")?,
@@ -635,13 +659,25 @@ fn split_words(text: &str) -> Result<Vec<String>, String> {
 }
 
 fn parse_action(text: &str, word: &str) -> Result<Rule, RuleError> {
-    let expected = "expected ACTION: drop, delay=MS, duplicate or close=CODE[:REASON]";
+    let expected = "expected ACTION: drop, delay=MS, duplicate, reorder[=MS] or close=CODE[:REASON]";
     let (name, arg) = match word.split_once('=') {
         Some((name, arg)) => (name, Some(arg)),
         None => (word, None),
     };
     match (name, arg) {
         ("drop", None) => Ok(Rule::new(ActionKind::Drop)),
+        ("reorder", None) => Ok(Rule::new(ActionKind::Reorder)),
+        ("reorder", Some(ms)) => {
+            let ms = ms.parse::<u64>().map_err(|_| {
+                invalid(
+                    text,
+                    format!("bad reorder `{word}`, expected reorder=MS with MS the longest hold in milliseconds"),
+                )
+            })?;
+            let mut rule = Rule::new(ActionKind::Reorder);
+            rule.delay_ms = Some(ms);
+            Ok(rule)
+        }
         ("duplicate", None) => Ok(Rule::new(ActionKind::Duplicate)),
         ("delay", Some(ms)) => {
             let ms = ms.parse::<u64>().map_err(|_| {
@@ -889,7 +925,7 @@ impl RuleSet {
     ) -> Decision {
         let mut json = Some(json);
         let mut parsed: Option<serde_json::Value> = None;
-        self.decide_by(direction, kind, |entry, _| {
+        self.decide_by(direction, kind, None, |entry, _| {
             if let Some(parse) = json.take() {
                 parsed = parse();
             }
@@ -901,10 +937,22 @@ impl RuleSet {
     /// asks. The text is read only if a rule has conditions, and then only along the paths
     /// the rules name (see [`Projection`]), never built into a whole JSON tree.
     pub fn decide_frame(&mut self, direction: Direction, kind: FrameKind, text: Option<&str>) -> Decision {
+        self.decide_frame_except(direction, kind, text, None)
+    }
+
+    /// Like [`decide_frame`](Self::decide_frame), with the rule named `except` left out: the
+    /// partner of a frame a `reorder` rule holds is not taken by that rule again.
+    pub fn decide_frame_except(
+        &mut self,
+        direction: Direction,
+        kind: FrameKind,
+        text: Option<&str>,
+        except: Option<&str>,
+    ) -> Decision {
         let projection = std::mem::take(&mut self.projection);
         let projected = std::mem::take(&mut self.projected);
         let mut read: Option<Option<Values<'_>>> = None;
-        let decision = self.decide_by(direction, kind, |entry, index| {
+        let decision = self.decide_by(direction, kind, except, |entry, index| {
             let found = read.get_or_insert_with(|| text.and_then(|text| projection.read(text)));
             let Some(found) = found else { return false };
             entry
@@ -919,12 +967,39 @@ impl RuleSet {
         decision
     }
 
+    /// Whether the rule named `name` selects this frame by its direction, kind and conditions
+    /// alone (its count, skip and probability aside): how a relay recognises the partner of a
+    /// frame that rule holds. False when no rule has the name (it was removed meanwhile).
+    pub fn selects(&self, name: &str, direction: Direction, kind: FrameKind, text: Option<&str>) -> bool {
+        let Some(index) = self.entries.iter().position(|e| e.name == name) else { return false };
+        let entry = &self.entries[index];
+        let kind_filter = match kind {
+            FrameKind::Text => KindFilter::Text,
+            FrameKind::Binary => KindFilter::Binary,
+            FrameKind::Ping | FrameKind::Pong | FrameKind::Close => return false,
+        };
+        if !entry.rule.direction.admits(direction) || entry.rule.kind.is_some_and(|k| k != kind_filter) {
+            return false;
+        }
+        if entry.compiled.conditions.is_empty() {
+            return true;
+        }
+        let Some(found) = text.and_then(|text| self.projection.read(text)) else { return false };
+        entry
+            .compiled
+            .conditions
+            .iter()
+            .zip(&self.projected[index])
+            .all(|(condition, path)| found[*path].as_ref().is_some_and(|f| condition.holds_for_found(f)))
+    }
+
     /// The first-match loop of [`decide`](Self::decide); `conditions_hold` is asked only for
     /// a rule with conditions that otherwise admits the frame.
     fn decide_by(
         &mut self,
         direction: Direction,
         kind: FrameKind,
+        except: Option<&str>,
         mut conditions_hold: impl FnMut(&Entry, usize) -> bool,
     ) -> Decision {
         let kind_filter = match kind {
@@ -934,6 +1009,7 @@ impl RuleSet {
         };
         for (index, entry) in self.entries.iter_mut().enumerate() {
             if entry.remaining == Some(0)
+                || except == Some(entry.name.as_str())
                 || !entry.rule.direction.admits(direction)
                 || entry.rule.kind.is_some_and(|k| k != kind_filter)
             {
@@ -991,6 +1067,8 @@ mod tests {
             "duplicate times=3 binary p=0.25",
             "close=4000:bye once both type=x",
             "close=1001",
+            "reorder once down type=invocationresult",
+            "reorder=250 times=2 up",
             "drop -- p=1 times=2",
             r#"drop text="hello world" quote="say \"hi\"""#,
         ] {
@@ -1252,5 +1330,27 @@ kind = "binary"
         let text = "[[rule]]\nname = \"cut\"\naction = \"drop\"\n\n[[rule]]\nname = \"cut\"\naction = \"duplicate\"\n";
         let err = parse_rules_toml(text, "cuts.toml").unwrap_err().to_string();
         assert!(err.contains("cuts.toml") && err.contains("`cut`") && err.contains("line 5"), "{err}");
+    }
+
+    #[test]
+    fn reorder_holds_at_most_its_limit_and_names_its_partner_by_its_conditions() {
+        let rule = Rule::parse("reorder down type=invocationresult").unwrap();
+        assert_eq!(rule.compile("r").unwrap().action, Action::Reorder(REORDER_HOLD_MS_DEFAULT));
+        let too_long = Rule::parse(&format!("reorder={} down", MAX_DELAY_MS + 1));
+        assert!(too_long.is_err_and(|e| e.to_string().contains("above the limit")));
+        let mut drop = Rule::new(ActionKind::Drop);
+        drop.delay_ms = Some(5);
+        assert!(drop.validate().is_err_and(|e| e.to_string().contains("only for actions delay and reorder")));
+        let mut set = RuleSet::with_rules(0, [rule]).unwrap();
+        let result = r#"{"type":"invocationresult","function_id":"x"}"#;
+        assert_eq!(set.decide_frame(Direction::Down, FrameKind::Text, Some(result)).action, Action::Reorder(10_000));
+        // Used up, yet it still names the next result as the held one's partner.
+        assert!(set.selects("rule-1", Direction::Down, FrameKind::Text, Some(result)));
+        assert!(!set.selects("rule-1", Direction::Up, FrameKind::Text, Some(result)), "another direction");
+        assert!(!set.selects("rule-1", Direction::Down, FrameKind::Text, Some(r#"{"type":"other"}"#)));
+        assert!(!set.selects("no-such-rule", Direction::Down, FrameKind::Text, Some(result)));
+        let mut twice = RuleSet::with_rules(0, [Rule::parse("reorder always down").unwrap()]).unwrap();
+        let except = twice.decide_frame_except(Direction::Down, FrameKind::Text, Some(result), Some("rule-1"));
+        assert_eq!(except.action, Action::Forward, "the partner is not taken by the rule that holds for it");
     }
 }

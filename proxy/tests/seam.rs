@@ -292,3 +292,44 @@ fn control_frames_pass_a_delayed_frame() {
         );
     });
 }
+
+#[test]
+fn a_reordered_frame_leaves_right_behind_its_partner() {
+    let runtime = tokio::runtime::Builder::new_current_thread().build().expect("a runtime without timers");
+    runtime.block_on(async {
+        let first = Message::text(r#"{"type":"result","id":1}"#);
+        let other = Message::text(r#"{"type":"other"}"#);
+        let second = Message::text(r#"{"type":"result","id":2}"#);
+        let tail = Message::text(r#"{"type":"result","id":3}"#);
+        let frames = vec![first.clone(), other.clone(), second.clone(), tail.clone()];
+        let got = arrivals(&["reorder once up type=result"], frames, 4).await;
+        assert_eq!(
+            got,
+            [(other, 0), (second, 0), (first, 0), (tail, 0)],
+            "frames the rule does not select pass the held one; its partner goes first, then it; the rule is used up"
+        );
+    });
+}
+
+#[test]
+fn a_reordered_frame_with_no_partner_leaves_at_its_limit() {
+    let runtime = tokio::runtime::Builder::new_current_thread().build().expect("a runtime without timers");
+    runtime.block_on(async {
+        let lonely = Message::text(r#"{"type":"result","id":1}"#);
+        let other = Message::text(r#"{"type":"other"}"#);
+        let got = arrivals(&["reorder=300 once up type=result"], vec![lonely.clone(), other.clone()], 2).await;
+        assert_eq!(got, [(other, 0), (lonely, 300_000)], "held for its partner at most 300 ms, then sent anyway");
+    });
+}
+
+#[test]
+fn a_delayed_partner_still_passes_first() {
+    let runtime = tokio::runtime::Builder::new_current_thread().build().expect("a runtime without timers");
+    runtime.block_on(async {
+        let first = Message::text(r#"{"type":"result","id":1}"#);
+        let second = Message::text(r#"{"type":"result","id":2}"#);
+        let rules = ["delay=50 once up id=2", "reorder once up type=result"];
+        let got = arrivals(&rules, vec![first.clone(), second.clone()], 2).await;
+        assert_eq!(got, [(second, 50_000), (first, 50_000)], "the partner's delay holds the reordered frame too");
+    });
+}

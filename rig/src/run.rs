@@ -315,11 +315,15 @@ fn vacuous_cuts(world: &World, scenario: &Scenario, trace: &Trace) -> Vec<String
         }
     }
     if let Some(proxy) = &scenario.proxy {
+        // A `reorder` rule fired only once a frame it held left behind its partner: held and
+        // sent at its limit, it reordered nothing.
         let fired: BTreeSet<usize> = trace
             .events()
             .iter()
             .filter_map(|e| match &e.kind {
-                EventKind::ProxyRule { rule, .. } => Some(*rule),
+                EventKind::ProxyRule { rule, action, .. } if action != "reorder" && action != "reorder-expired" => {
+                    Some(*rule)
+                }
                 _ => None,
             })
             .collect();

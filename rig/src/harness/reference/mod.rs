@@ -38,6 +38,8 @@
 //! - `reset-on-retry`: a turn's budget counts start over whenever it is taken up again.
 //! - `mint-child-budget`: a delegated child gets a budget of its own instead of a share.
 //! - `resume-without-cas`: a resume claims the paused turn with a plain write.
+//! - `arrival-order-stream`: a streamed reply is assembled in the order its frames arrived,
+//!   not by their sequence numbers.
 
 mod actions;
 mod budget;
@@ -87,10 +89,11 @@ pub enum Policy {
     MintChildBudget,
     ResumeWithoutCas,
     ReadmitConsumedInput,
+    ArrivalOrderStream,
 }
 
 impl Policy {
-    pub const ALL: [Policy; 19] = [
+    pub const ALL: [Policy; 20] = [
         Policy::Swallow,
         Policy::Propagate,
         Policy::Reference,
@@ -110,6 +113,7 @@ impl Policy {
         Policy::MintChildBudget,
         Policy::ResumeWithoutCas,
         Policy::ReadmitConsumedInput,
+        Policy::ArrivalOrderStream,
     ];
 
     pub fn name(self) -> &'static str {
@@ -133,6 +137,7 @@ impl Policy {
             Policy::MintChildBudget => "mint-child-budget",
             Policy::ResumeWithoutCas => "resume-without-cas",
             Policy::ReadmitConsumedInput => "readmit-consumed-input",
+            Policy::ArrivalOrderStream => "arrival-order-stream",
         }
     }
 
