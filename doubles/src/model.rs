@@ -105,16 +105,26 @@ impl Double for ScriptedModel {
     }
 
     fn unused(&self) -> Vec<String> {
-        self.script
+        let unused: Vec<(usize, &ScriptedReply)> =
+            (self.consumed + 1..).zip(&self.script).filter(|(_, reply)| !reply.optional).collect();
+        let mut lines: Vec<String> = unused
             .iter()
-            .enumerate()
-            .filter(|(_, reply)| !reply.optional)
-            .map(|(index, reply)| {
-                format!("scripted model reply #{} ({}) was never asked for", self.consumed + index + 1, reply.reply)
-            })
-            .collect()
+            .take(UNUSED_LISTED_MAX)
+            .map(|(number, reply)| format!("scripted model reply #{number} ({}) was never asked for", reply.reply))
+            .collect();
+        if let (Some((first, _)), Some((last, _))) = (unused.get(UNUSED_LISTED_MAX), unused.last()) {
+            lines.push(format!(
+                "{} more scripted model replies, among #{first} to #{last}, were never asked for",
+                unused.len() - UNUSED_LISTED_MAX
+            ));
+        }
+        lines
     }
 }
+
+/// Unused replies listed one by one; the rest are counted in one line, so that a script the
+/// harness stopped following early reads as that, not as thousands of lines.
+const UNUSED_LISTED_MAX: usize = 3;
 
 #[cfg(test)]
 mod tests {

@@ -510,3 +510,28 @@ fn an_explored_finding_is_written_with_its_timeline_trace_and_repro_and_overwrit
     assert_eq!(std::fs::read_to_string(first).unwrap(), "# someone else's file\n");
     assert_eq!(explore(&range), [(renamed, *seed)]);
 }
+
+#[test]
+fn thousands_of_unused_model_replies_are_summed_up_not_listed() {
+    let source = std::fs::read_to_string(workspace().join("scenarios/smoke/healthy-turn.toml")).unwrap();
+    let spare = "[[world.model]]\ntext = \"never asked for\"\n".repeat(4_999);
+    let path = scratch("unused-replies.toml", &source.replace("[[step]]", &format!("{spare}\n[[step]]")));
+    let out = rig(&["run", path.to_str().unwrap(), "--policy", "reference"]);
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().filter(|l| l.contains("model script:")).collect();
+    assert_eq!(lines.len(), 4, "three listed, the rest in one line: {}", lines.join("\n"));
+    assert!(lines[0].contains("scripted model reply #2 ("), "{}", lines[0]);
+    assert!(lines[3].contains("4996 more scripted model replies, among #5 to #5000"), "{}", lines[3]);
+}
+
+#[test]
+fn a_binary_file_is_bad_input_with_a_location() {
+    let path = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli/binary.toml");
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(&path, b"[world]\n\xff\xfe\x00\x01").unwrap();
+    let out = rig(&["run", path.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("binary.toml:2:1: found a byte that is not UTF-8"), "{stderr}");
+}

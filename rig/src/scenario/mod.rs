@@ -121,9 +121,10 @@ pub struct PolicyRun {
     pub broken: Vec<(String, Vec<Expectation>)>,
 }
 
-/// A scenario that could not be loaded: where, and what was expected.
+/// A scenario that could not be loaded: where, and what was expected. Line and column count
+/// from 1; both are 0 when the file could not be read at all.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{path}:{line}:{column}: {message}")]
+#[error("{path}{}: {message}", if *.line == 0 { String::new() } else { format!(":{line}:{column}") })]
 pub struct ScenarioError {
     pub path: String,
     pub line: usize,
@@ -162,20 +163,20 @@ impl Vocabulary {
 impl Scenario {
     /// Reads and validates a scenario file.
     pub fn load(path: &Path) -> Result<Self, ScenarioError> {
-        let source = std::fs::read_to_string(path).map_err(|e| ScenarioError {
+        let bytes = std::fs::read(path).map_err(|e| ScenarioError {
             path: path.display().to_string(),
             line: 0,
             column: 0,
             message: format!("cannot read the file: {e}"),
         })?;
-        Self::parse(path, &source)
+        let source = text(path, &bytes)?;
+        Self::parse(path, source)
     }
 
     /// Validates a scenario from its text; `path` names it in errors and reports.
     pub fn parse(path: &Path, source: &str) -> Result<Self, ScenarioError> {
         let at = Locator { path, source };
-        let mut parsed: ScenarioFile =
-            toml::from_str(source).map_err(|e| at.error(e.span().unwrap_or(0..0), e.message()))?;
+        let mut parsed: ScenarioFile = toml::from_str(source).map_err(|e| toml_error(&at, &e))?;
         let bindings = std::mem::take(&mut parsed.world.bindings);
         let mut world = world_setup(&at, parsed.world)?;
         let proxy_worker = parsed.proxy.as_ref().map(|p| p.get_ref().worker.get_ref().clone());
@@ -242,6 +243,63 @@ impl Scenario {
     }
 }
 
+/// A scenario file's bytes as text, or where the first byte is that no TOML file has.
+fn text<'a>(path: &Path, bytes: &'a [u8]) -> Result<&'a str, ScenarioError> {
+    let (valid, why) = match std::str::from_utf8(bytes) {
+        Ok(text) => match text.find('\0') {
+            None => return Ok(text),
+            Some(at) => (&text[..at], "a zero byte: this is a binary file, not a TOML scenario"),
+        },
+        Err(error) => (
+            std::str::from_utf8(&bytes[..error.valid_up_to()]).unwrap_or_default(),
+            "a byte that is not UTF-8: a scenario is a UTF-8 TOML text file",
+        ),
+    };
+    let at = Locator { path, source: valid };
+    Err(at.error(valid.len()..valid.len(), &format!("found {why}")))
+}
+
+/// A TOML or shape error, said with what the parser leaves out: the nearest valid name to a
+/// misspelt one, the key whose value has the wrong type, what a file without a policy lacks.
+fn toml_error(at: &Locator, error: &toml::de::Error) -> ScenarioError {
+    let span = error.span().unwrap_or(0..0);
+    let message = error.message().trim();
+    let explained = if let Some(rest) =
+        message.strip_prefix("unknown field `").or_else(|| message.strip_prefix("unknown variant `"))
+    {
+        let mut quoted = rest.split('`').step_by(2);
+        let wrong = quoted.next().unwrap_or_default();
+        format!("{message}{}", did_you_mean(wrong, quoted))
+    } else if message.starts_with("invalid ") {
+        match key_before(at.source, span.start) {
+            Some(key) => format!("`{key}`: {message}"),
+            None => message.to_string(),
+        }
+    } else if message == "missing field `policy`" {
+        let empty = at.source.lines().all(|l| l.trim().is_empty() || l.trim_start().starts_with('#'));
+        let what = if empty { "the file is empty: " } else { "" };
+        format!(
+            "{what}expected at least one `[policy.NAME]` table (`[policy.reference]` is what a correct harness is \
+             held to)"
+        )
+    } else {
+        message.to_string()
+    };
+    at.error(span, &explained)
+}
+
+/// The key a value at `at` is given to (`key = value`, bare or quoted), if it has one there.
+fn key_before(source: &str, at: usize) -> Option<&str> {
+    let before = source.get(..at)?.trim_end();
+    let before = before.strip_suffix('=')?.trim_end();
+    if let Some(quoted) = before.strip_suffix('"') {
+        let start = quoted.rfind('"')?;
+        return Some(&quoted[start + 1..]);
+    }
+    let start = before.rfind(|c: char| !(c.is_ascii_alphanumeric() || "_-.".contains(c))).map_or(0, |i| i + 1);
+    Some(&before[start..]).filter(|key| !key.is_empty())
+}
+
 /// Turns byte spans into file, line and column.
 struct Locator<'a> {
     path: &'a Path,
@@ -283,6 +341,7 @@ fn world_setup(at: &Locator, spec: WorldSpec) -> Result<WorldSetup, ScenarioErro
     if spec.tick_ms == 0 {
         return Err(at.error(at.find("tick_ms"), "`tick_ms` must be at least 1 (the simulation's time step)"));
     }
+    check_bring_up(at, &spec)?;
     if spec.latency_ms_min > spec.latency_ms_max {
         return Err(at.error(
             at.find("latency_ms_min"),
@@ -327,6 +386,60 @@ fn world_setup(at: &Locator, spec: WorldSpec) -> Result<WorldSetup, ScenarioErro
         services,
         replacement: spec.replacement,
     })
+}
+
+/// One-way network trips a world takes to come up (connections opened, upgraded, functions
+/// registered), each delivered on a tick: measured on the smoke scenario, whose world came up
+/// with every latency fixed at 1,200 ms (4 trips, 4,800 ms) and never at 1,250 ms (5,000 ms).
+const BRING_UP_TRIPS: u64 = 4;
+
+/// The world must be able to come up at all: a tick or a latency so long that the hosts cannot
+/// connect within the time the rig waits for them ([`crate::sim::READY_MS_MAX`]), or within the
+/// run's own limits, would fail every run with a message about the world, not the harness.
+fn check_bring_up(at: &Locator, spec: &WorldSpec) -> Result<(), ScenarioError> {
+    let ready_ms = crate::sim::READY_MS_MAX;
+    // The worst case: the first tick, then every trip at the longest latency, rounded up to a
+    // whole tick. In u128, so that no value in the file can overflow it.
+    let tick = u128::from(spec.tick_ms.max(1));
+    let trip = u128::from(spec.latency_ms_max).div_ceil(tick).max(1) * tick;
+    let bring_up_ms = tick + u128::from(BRING_UP_TRIPS) * trip;
+    if bring_up_ms >= u128::from(ready_ms) {
+        let key = if tick >= trip { "tick_ms" } else { "latency_ms_max" };
+        return Err(at.error(
+            at.find(key),
+            &format!(
+                "`tick_ms = {}` with `latency_ms_max = {}`: the world could not come up: its hosts connect in \
+                 {BRING_UP_TRIPS} one-way trips after the first tick, up to {bring_up_ms} ms at these settings, and \
+                 the rig waits {ready_ms} ms for them; expected `tick_ms` + {BRING_UP_TRIPS} x `latency_ms_max` \
+                 (rounded up to whole ticks) under {ready_ms} ms",
+                spec.tick_ms, spec.latency_ms_max
+            ),
+        ));
+    }
+    if spec.steps_max == 0 || u128::from(spec.duration_ms_max) < bring_up_ms {
+        let key = if spec.steps_max == 0 { "steps_max" } else { "duration_ms_max" };
+        return Err(at.error(
+            at.find(key),
+            &format!(
+                "`steps_max = {}`, `duration_ms_max = {}`: a run this short ends before its world has come up \
+                 (up to {bring_up_ms} ms at these network settings); expected at least 1 step and {bring_up_ms} ms",
+                spec.steps_max, spec.duration_ms_max
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// A cut that may fire zero times never fires: the file would test nothing and say it did.
+fn check_count(at: &Locator, span: Range<usize>, count: CountSpec) -> Result<(), ScenarioError> {
+    if count == CountSpec::Times(0) {
+        return Err(at.error(
+            span,
+            "`count = 0`: a cut that may fire zero times never fires; expected a count of at least 1, \"once\" or \
+             \"always\" (and `optional = true` if the run may leave it unfired)",
+        ));
+    }
+    Ok(())
 }
 
 /// A scripted reply: its text, tool calls or frames, and the conditions on what it answers.
@@ -450,6 +563,7 @@ fn compile_interrupt(
 ) -> Result<ProcessCut, ScenarioError> {
     let span = spec.span();
     let spec = spec.into_inner();
+    check_count(at, span.clone(), spec.count)?;
     let worker = harness_worker(at, topology, &spec.worker)?;
     if !INTERRUPT_POINTS.contains(&spec.point.get_ref().as_str()) {
         return Err(at.unknown(spec.point.span(), "point", spec.point.get_ref(), INTERRUPT_POINTS));
@@ -577,6 +691,7 @@ fn conditions(at: &Locator, table: BTreeMap<String, Spanned<toml::Value>>) -> Re
 fn compile_cut(at: &Locator, functions: &BTreeSet<String>, cut: Spanned<CutSpec>) -> Result<ServiceCut, ScenarioError> {
     let span = cut.span();
     let cut = cut.into_inner();
+    check_count(at, span.clone(), cut.count)?;
     let function = known_name(at, "service function", functions, &cut.function)?;
     let fault = match cut.action {
         CutAction::LostAck => ServiceFault::LostAck,

@@ -215,3 +215,86 @@ fn a_scripted_reply_needs_something_to_say_and_checkable_expectations() {
     let transcript = format!("{TURN}[[expect.transcript.s1]]\nrole = {{ on_of = [\"user\"] }}\n[policy.reference]\n");
     assert!(error(&transcript).message.contains("did you mean `one_of`"));
 }
+
+#[test]
+fn a_cut_that_may_fire_zero_times_is_a_load_error() {
+    let cut =
+        format!("{TURN}[[cut]]\nfunction = \"state::set\"\naction = \"timeout\"\ncount = 0\n[policy.reference]\n");
+    let e = error(&cut);
+    assert!(e.message.contains("`count = 0`") && e.message.contains("never fires"), "{e}");
+    assert_eq!(e.line, 3, "at the cut: {e}");
+    let interrupt = format!(
+        "{TURN}[[interrupt]]\nworker = \"harness\"\npoint = \"after_completion\"\naction = \"freeze\"\ncount = 0\n[policy.reference]\n"
+    );
+    assert!(error(&interrupt).message.contains("`count = 0`"));
+    assert!(parse(&cut.replace("count = 0", "count = 1")).is_ok());
+}
+
+/// A world with these `[world]` settings and one turn.
+fn world(settings: &str) -> String {
+    format!("[world]\n{settings}\n{TURN}[policy.reference]\n")
+}
+
+#[test]
+fn a_world_too_slow_to_come_up_is_a_load_error() {
+    // The values of issue 21, which failed at run time with "Ran for duration: 7201s" and
+    // "the world did not come up within 5000 ms".
+    for (settings, key) in [("tick_ms = 4000000000", "tick_ms"), ("latency_ms_max = 4000000000", "latency_ms_max")] {
+        let e = error(&world(settings));
+        assert!(e.message.contains("could not come up"), "{settings}: {e}");
+        assert_eq!((e.line, e.column), (2, 1), "at `{key}`: {e}");
+    }
+    // At the edge, as measured on the smoke scenario: a 950 ms tick and a fixed 1,200 ms
+    // latency came up; a 1,000 ms tick and a fixed 1,250 ms latency never did.
+    assert!(parse(&world("tick_ms = 950")).is_ok());
+    assert!(parse(&world("latency_ms_min = 1200\nlatency_ms_max = 1200")).is_ok());
+    assert!(error(&world("tick_ms = 1000")).message.contains("could not come up"));
+    assert!(error(&world("latency_ms_min = 1250\nlatency_ms_max = 1250")).message.contains("could not come up"));
+    // Limits that end every run before the world is up.
+    assert!(error(&world("steps_max = 0")).message.contains("ends before its world has come up"));
+    assert!(error(&world("duration_ms_max = 0")).message.contains("ends before its world has come up"));
+    assert!(parse(&world("duration_ms_max = 100")).is_ok());
+}
+
+#[test]
+fn a_misspelt_key_or_word_gets_the_nearest_valid_one() {
+    let source = world("").replace("[world]", "[wrold]");
+    let e = error(&source);
+    assert!(e.message.contains("unknown field `wrold`") && e.message.contains("did you mean `world`"), "{e}");
+    let e = error(&format!("abuot = \"x\"\n{}", world("")));
+    assert!(e.message.contains("did you mean `about`"), "{e}");
+    let cut = format!("{TURN}[[cut]]\nfunction = \"state::set\"\naction = \"timout\"\n[policy.reference]\n");
+    assert!(error(&cut).message.contains("did you mean `timeout`"), "an unknown variant too");
+}
+
+#[test]
+fn a_wrong_type_names_the_key() {
+    let e = error(&world("tick_ms = \"fast\""));
+    assert!(e.message.starts_with("`tick_ms`: invalid type"), "{e}");
+    let e = error(&format!("{TURN}[expect]\ncalls = 3\n[policy.reference]\n"));
+    assert!(e.message.starts_with("`calls`: invalid type"), "{e}");
+    let e = error(&format!("{TURN}[expect]\nstate.\"harness_turn/s1\" = 3\n[policy.reference]\n"));
+    assert!(e.message.starts_with("`state.\"harness_turn/s1\"`") || e.message.starts_with("`harness_turn/s1`"), "{e}");
+}
+
+#[test]
+fn an_empty_file_says_so_and_what_a_scenario_needs() {
+    for source in ["", "\n\n", "# only a comment\n"] {
+        let e = error(source);
+        assert!(e.message.starts_with("the file is empty") && e.message.contains("[policy.NAME]"), "{e}");
+        assert!(e.line >= 1 && e.column >= 1, "{e}");
+    }
+    let e = error("[world]\ntick_ms = 2\n");
+    assert!(e.message.starts_with("expected at least one `[policy.NAME]`"), "{e}");
+}
+
+#[test]
+fn a_binary_or_invalid_utf8_file_is_reported_where_it_stops_being_text() {
+    let e = text(Path::new("bin.toml"), b"[world]\ntick_ms = \xff\xfe\n").expect_err("not UTF-8");
+    assert_eq!((e.line, e.column), (2, 11), "{e}");
+    assert!(e.message.contains("not UTF-8"), "{e}");
+    let e = text(Path::new("bin.toml"), b"\x7fELF\x02\x01\x01\x00\x00").expect_err("binary");
+    assert_eq!((e.line, e.column), (1, 8), "{e}");
+    assert!(e.message.contains("binary file"), "{e}");
+    assert_eq!(e.to_string(), format!("bin.toml:1:8: {}", e.message));
+}
