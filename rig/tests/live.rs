@@ -390,3 +390,58 @@ fn cuts_that_crash_a_host_crash_it_live() {
         assert!(trace.contains(&restarted), "no crash of `{host}` in the live trace");
     }
 }
+
+/// Issue 21, items 10 and 11, over real TCP: a connection that asks to be one of the rig's
+/// own hosts is refused at its handshake; one that registers the rig's functions
+/// (`state::get`, `model::generate`, ...) or reattaches as an internal worker id is refused
+/// with a logged reason, and the run goes on and passes against the real harness that comes
+/// next; a 64 MiB frame is answered with a close frame 1009, not a dropped connection.
+#[test]
+fn a_hostile_worker_is_refused_and_the_run_goes_on() {
+    use tokio_tungstenite::tungstenite::{self, protocol::frame::coding::CloseCode, Message};
+    let live = start_live(&["scenarios/smoke/healthy-turn.toml"], &["--policy", "reference"]);
+    let address = live.url.trim_start_matches("ws://").to_string();
+    let open = |path: &str| {
+        let stream = std::net::TcpStream::connect(&address).expect("connect to rig live");
+        stream.set_read_timeout(Some(STARTUP_MAX)).expect("a read timeout");
+        tungstenite::client(format!("{}{path}", live.url), stream).map(|(socket, _)| socket).map_err(|e| match e {
+            tungstenite::HandshakeError::Failure(tungstenite::Error::Http(answer)) => answer.status().as_u16(),
+            other => panic!("the handshake broke: {other}"),
+        })
+    };
+    assert_eq!(open("/store").err(), Some(404), "the store is the rig's own host, no worker's");
+    let mut hostile = open("/").expect("a worker may connect as `harness`");
+    let registered = hostile.read().expect("workerregistered");
+    assert!(registered.to_text().unwrap_or_default().contains("workerregistered"), "{registered}");
+    for function in ["state::get", "state::set", "model::generate", "session::messages", "rig::config"] {
+        let frame = serde_json::json!({ "type": "registerfunction", "id": function });
+        hostile.send(Message::text(frame.to_string())).expect("send");
+    }
+    for worker in 1..=12 {
+        let frame = serde_json::json!({ "type": "reattach", "previous_worker_id": format!("worker-{worker}") });
+        hostile.send(Message::text(frame.to_string())).expect("send");
+    }
+    // The engine reads the frames in order: every refusal above is made before this frame.
+    hostile.send(Message::binary(vec![0u8; 64 << 20])).expect("the engine reads what it is sent");
+    let close = loop {
+        match hostile.read() {
+            Ok(Message::Close(frame)) => break frame,
+            Ok(_) => continue,
+            Err(error) => panic!("the connection ended without a close frame: {error}"),
+        }
+    };
+    assert_eq!(close.map(|c| c.code), Some(CloseCode::Size), "1009: message too big");
+    drop(hostile);
+    let mut refusals = Vec::new();
+    while refusals.len() < 2 {
+        let line = live.stderr.recv_timeout(STARTUP_MAX).expect("rig live says what it refused");
+        if line.contains("refused `registerfunction state::get`") || line.contains("refused `reattach") {
+            refusals.push(line);
+        }
+    }
+    let worker = rig_harness(&live.url, "reference");
+    let (code, verdicts) = live.finish();
+    drop(worker);
+    assert_eq!(code, Some(0), "{verdicts:#?}");
+    assert!(verdicts.len() == 1 && verdicts[0].passed, "{verdicts:#?}");
+}

@@ -15,10 +15,18 @@
 //! An iii SDK worker that reconnects opens with `reattach {previous_worker_id}`: its earlier
 //! connection is over (retired now if the engine has not noticed yet), and results of the calls
 //! it made there are delivered on the new connection, since the SDK matches results by
-//! invocation id whatever connection they come on.
+//! invocation id whatever connection they come on. Only a connection of the same name may take
+//! over another: a worker cannot reattach as someone else.
+//!
+//! Functions can have owners ([`Engine::reserve`]): live mode reserves the rig's own functions
+//! (`state::get`, `model::generate`, `rig::config`, ...) for the rig's hosts, so a worker that
+//! registers one is refused, with the reason noted, instead of taking the rig's place.
+//!
+//! A frame larger than the bus takes ([`super::websocket::FRAME_BYTES_MAX`]) is answered with a
+//! close frame `1009` (message too big), as RFC 6455 says, not a dropped connection.
 
 use super::protocol::{codes, Action, ErrorBody, Frame};
-use super::{BusObserver, FrameDirection, OUTBOX_CAPACITY};
+use super::{websocket, BusObserver, FrameDirection, OUTBOX_CAPACITY};
 use futures_util::{SinkExt, StreamExt};
 use serde_json::json;
 use std::cell::RefCell;
@@ -26,8 +34,12 @@ use std::collections::BTreeMap;
 use std::rc::Rc;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{mpsc, Notify};
-use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::{self, protocol::frame::coding::CloseCode, Message};
 use tokio_tungstenite::WebSocketStream;
+
+/// How long the engine waits for its close frame to go out to a peer it closes, and then for the
+/// peer to finish sending what it was sending: real time, and only on that path.
+const CLOSE_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The function a queue worker provides for `enqueue` actions.
 pub const QUEUE_ENQUEUE: &str = "engine::queue::enqueue";
@@ -38,6 +50,8 @@ pub const WORKERS_REGISTER: &str = "engine::workers::register";
 pub struct Engine {
     state: RefCell<Routing>,
     observer: Rc<dyn BusObserver>,
+    /// Functions only the connection of one name may register: function -> owner.
+    owners: RefCell<BTreeMap<String, String>>,
 }
 
 #[derive(Default)]
@@ -73,7 +87,13 @@ impl Engine {
     /// name one of this engine's connections.
     pub fn numbered_after(observer: Rc<dyn BusObserver>, after: u64) -> Rc<Self> {
         let state = Routing { next_connection: after, ..Routing::default() };
-        Rc::new(Self { state: RefCell::new(state), observer })
+        Rc::new(Self { state: RefCell::new(state), observer, owners: RefCell::default() })
+    }
+
+    /// Reserves functions for their owners: a `registerfunction` of one from a connection of
+    /// another name is refused (and reported to the observer).
+    pub fn reserve(&self, owners: impl IntoIterator<Item = (String, String)>) {
+        self.owners.borrow_mut().extend(owners);
     }
 
     /// How many connections have been numbered so far (the last number given).
@@ -114,36 +134,50 @@ impl Engine {
             id
         };
         self.observer.connected(&self.peer_name(id), &format!("worker-{id}"));
-        let writer = tokio::task::spawn_local(async move {
+        // The writer hands the sink back once the outbox closes, for a close frame of the engine's own.
+        let mut writer = tokio::task::spawn_local(async move {
             while let Some(message) = outgoing.recv().await {
                 if sink.send(message).await.is_err() {
                     break;
                 }
             }
+            sink
         });
         self.send(id, Frame::WorkerRegistered { worker_id: format!("worker-{id}") });
         let reading = async {
-            while let Some(Ok(message)) = stream.next().await {
-                match message {
-                    Message::Text(text) => match Frame::from_wire(&text) {
+            loop {
+                match stream.next().await {
+                    Some(Ok(Message::Text(text))) => match Frame::from_wire(&text) {
                         Ok(frame) => self.receive(id, frame),
                         Err(error) => {
                             self.observer.note("engine", "unreadable_frame", json!({ "error": error.to_string() }))
                         }
                     },
-                    Message::Close(_) => break,
-                    _ => {}
+                    Some(Ok(Message::Close(_))) | None => return None,
+                    Some(Ok(_)) => {}
+                    Some(Err(tungstenite::Error::Capacity(error))) => return Some(error.to_string()),
+                    Some(Err(_)) => return None,
                 }
             }
         };
-        let why = tokio::select! {
+        let (why, too_big) = tokio::select! {
             biased;
-            () = cut => "the network was cut",
-            () = retired.notified() => "replaced by the worker's reconnection",
-            () = reading => "closed by the worker",
+            () = cut => ("the network was cut", None),
+            () = retired.notified() => ("replaced by the worker's reconnection", None),
+            too_big = reading => match too_big {
+                Some(error) => ("it sent a frame larger than the bus takes", Some(error)),
+                None => ("closed by the worker", None),
+            },
         };
+        let name = self.peer_name(id);
         self.disconnect(id, why);
-        writer.abort();
+        let Some(error) = too_big else { return writer.abort() };
+        self.observer.note("engine", "frame_too_big", json!({ "peer": name, "error": error }));
+        // The outbox closed with the connection: what was queued goes out, then the close.
+        let Ok(Ok(sink)) = tokio::time::timeout(CLOSE_GRACE, &mut writer).await else { return writer.abort() };
+        if let Ok(socket) = stream.reunite(sink) {
+            websocket::refuse(socket, CloseCode::Size, &error, CLOSE_GRACE).await;
+        }
     }
 
     fn peer_name(&self, id: u64) -> String {
@@ -177,7 +211,18 @@ impl Engine {
         self.observer.frame(FrameDirection::In, &name, &frame);
         match frame {
             Frame::RegisterFunction { id, .. } => {
-                self.state.borrow_mut().providers.insert(id, from);
+                let owner = self.owners.borrow().get(&id).cloned();
+                match owner {
+                    Some(owner) if owner != name => {
+                        let why = format!(
+                            "refused `registerfunction {id}` from `{name}`: `{id}` is the rig's own, served by `{owner}`"
+                        );
+                        self.observer.refused(&name, &why);
+                    }
+                    _ => {
+                        self.state.borrow_mut().providers.insert(id, from);
+                    }
+                }
             }
             Frame::UnregisterFunction { id } => {
                 let mut state = self.state.borrow_mut();
@@ -271,6 +316,12 @@ impl Engine {
         if old == from {
             return;
         }
+        let (name, old_name) =
+            (self.peer_name(from), self.state.borrow().connections.get(&old).map(|p| p.name.clone()));
+        if let Some(old_name) = old_name.filter(|old_name| *old_name != name) {
+            let why = format!("refused `reattach {previous}` from `{name}`: that connection is `{old_name}`'s");
+            return self.observer.refused(&name, &why);
+        }
         let retired = self.state.borrow().connections.get(&old).map(|peer| Rc::clone(&peer.retired));
         if let Some(retired) = retired {
             self.disconnect(old, "replaced by the worker's reconnection");
@@ -321,16 +372,129 @@ mod tests {
         fn note(&self, _host: &str, _what: &str, _detail: Value) {}
     }
 
+    /// Keeps what the engine refused and noted.
+    #[derive(Default)]
+    struct Notes(RefCell<Vec<String>>);
+
+    impl BusObserver for Notes {
+        fn frame(&self, _direction: FrameDirection, _peer: &str, _frame: &Frame) {}
+        fn note(&self, _host: &str, what: &str, detail: Value) {
+            self.0.borrow_mut().push(format!("{what} {detail}"));
+        }
+        fn refused(&self, _peer: &str, why: &str) {
+            self.0.borrow_mut().push(why.to_string());
+        }
+    }
+
     type Client = WebSocketStream<DuplexStream>;
 
     async fn connect(engine: &Rc<Engine>) -> Client {
+        connect_named(engine, None).await
+    }
+
+    /// A connection the engine serves under `name`, as live mode names every connection.
+    async fn connect_named(engine: &Rc<Engine>, name: Option<&str>) -> Client {
         let (client, server) = tokio::io::duplex(64 * 1024);
-        let engine = Rc::clone(engine);
+        let (engine, name) = (Rc::clone(engine), name.map(str::to_string));
         tokio::task::spawn_local(async move {
             let socket = websocket::accept(server).await.expect("handshake");
-            engine.serve(socket, std::future::pending()).await;
+            engine.serve_named(socket, name, std::future::pending()).await;
         });
         websocket::connect(client, "engine", "/", [7; 16]).await.expect("handshake")
+    }
+
+    fn on_a_local_runtime(test: impl std::future::Future<Output = ()>) {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+        tokio::task::LocalSet::new().block_on(&runtime, test);
+    }
+
+    /// Issue 21: a live worker registered `state::get` and closed, and the run hung; with
+    /// `model::generate`, the real worker's turn failed `function_not_found`.
+    #[test]
+    fn a_reserved_function_stays_with_its_owner() {
+        on_a_local_runtime(async {
+            let notes = Rc::new(Notes::default());
+            let engine = Engine::new(Rc::clone(&notes) as Rc<dyn BusObserver>);
+            engine.reserve([("state::get".to_string(), "store".to_string())]);
+            let mut store = connect_named(&engine, Some("store")).await;
+            assert_eq!(next(&mut store).await["type"], "workerregistered");
+            send(&mut store, json!({"type": "registerfunction", "id": "state::get"})).await;
+            let mut hostile = connect_named(&engine, Some("harness")).await;
+            next(&mut hostile).await;
+            send(&mut hostile, json!({"type": "registerfunction", "id": "state::get"})).await;
+            send(&mut hostile, json!({"type": "registerfunction", "id": "harness::turn"})).await;
+            send(&mut hostile, json!({"type": "invokefunction", "invocation_id": "i1", "function_id": "state::get"}))
+                .await;
+            assert_eq!(next(&mut store).await["invocation_id"], "i1", "the store still serves state::get");
+            drop(hostile);
+            let mut caller = connect(&engine).await;
+            next(&mut caller).await;
+            send(&mut caller, json!({"type": "invokefunction", "invocation_id": "i2", "function_id": "state::get"}))
+                .await;
+            assert_eq!(next(&mut store).await["invocation_id"], "i2", "and after the worker that tried has gone");
+            let notes = notes.0.borrow();
+            assert!(
+                notes.iter().any(|n| n.contains("refused `registerfunction state::get` from `harness`")),
+                "{notes:?}"
+            );
+            assert!(
+                !notes.iter().any(|n| n.contains("harness::turn")),
+                "an unreserved function is the worker's: {notes:?}"
+            );
+        });
+    }
+
+    /// Issue 21: `reattach` naming an internal worker's id gave the connection that worker's
+    /// identity: its connection was retired and its results rerouted.
+    #[test]
+    fn a_worker_cannot_reattach_as_another_host() {
+        on_a_local_runtime(async {
+            let notes = Rc::new(Notes::default());
+            let engine = Engine::new(Rc::clone(&notes) as Rc<dyn BusObserver>);
+            let mut store = connect_named(&engine, Some("store")).await;
+            let store_id = next(&mut store).await["worker_id"].clone();
+            send(&mut store, json!({"type": "registerfunction", "id": "state::get"})).await;
+            send(&mut store, json!({"type": "invokefunction", "invocation_id": "s1", "function_id": "nobody"})).await;
+            assert_eq!(next(&mut store).await["error"]["code"], codes::FUNCTION_NOT_FOUND);
+            let mut hostile = connect_named(&engine, Some("harness")).await;
+            next(&mut hostile).await;
+            send(&mut hostile, json!({"type": "reattach", "previous_worker_id": store_id})).await;
+            send(&mut hostile, json!({"type": "invokefunction", "invocation_id": "i1", "function_id": "state::get"}))
+                .await;
+            assert_eq!(next(&mut store).await["invocation_id"], "i1", "the store's connection is still the store's");
+            assert!(
+                notes.0.borrow().iter().any(|n| n.contains("refused `reattach") && n.contains("`store`'s")),
+                "{:?}",
+                notes.0.borrow()
+            );
+        });
+    }
+
+    /// Issue 21: a 64 MiB frame dropped the connection with no close frame (the peer saw 1006).
+    #[test]
+    fn a_frame_too_big_for_the_bus_is_answered_1009() {
+        on_a_local_runtime(async {
+            let notes = Rc::new(Notes::default());
+            let engine = Engine::new(Rc::clone(&notes) as Rc<dyn BusObserver>);
+            let client = connect(&engine).await;
+            let (mut sink, mut stream) = client.split();
+            let too_big = vec![b'x'; websocket::FRAME_BYTES_MAX + 1];
+            // Sent while the engine closes: it reads (and discards) the rest, so the send ends.
+            let sending = tokio::task::spawn_local(async move { sink.send(Message::binary(too_big)).await });
+            let close = loop {
+                let message = tokio::time::timeout(std::time::Duration::from_secs(10), stream.next())
+                    .await
+                    .expect("an answer within 10 s");
+                match message {
+                    Some(Ok(Message::Close(frame))) => break frame,
+                    Some(Ok(_)) => continue,
+                    other => panic!("the connection ended without a close frame: {other:?}"),
+                }
+            };
+            assert_eq!(close.map(|c| c.code), Some(CloseCode::Size));
+            let _ = sending.await;
+            assert!(notes.0.borrow().iter().any(|n| n.starts_with("frame_too_big")), "{:?}", notes.0.borrow());
+        });
     }
 
     async fn send(client: &mut Client, frame: Value) {
@@ -354,8 +518,7 @@ mod tests {
     /// reaches it on the new one, and a function it withdraws is no longer routed to it.
     #[test]
     fn a_reattached_worker_gets_its_results_and_unregistered_functions_are_gone() {
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
-        tokio::task::LocalSet::new().block_on(&runtime, async {
+        on_a_local_runtime(async {
             let engine = Engine::new(Rc::new(Silent));
             let mut provider = connect(&engine).await;
             assert_eq!(next(&mut provider).await["type"], "workerregistered");

@@ -32,4 +32,9 @@ pub trait BusObserver {
     fn connected(&self, _peer: &str, _worker_id: &str) {}
     /// A worker's connection ended, and why (`closed by the worker`, `the network was cut` ...).
     fn disconnected(&self, _peer: &str, _why: &str) {}
+    /// The engine refused a frame of `peer` that would have taken what is not its own (a
+    /// reserved function, another connection's identity), and goes on; `why` says it in full.
+    fn refused(&self, peer: &str, why: &str) {
+        self.note("engine", "refused", serde_json::json!({ "peer": peer, "why": why }));
+    }
 }

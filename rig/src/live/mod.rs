@@ -37,7 +37,7 @@ use net::{InMemory, Net};
 use rigfns::{RigFunctions, RunInfo, RIG};
 use runner::{Bounds, LiveRunner, Software};
 use std::cell::Cell;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::Instant;
@@ -117,7 +117,7 @@ pub fn run_live(
     hosts.insert(RIG.to_string());
     let world = seeded_world(scenario, options.seed);
     let socket = listener.listener.try_clone().map_err(|e| format!("cannot share the listening socket: {e}"))?;
-    let net = Net::new(Rc::clone(&world), socket, hosts, external.clone(), proxy_worker);
+    let net = Net::new(Rc::clone(&world), socket, hosts, external.clone(), rig_owned(&topology), proxy_worker);
     let reference_notes = Rc::new(Cell::new(false));
     let info = RunInfo {
         run_id: format!("{}:{}", std::process::id(), RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)),
@@ -182,6 +182,16 @@ fn external_functions(scenario: &Scenario) -> Vec<String> {
         .map(|(_, name)| name.to_string())
         .collect();
     names.into_iter().collect()
+}
+
+/// Every function the rig's own hosts serve (the engine's, the doubles', the queue's, `rig::*`),
+/// with the host serving it: what no external worker may register.
+fn rig_owned(topology: &Topology) -> BTreeMap<String, String> {
+    let own = topology.hosts().iter().filter(|h| h.role != Role::Harness);
+    let mut owners: BTreeMap<String, String> =
+        own.flat_map(|h| h.functions.iter().map(|f| (f.clone(), h.name.clone()))).collect();
+    owners.extend([RIG_CONFIG, RIG_NOTE].map(|f| (f.to_string(), RIG.to_string())));
+    owners
 }
 
 /// The host serving the rig's own functions for external harnesses.

@@ -42,9 +42,12 @@ pub struct Net {
     engine: RefCell<Option<RunningEngine>>,
     /// Connections the engines of this run have numbered so far (kept across engine restarts).
     numbered: Cell<u64>,
-    /// The hosts that may connect: the rig's own and the external harness hosts.
+    /// The hosts that may connect: the rig's own (in memory only) and the external harness
+    /// hosts (on the listening socket).
     hosts: BTreeSet<String>,
     external: BTreeSet<String>,
+    /// The rig's own functions, by the host that serves them: no external worker may register one.
+    owners: BTreeMap<String, String>,
     /// The worker the scenario put behind the drop-proxy.
     proxied: Option<String>,
     /// External hosts the script crashed and has not restarted: their reconnections are refused.
@@ -60,6 +63,7 @@ impl Net {
         listener: std::net::TcpListener,
         hosts: BTreeSet<String>,
         external: BTreeSet<String>,
+        owners: BTreeMap<String, String>,
         proxied: Option<String>,
     ) -> Rc<Self> {
         let observer = Rc::new(LiveObserver { world: Rc::clone(&world), external: external.clone() });
@@ -71,6 +75,7 @@ impl Net {
             numbered: Cell::new(0),
             hosts,
             external,
+            owners,
             proxied,
             crashed: RefCell::default(),
             crashes: RefCell::default(),
@@ -115,11 +120,14 @@ impl Net {
         self.engine.borrow().as_ref().map(|running| Rc::clone(&running.engine))
     }
 
-    /// Which host a request path names, or why none.
-    fn host_for(&self, path: &str) -> Result<String, String> {
+    /// Which host a request path names, or why none. A connection from the network can only
+    /// be an external harness host: the rig's own hosts connect in memory, and a worker that
+    /// asked for `/store` would otherwise be served under the store's name.
+    fn host_for(&self, path: &str, from_network: bool) -> Result<String, String> {
         let name = path.trim_matches('/');
         let name = if name.is_empty() { HARNESS } else { name };
-        if self.hosts.contains(name) {
+        let hosts = if from_network { &self.external } else { &self.hosts };
+        if hosts.contains(name) {
             return Ok(name.to_string());
         }
         let external: Vec<&str> = self.external.iter().map(String::as_str).collect();
@@ -170,6 +178,7 @@ impl Dial for InMemory {
 /// in-memory connections, each connection served on its own task until the host is crashed.
 pub async fn engine_host(net: Rc<Net>) {
     let engine = Engine::numbered_after(Rc::clone(&net.observer) as Rc<dyn BusObserver>, net.numbered.get());
+    engine.reserve(net.owners.clone());
     let (inbox, mut incoming) = mpsc::unbounded_channel();
     *net.engine.borrow_mut() = Some(RunningEngine { engine, inbox });
     let listener = match net.listener.try_clone().and_then(tokio::net::TcpListener::from_std) {
@@ -183,12 +192,12 @@ pub async fn engine_host(net: Rc<Net>) {
         tokio::select! {
             biased;
             Some(stream) = incoming.recv() => {
-                tokio::task::spawn_local(connection(Rc::clone(&net), stream));
+                tokio::task::spawn_local(connection(Rc::clone(&net), stream, false));
             }
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
                     let _ = stream.set_nodelay(true);
-                    tokio::task::spawn_local(connection(Rc::clone(&net), stream));
+                    tokio::task::spawn_local(connection(Rc::clone(&net), stream, true));
                 }
                 // Out of descriptors, or a connection reset before it was taken: try again shortly.
                 Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
@@ -197,15 +206,16 @@ pub async fn engine_host(net: Rc<Net>) {
     }
 }
 
-/// One connection, from its opening request to its end.
-async fn connection<S: AsyncRead + AsyncWrite + Unpin + 'static>(net: Rc<Net>, mut stream: S) {
+/// One connection, from its opening request to its end; `from_network` for one accepted on the
+/// listening socket.
+async fn connection<S: AsyncRead + AsyncWrite + Unpin + 'static>(net: Rc<Net>, mut stream: S, from_network: bool) {
     let hello = tokio::time::timeout(Duration::from_millis(HELLO_MS_MAX), proxy::read_hello_or_reject(&mut stream));
     let Ok(Ok(hello)) = hello.await else { return };
     let path = hello.path.split('?').next().unwrap_or("/").to_string();
     if path.ends_with("/otel") {
         return drain_telemetry(stream, hello).await;
     }
-    let host = match net.host_for(&path) {
+    let host = match net.host_for(&path, from_network) {
         Ok(host) => host,
         Err(why) => return drop(proxy::reject_client(&mut stream, 404, &why).await),
     };
@@ -300,5 +310,12 @@ impl BusObserver for LiveObserver {
         if self.external.contains(peer) {
             self.world.note_event(ENGINE, "worker_disconnected", json!({ "peer": peer, "why": why }));
         }
+    }
+
+    /// In the trace, and said at once on stderr: a worker that tries this is worth knowing about
+    /// while the run goes on.
+    fn refused(&self, peer: &str, why: &str) {
+        self.world.note_event(ENGINE, "refused", json!({ "peer": peer, "why": why }));
+        eprintln!("rig live: {why}");
     }
 }
