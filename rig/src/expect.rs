@@ -1,6 +1,7 @@
 //! Expectations: what a scenario says a run must show afterwards, and checking them.
 
 use crate::condition::Condition;
+use crate::layout::RecordLayout;
 use crate::trace::{Documents, Event, EventKind};
 use doubles::{SessionService, StateStore};
 use proxy::lookup;
@@ -14,6 +15,9 @@ pub enum Expectation {
     Rpc { name: String, conditions: Vec<Condition> },
     /// A durable record at the end of the run.
     State { scope: String, key: String, conditions: Vec<Condition> },
+    /// How the actions of a session's current turn stand at the end of the run, read through the
+    /// harness's record layout: conditions on `{count, done, failed, held, unsettled}`.
+    Actions { session: String, conditions: Vec<Condition> },
     /// A durable record that must not exist at the end of the run.
     Absent { scope: String, key: String },
     /// Trace events matching conditions: how many, and what they share.
@@ -78,6 +82,8 @@ pub struct Observed<'a> {
     pub sessions: &'a SessionService,
     /// What the doubles' scripts left unused (scripted model replies nobody asked for).
     pub unused: &'a [String],
+    /// Where the harness keeps its state, for expectations read through it.
+    pub layout: &'a RecordLayout,
 }
 
 /// Counts accepted external effects by kind, from the ledger's events.
@@ -127,6 +133,20 @@ pub fn check(expectations: &[Expectation], observed: &Observed<'_>) -> Vec<Strin
                     }
                 }
             },
+            Expectation::Actions { session, conditions } => {
+                match observed.layout.action_summary(observed.store, session) {
+                    None => failures.push(format!(
+                        "actions of {session}: expected its turn's actions ({}), found no turn record",
+                        describe(conditions)
+                    )),
+                    Some(summary) => {
+                        let failed = failed_conditions(conditions, &summary);
+                        if !failed.is_empty() {
+                            failures.push(format!("actions of {session}: {} (found {summary})", failed.join("; ")));
+                        }
+                    }
+                }
+            }
             Expectation::Absent { scope, key } => {
                 if let Some(record) = observed.store.get(scope, key) {
                     failures.push(format!("state {scope}/{key}: expected no record, found {record}"));

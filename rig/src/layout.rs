@@ -5,7 +5,8 @@
 //! harness declares that here ([`crate::HarnessFactory::layout`]); the reference harness's
 //! layout is the default.
 
-use serde_json::Value;
+use doubles::StateStore;
+use serde_json::{json, Value};
 
 /// The scope where a harness keeps control commands, by session (the oracles read it).
 pub const CONTROL_SCOPE: &str = "harness_control";
@@ -34,8 +35,15 @@ pub struct RecordLayout {
     pub budget_field: String,
     /// The field naming the turn a child turn was delegated by: `{ session_id, turn_id }`.
     pub parent_field: String,
-    /// The field of a turn record holding its actions: an object keyed by action id.
+    /// The field of a turn record holding its actions: an object keyed by action id (unless
+    /// `action_scope` is set).
     pub actions_field: String,
+    /// The scope of action records, when a harness keeps each action as a record of its own
+    /// (keyed by action id) rather than inside its turn record; each names its session and its
+    /// turn in `action_session_field` and `action_turn_field`.
+    pub action_scope: Option<String>,
+    pub action_session_field: String,
+    pub action_turn_field: String,
     pub action_status_field: String,
     /// Action statuses that are confirmed outcomes: it happened, or it definitely did not.
     pub action_done_statuses: Vec<String>,
@@ -72,6 +80,9 @@ impl Default for RecordLayout {
             budget_field: "budget".into(),
             parent_field: "parent".into(),
             actions_field: "calls".into(),
+            action_scope: None,
+            action_session_field: "session_id".into(),
+            action_turn_field: "turn_id".into(),
             action_status_field: "status".into(),
             action_done_statuses: texts(&["complete"]),
             action_failed_statuses: texts(&["failed"]),
@@ -82,6 +93,15 @@ impl Default for RecordLayout {
             owner_scope: "harness_owner".into(),
         }
     }
+}
+
+/// One version of an action's durable record, as a commit carried it.
+#[derive(Debug, Clone, Copy)]
+pub struct ActionVersion<'a> {
+    pub action_id: &'a str,
+    /// The turn it belongs to.
+    pub turn_id: &'a str,
+    pub entry: &'a Value,
 }
 
 /// Where an action stands, read from its durable record.
@@ -137,12 +157,54 @@ impl RecordLayout {
         record[&self.budget_field]["limits"][dimension]["hard"].as_u64()
     }
 
-    /// The actions of a turn record, in action-id order.
+    /// The actions kept inside a turn record, in action-id order (none when the harness keeps
+    /// its actions in a scope of their own).
     pub fn actions<'a>(&self, record: &'a Value) -> Vec<(&'a str, &'a Value)> {
+        if self.action_scope.is_some() {
+            return Vec::new();
+        }
         record[&self.actions_field]
             .as_object()
             .map(|actions| actions.iter().map(|(id, entry)| (id.as_str(), entry)).collect())
             .unwrap_or_default()
+    }
+
+    /// The actions one committed record holds, wherever the harness keeps them: those of a turn
+    /// record, or the action record itself. `key` is the record's key in `scope`.
+    pub fn committed_actions<'a>(&self, scope: &str, key: &'a str, value: &'a Value) -> Vec<ActionVersion<'a>> {
+        if value.is_null() {
+            return Vec::new();
+        }
+        if self.action_scope.as_deref() == Some(scope) {
+            let turn_id = Self::text(value, &self.action_turn_field);
+            return vec![ActionVersion { action_id: key, turn_id, entry: value }];
+        }
+        if scope != self.turn_scope {
+            return Vec::new();
+        }
+        let turn_id = self.turn_id(value);
+        self.actions(value).into_iter().map(|(action_id, entry)| ActionVersion { action_id, turn_id, entry }).collect()
+    }
+
+    /// The actions of the turn `record` of `session_id` as the store holds them now, in
+    /// action-id order.
+    pub fn turn_actions<'a>(
+        &self,
+        store: &'a StateStore,
+        session_id: &str,
+        record: &'a Value,
+    ) -> Vec<(&'a str, &'a Value)> {
+        let Some(scope) = &self.action_scope else { return self.actions(record) };
+        let turn_id = self.turn_id(record);
+        store
+            .records()
+            .filter(|(s, _, action)| {
+                s == scope
+                    && Self::text(action, &self.action_session_field) == session_id
+                    && Self::text(action, &self.action_turn_field) == turn_id
+            })
+            .map(|(_, action_id, action)| (action_id, action))
+            .collect()
     }
 
     pub fn action_status<'a>(&self, action: &'a Value) -> &'a str {
@@ -158,6 +220,22 @@ impl RecordLayout {
         } else {
             ActionClass::Unsettled
         }
+    }
+
+    /// How the actions of a session's current turn stand, as the document an `actions`
+    /// expectation reads: `{count, done, failed, held, unsettled}` (none without a turn record).
+    pub fn action_summary(&self, store: &StateStore, session_id: &str) -> Option<Value> {
+        let record = store.get(&self.turn_scope, session_id)?;
+        let actions = self.turn_actions(store, session_id, record);
+        let count = |keep: &dyn Fn(&Value) -> bool| actions.iter().filter(|(_, action)| keep(action)).count();
+        let done = count(&|a| self.action_done_statuses.iter().any(|s| s == self.action_status(a)));
+        Some(json!({
+            "count": actions.len(),
+            "done": done,
+            "failed": count(&|a| self.is_failed(a)),
+            "held": count(&|a| self.classify(a) == ActionClass::Held),
+            "unsettled": count(&|a| self.classify(a) == ActionClass::Unsettled),
+        }))
     }
 
     /// Whether the action's record says it definitely did not take effect.

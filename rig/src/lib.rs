@@ -45,10 +45,10 @@ pub use cut::{Interrupt, INTERRUPT_POINTS};
 pub use harness::{
     Binding, BindingPoint, HarnessConfig, HarnessEnv, HarnessFactory, Policy, ProcessControl, ReferenceHarness, Tool,
 };
-pub use layout::{ActionClass, RecordLayout};
+pub use layout::{ActionClass, ActionVersion, RecordLayout, CONTROL_SCOPE};
 pub use live::{
-    prepare_live, run_live, serve_harness, HarnessProcess, LiveListener, LiveOptions, LiveScenario, RIG_CONFIG,
-    RIG_NOTE,
+    config_json, prepare_live, run_live, serve_harness, HarnessProcess, LiveListener, LiveOptions, LiveScenario,
+    RIG_CONFIG, RIG_NOTE,
 };
 pub use oracle::{Oracle, Violation};
 pub use run::{reference, run, run_with, ActionStatus, Rerun, RunOutcome};

@@ -2,7 +2,7 @@
 
 use crate::bus::Bus;
 use crate::cut::{CutTable, ProcessCutTable};
-use crate::expect::{self, effect_counts, Observed};
+use crate::expect::{self, effect_counts, Expectation, Observed};
 use crate::harness::{HarnessEnv, HarnessFactory, ReferenceHarness};
 use crate::layout::RecordLayout;
 use crate::oracle::{self, Evidence, Oracle, Violation};
@@ -139,7 +139,7 @@ fn action_statuses(store: &StateStore, layout: &RecordLayout) -> Vec<ActionStatu
             continue;
         }
         let holder = store.lease(&layout.owner_scope, session_id).map(|lease| lease.owner);
-        for (action_id, entry) in layout.actions(record) {
+        for (action_id, entry) in layout.turn_actions(store, session_id, record) {
             let recorded_by = entry["owner"].as_str().unwrap_or("");
             statuses.push(ActionStatus {
                 session_id: session_id.to_string(),
@@ -181,8 +181,11 @@ pub fn run_with(harness: &Arc<dyn HarnessFactory>, scenario: &Scenario, run: &Po
     let settled = run_script(&mut runner, &topology, scenario, seed, &mut failures);
     let ended = Ended { at_ms: runner.now_ms(), steps: runner.steps(), settled, started };
     drop(runner);
-    let judged =
-        Judged { name: harness.name(), layout: harness.layout(), reference_notes: harness.gives_reference_notes() };
+    let judged = Judged {
+        name: harness.name(),
+        layout: harness.layout(),
+        reference_particulars: harness.reference_particulars(),
+    };
     judge(&world, scenario, run, seed, &judged, ended, failures)
 }
 
@@ -200,8 +203,9 @@ pub(crate) struct Ended {
 pub(crate) struct Judged<'a> {
     pub name: &'a str,
     pub layout: RecordLayout,
-    /// Whether expectations on the reference harness's notes apply to it.
-    pub reference_notes: bool,
+    /// Whether the reference harness's particulars apply to it: each policy section's own
+    /// expectations, and those on the reference harness's notes.
+    pub reference_particulars: bool,
 }
 
 /// Judges a finished run from its world: the oracles, the scenario's expectations for the
@@ -238,8 +242,7 @@ pub(crate) fn judge(
     failures.extend(vacuous_cuts(world, scenario, &trace));
     let effects = effect_counts(trace.events());
     let rpc = world.rpc.borrow().clone();
-    let applicable: Vec<_> =
-        run.expectations.iter().filter(|e| harness.reference_notes || !e.reads_harness_notes()).cloned().collect();
+    let applicable = applicable_expectations(run, harness.reference_particulars);
     let observed = Observed {
         rpc: &rpc,
         store: &store,
@@ -247,6 +250,7 @@ pub(crate) fn judge(
         effects: &effects,
         sessions: &sessions,
         unused: &unused,
+        layout,
     };
     failures.extend(expect::check(&applicable, &observed));
     let broke = expect::broken(&run.broken, &observed);
@@ -276,6 +280,20 @@ pub(crate) fn judge(
         live: None,
         rerun: Rerun::default_for(harness.name),
     }
+}
+
+/// What a run of `run` is held to: the shared `[expect]` it keeps (the harness contract), and
+/// for the reference harness its particulars too (the policy section's own expectations). An
+/// expectation on the reference harness's notes judges only the reference harness, wherever the
+/// file puts it.
+fn applicable_expectations(run: &PolicyRun, reference_particulars: bool) -> Vec<Expectation> {
+    let particulars = run.particulars.iter().filter(|_| reference_particulars);
+    run.expectations
+        .iter()
+        .chain(particulars)
+        .filter(|e| reference_particulars || !e.reads_harness_notes())
+        .cloned()
+        .collect()
 }
 
 /// A known-bad policy must trip exactly the oracles it declares; any other trip is a failure.

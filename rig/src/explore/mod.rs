@@ -104,6 +104,7 @@ pub fn bare_run(policy: &str) -> PolicyRun {
         policy: policy.to_string(),
         expected_violations: BTreeSet::new(),
         expectations: Vec::new(),
+        particulars: Vec::new(),
         broken: Vec::new(),
     }
 }

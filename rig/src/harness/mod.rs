@@ -55,9 +55,14 @@ pub trait HarnessFactory: Send + Sync {
         self.capabilities().functions()
     }
 
-    /// Whether it reports its decisions as the reference harness does (`note` events with the
-    /// reference harness's names). Expectations on those notes judge only such harnesses.
-    fn gives_reference_notes(&self) -> bool {
+    /// Whether it is held to the reference harness's particulars: the expectations of each
+    /// `[policy.NAME]` section beyond the shared `[expect]` (how the reference harness shows that
+    /// policy: its write counts, reply fields, action ids) and those on the reference harness's
+    /// notes. Only the reference harness (or a faithful port of it) should say yes; every other
+    /// harness is judged by the shared `[expect]` (the harness contract, see
+    /// `rig/docs/contract.md`), the oracles, and what its policy declares (`violations`,
+    /// `breaks`).
+    fn reference_particulars(&self) -> bool {
         false
     }
 

@@ -22,7 +22,7 @@ mod runner;
 
 pub use harness::{serve_harness, HarnessProcess};
 pub use plan::{prepare_live, LiveScenario};
-pub use rigfns::{RIG_CONFIG, RIG_NOTE};
+pub use rigfns::{config_json, RIG_CONFIG, RIG_NOTE};
 
 use crate::bus::Bus;
 use crate::layout::RecordLayout;
@@ -118,7 +118,7 @@ pub fn run_live(
     let world = seeded_world(scenario, options.seed);
     let socket = listener.listener.try_clone().map_err(|e| format!("cannot share the listening socket: {e}"))?;
     let net = Net::new(Rc::clone(&world), socket, hosts, external.clone(), rig_owned(&topology), proxy_worker);
-    let reference_notes = Rc::new(Cell::new(false));
+    let reference_particulars = Rc::new(Cell::new(false));
     let info = RunInfo {
         run_id: format!("{}:{}", std::process::id(), RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)),
         scenario: scenario.path.display().to_string(),
@@ -131,7 +131,7 @@ pub fn run_live(
         world: Rc::clone(&world),
         net: Rc::clone(&net),
         run: info,
-        reference_notes: Rc::clone(&reference_notes),
+        reference_particulars: Rc::clone(&reference_particulars),
     };
     let rig = rig_host(&world, &net, functions);
     let layout = RecordLayout::default();
@@ -153,7 +153,7 @@ pub fn run_live(
     let ended = Ended { at_ms: runner.now_ms(), steps: 0, settled, started };
     drop(runner);
     let name = worker_name(&world, HARNESS).map_or_else(|| "live".to_string(), |name| format!("live:{name}"));
-    let judged = Judged { name: &name, layout, reference_notes: reference_notes.get() };
+    let judged = Judged { name: &name, layout, reference_particulars: reference_particulars.get() };
     let mut outcome = judge(&world, scenario, run, options.seed, &judged, ended, failures);
     if let Some(missing) = missing {
         // Nothing ran: what the oracles and expectations would say of an untouched world is noise.

@@ -46,14 +46,15 @@ pub struct RigFunctions {
     pub world: Rc<World>,
     pub net: Rc<Net>,
     pub run: RunInfo,
-    /// Set when a harness said it reports its decisions as the reference harness does.
-    pub reference_notes: Rc<Cell<bool>>,
+    /// Set when a harness said it is the reference harness (it reports its decisions as the
+    /// reference harness does), so its particulars apply.
+    pub reference_particulars: Rc<Cell<bool>>,
 }
 
 impl RigFunctions {
     fn config(&self, data: &Value) -> Result<Value, ErrorBody> {
         if data["notes"] == json!(REFERENCE_NOTES) {
-            self.reference_notes.set(true);
+            self.reference_particulars.set(true);
         }
         // One life of the host: this run, and no crash of the host since. A worker that keeps
         // state across reconnections should start afresh when it changes.

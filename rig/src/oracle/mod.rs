@@ -6,7 +6,7 @@
 //! what it did. A new oracle is one variant, one function and one line in [`check`].
 
 pub use crate::layout::CONTROL_SCOPE;
-use crate::layout::{ActionClass, RecordLayout};
+use crate::layout::{ActionClass, ActionVersion, RecordLayout};
 use crate::services::EffectFunctions;
 use crate::trace::{Event, EventKind};
 use doubles::{SessionService, StateStore};
@@ -453,18 +453,24 @@ fn stranded(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
     }
 }
 
-/// The last status each action had in any committed turn record, in commit order.
-fn recorded_actions<'a>(evidence: &Evidence<'a>) -> BTreeMap<&'a str, (u64, &'a Value)> {
-    let layout = evidence.layout;
-    let mut last: BTreeMap<&str, (u64, &Value)> = BTreeMap::new();
+/// Every version of an action record the store committed, in commit order, with its time:
+/// read through the layout, wherever the harness keeps its actions.
+fn committed_actions<'a>(evidence: &Evidence<'a>) -> Vec<(u64, ActionVersion<'a>)> {
+    let mut versions = Vec::new();
     for event in evidence.events {
-        let EventKind::Commit { scope, value, .. } = &event.kind else { continue };
-        if *scope != layout.turn_scope {
-            continue;
+        if let EventKind::Commit { scope, key, value, .. } = &event.kind {
+            let committed = evidence.layout.committed_actions(scope, key, value);
+            versions.extend(committed.into_iter().map(|version| (event.at_ms, version)));
         }
-        for (action_id, entry) in layout.actions(value) {
-            last.insert(action_id, (event.at_ms, entry));
-        }
+    }
+    versions
+}
+
+/// The last status each action had in any committed record, in commit order.
+fn recorded_actions<'a>(evidence: &Evidence<'a>) -> BTreeMap<&'a str, (u64, &'a Value)> {
+    let mut last: BTreeMap<&str, (u64, &Value)> = BTreeMap::new();
+    for (at_ms, version) in committed_actions(evidence) {
+        last.insert(version.action_id, (at_ms, version.entry));
     }
     last
 }
@@ -600,7 +606,7 @@ fn calls_closed(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
                 ),
             ));
         }
-        for (action_id, entry) in layout.actions(record) {
+        for (action_id, entry) in layout.turn_actions(evidence.store, key, record) {
             if layout.classify(entry) != ActionClass::Complete {
                 violations.push(violation(
                     Oracle::CallsClosed,
@@ -616,19 +622,9 @@ fn calls_closed(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
     }
 }
 
-/// The turn each recorded action belongs to, from the committed turn records.
+/// The turn each recorded action belongs to, from the committed records.
 fn action_turns<'a>(evidence: &Evidence<'a>) -> BTreeMap<&'a str, &'a str> {
-    let mut turns = BTreeMap::new();
-    for event in evidence.events {
-        if let EventKind::Commit { scope, value, .. } = &event.kind {
-            if *scope == evidence.layout.turn_scope {
-                for (action, _) in evidence.layout.actions(value) {
-                    turns.insert(action, evidence.layout.turn_id(value));
-                }
-            }
-        }
-    }
-    turns
+    committed_actions(evidence).into_iter().map(|(_, version)| (version.action_id, version.turn_id)).collect()
 }
 
 fn cancellation(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
@@ -734,12 +730,12 @@ fn budget(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
             if *scope == layout.turn_scope && !value.is_null() {
                 let turn = layout.turn_id(value).to_string();
                 began.entry(turn.clone()).or_insert(event.at_ms);
-                for (action, _) in layout.actions(value) {
-                    action_turn.insert(action, turn.clone());
-                }
                 latest.insert(turn, value);
             }
         }
+    }
+    for (action, turn) in action_turns(evidence) {
+        action_turn.insert(action, turn.to_string());
     }
     for (_, _, record) in evidence.store.records() {
         latest.entry(layout.turn_id(record).to_string()).or_insert(record);

@@ -492,3 +492,40 @@ fn liveness_catches_a_command_left_accepted_by_a_turn_that_stopped() {
     );
     assert!(judge(&[], &settled).is_empty());
 }
+
+/// A layout keeping each action as a record of its own, as a harness other than the reference
+/// may: the oracles read its actions there, not from the turn record.
+fn own_action_records() -> RecordLayout {
+    RecordLayout { action_scope: Some("actions".into()), ..RecordLayout::default() }
+}
+
+fn action_commit(at_ms: u64, status: &str) -> Event {
+    let value = json!({"session_id": "s1", "turn_id": "t1", "status": status});
+    event(at_ms, EventKind::Commit { scope: "actions".into(), key: "a1".into(), value, version: at_ms })
+}
+
+#[test]
+fn ledger_and_calls_closed_read_actions_kept_in_a_scope_of_their_own() {
+    let layout = own_action_records();
+    let sessions = doubles::SessionService::new();
+    let [call, effect] = send(1, "harness", true, "created");
+    let judge = |events: &[Event], store: &StateStore| judge_with_layout(events, store, &sessions, &layout);
+    let events = [action_commit(0, "started"), call.clone(), effect.clone(), action_commit(2, "complete")];
+    assert!(judge(&events, &StateStore::new()).is_empty());
+    let events = [action_commit(0, "started"), call.clone(), effect.clone(), action_commit(2, "failed")];
+    assert_eq!(judge(&events, &StateStore::new()), vec![Oracle::Ledger]);
+    // An action map in the turn record does not count for such a layout: the action is unrecorded.
+    let in_turn = commit(0, json!({"turn_id": "t1", "status": "running", "calls": {"a1": {"status": "complete"}}}));
+    assert_eq!(judge(&[in_turn, call, effect], &StateStore::new()), vec![Oracle::Ledger]);
+    let mut finished =
+        store_with("harness_turn", "s1", json!({"session_id": "s1", "turn_id": "t1", "status": "failed"}));
+    finished.seed("actions", "a1", json!({"session_id": "s1", "turn_id": "t1", "status": "started"}));
+    assert_eq!(judge(&[], &finished), vec![Oracle::CallsClosed]);
+    finished.seed("actions", "a1", json!({"session_id": "s1", "turn_id": "t1", "status": "complete"}));
+    finished.seed("actions", "a2", json!({"session_id": "s1", "turn_id": "t0", "status": "started"}));
+    assert!(judge(&[], &finished).is_empty(), "an action of another turn is not this turn's");
+    assert_eq!(
+        layout.action_summary(&finished, "s1"),
+        Some(json!({"count": 1, "done": 1, "failed": 0, "held": 0, "unsettled": 0}))
+    );
+}

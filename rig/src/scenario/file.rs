@@ -375,6 +375,9 @@ pub struct ExpectSpec {
     pub rpc: BTreeMap<Spanned<String>, BTreeMap<String, Spanned<toml::Value>>>,
     /// Durable records by `"scope/key"`: field conditions on the value.
     pub state: BTreeMap<String, BTreeMap<String, Spanned<toml::Value>>>,
+    /// The actions of a session's current turn, by session id, read through the harness's record
+    /// layout: conditions on `{count, done, failed, held, unsettled}`.
+    pub actions: BTreeMap<String, BTreeMap<String, Spanned<toml::Value>>>,
     /// Durable records (`"scope/key"`) that must not exist.
     pub absent: Vec<String>,
     /// Calls arriving at the doubles, by function: exact counts.

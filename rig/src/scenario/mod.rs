@@ -115,7 +115,13 @@ pub struct PolicyRun {
     /// harness the behaviour it claims to have (a correct harness claims `reference`).
     pub policy: String,
     pub expected_violations: BTreeSet<Oracle>,
+    /// The shared `[expect]` it keeps (all of it but the kinds it `breaks`): the harness
+    /// contract, which every harness claiming this policy is held to.
     pub expectations: Vec<Expectation>,
+    /// The section's own `expect`: how the reference harness shows this policy (its write
+    /// counts, reply fields, notes, action ids). Only a harness that claims the reference
+    /// harness's particulars ([`crate::HarnessFactory::reference_particulars`]) is held to them.
+    pub particulars: Vec<Expectation>,
     /// Shared expectations this known-bad policy must break, by kind: at least one of each
     /// kind must fail.
     pub broken: Vec<(String, Vec<Expectation>)>,
@@ -823,6 +829,9 @@ fn compile_expect(context: &ExpectContext, spec: ExpectSpec) -> Result<Vec<(Expe
         let (scope, key) = scope_key(at, &record)?;
         expectations.push((ExpectKind::State, Expectation::State { scope, key, conditions: conditions(at, table)? }));
     }
+    for (session, table) in spec.actions {
+        expectations.push((ExpectKind::Actions, Expectation::Actions { session, conditions: conditions(at, table)? }));
+    }
     for record in spec.absent {
         let (scope, key) = scope_key(at, &record)?;
         expectations.push((ExpectKind::Absent, Expectation::Absent { scope, key }));
@@ -906,8 +915,8 @@ fn compile_policies(
         let breaks =
             spec.breaks.iter().map(|kind| broken_kind(at, shared, kind)).collect::<Result<BTreeSet<_>, _>>()?;
         let (broken, kept): (Vec<_>, Vec<_>) = shared.iter().cloned().partition(|(kind, _)| breaks.contains(kind));
-        let mut expectations: Vec<Expectation> = kept.into_iter().map(|(_, e)| e).collect();
-        expectations.extend(compile_expect(context, spec.expect)?.into_iter().map(|(_, e)| e));
+        let expectations: Vec<Expectation> = kept.into_iter().map(|(_, e)| e).collect();
+        let particulars = compile_expect(context, spec.expect)?.into_iter().map(|(_, e)| e).collect();
         let broken = breaks
             .iter()
             .map(|kind| {
@@ -915,7 +924,7 @@ fn compile_policies(
                 (kind.name().to_string(), of_kind)
             })
             .collect();
-        runs.push(PolicyRun { policy: name, expected_violations, expectations, broken });
+        runs.push(PolicyRun { policy: name, expected_violations, expectations, particulars, broken });
     }
     Ok(runs)
 }
@@ -925,6 +934,7 @@ fn compile_policies(
 enum ExpectKind {
     Rpc,
     State,
+    Actions,
     Absent,
     Calls,
     Events,
@@ -935,9 +945,10 @@ enum ExpectKind {
 }
 
 impl ExpectKind {
-    const ALL: [ExpectKind; 8] = [
+    const ALL: [ExpectKind; 9] = [
         ExpectKind::Rpc,
         ExpectKind::State,
+        ExpectKind::Actions,
         ExpectKind::Absent,
         ExpectKind::Calls,
         ExpectKind::Events,
@@ -950,6 +961,7 @@ impl ExpectKind {
         match self {
             ExpectKind::Rpc => "rpc",
             ExpectKind::State => "state",
+            ExpectKind::Actions => "actions",
             ExpectKind::Absent => "absent",
             ExpectKind::Calls => "calls",
             ExpectKind::Events => "events",

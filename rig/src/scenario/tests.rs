@@ -130,8 +130,23 @@ fn a_valid_scenario_compiles_shared_and_policy_expectations() {
     let scenario = parse(source).unwrap();
     assert_eq!(scenario.cuts[0].trigger.count, Count::Times(2));
     assert!(scenario.cuts[0].trigger.optional);
-    assert_eq!(scenario.runs[0].expectations.len(), 2);
-    assert!(scenario.runs[0].expected_violations.contains(&Oracle::Liveness));
+    let swallow = &scenario.runs[0];
+    assert_eq!((swallow.expectations.len(), swallow.particulars.len()), (1, 1), "shared, then its own");
+    assert!(swallow.expected_violations.contains(&Oracle::Liveness));
+}
+
+#[test]
+fn actions_expectations_read_a_sessions_actions_and_can_be_broken() {
+    let source = format!(
+        "{TURN}[expect]\nactions.s1 = {{ count = 1, done = 1, held = {{ lt = 1 }} }}\n[policy.reference]\n[policy.assume-failed]\nbreaks = [\"actions\"]\n"
+    );
+    let scenario = parse(&source).unwrap();
+    let Expectation::Actions { session, conditions } = &scenario.run_of("reference").unwrap().expectations[0] else {
+        panic!("an actions expectation")
+    };
+    assert_eq!((session.as_str(), conditions.len()), ("s1", 3));
+    let bad = scenario.run_of("assume-failed").unwrap();
+    assert_eq!((bad.broken[0].0.as_str(), bad.expectations.len()), ("actions", 0));
 }
 
 #[test]

@@ -174,7 +174,7 @@ impl HarnessFactory for ReferenceHarness {
         Policy::ALL.iter().map(|p| p.name().to_string()).collect()
     }
 
-    fn gives_reference_notes(&self) -> bool {
+    fn reference_particulars(&self) -> bool {
         true
     }
 
