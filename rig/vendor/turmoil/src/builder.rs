@@ -205,12 +205,7 @@ impl Builder {
             None => SmallRng::from_os_rng(),
         };
 
-        let world = World::new(
-            self.link.clone(),
-            Box::new(rng),
-            self.ip_version.iter(),
-            self.config.tick,
-        );
+        let world = World::new(self.link.clone(), Box::new(rng), self.ip_version.iter(), self.config.tick);
 
         Sim::new(self.config.clone(), world)
     }

@@ -75,14 +75,8 @@ mod tests {
         });
         sim.client("server", async move { Ok(()) });
 
-        assert_eq!(
-            sim.lookup("client"),
-            IpAddr::V4(Ipv4Addr::new(192, 168, 0, 1))
-        );
-        assert_eq!(
-            sim.lookup("server"),
-            IpAddr::V4(Ipv4Addr::new(192, 168, 0, 2))
-        );
+        assert_eq!(sim.lookup("client"), IpAddr::V4(Ipv4Addr::new(192, 168, 0, 1)));
+        assert_eq!(sim.lookup("server"), IpAddr::V4(Ipv4Addr::new(192, 168, 0, 2)));
 
         sim.run()
     }
@@ -91,26 +85,14 @@ mod tests {
     fn ip_version_v6() -> Result {
         let mut sim = Builder::new().ip_version(IpVersion::V6).build();
         sim.client("client", async move {
-            assert_eq!(
-                lookup("client"),
-                IpAddr::V6(Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 1))
-            );
-            assert_eq!(
-                lookup("server"),
-                IpAddr::V6(Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 2))
-            );
+            assert_eq!(lookup("client"), IpAddr::V6(Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 1)));
+            assert_eq!(lookup("server"), IpAddr::V6(Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 2)));
             Ok(())
         });
         sim.client("server", async move { Ok(()) });
 
-        assert_eq!(
-            sim.lookup("client"),
-            IpAddr::V6(Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 1))
-        );
-        assert_eq!(
-            sim.lookup("server"),
-            IpAddr::V6(Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 2))
-        );
+        assert_eq!(sim.lookup("client"), IpAddr::V6(Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 1)));
+        assert_eq!(sim.lookup("server"), IpAddr::V6(Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 2)));
 
         sim.run()
     }

@@ -103,10 +103,7 @@ impl NoteWake {
         match cache {
             Some((wrapped, waker)) if wrapped.will_wake(inner) => waker.clone(),
             _ => {
-                let waker = Waker::from(Arc::new(NoteWake {
-                    pending: Arc::clone(pending),
-                    inner: inner.clone(),
-                }));
+                let waker = Waker::from(Arc::new(NoteWake { pending: Arc::clone(pending), inner: inner.clone() }));
                 *cache = Some((inner.clone(), waker.clone()));
                 waker
             }
@@ -215,9 +212,7 @@ impl<'a> Rt<'a> {
     /// its local tasks is scheduled, and no task lives on the runtime itself
     /// (rig patch).
     pub(crate) fn is_idle(&self) -> bool {
-        self.skip_idle
-            && !self.pending.load(Ordering::Relaxed)
-            && self.no_runtime_tasks()
+        self.skip_idle && !self.pending.load(Ordering::Relaxed) && self.no_runtime_tasks()
     }
 
     /// Whether no task lives on the runtime itself, only in the local set
@@ -370,9 +365,7 @@ impl<'a> Rt<'a> {
         self.cancel_tasks();
 
         if let Kind::Host { software } = &self.kind {
-            let handle = with(&self.tokio, &self.local, || {
-                tokio::task::spawn_local(software())
-            });
+            let handle = with(&self.tokio, &self.local, || tokio::task::spawn_local(software()));
             self.handle.replace(handle);
         };
     }
@@ -414,11 +407,7 @@ fn init(config: &mut Config) -> (Runtime, LocalSet) {
         tokio_builder.rng_seed(seed);
     }
 
-    let tokio = tokio_builder
-        .enable_time()
-        .start_paused(true)
-        .build()
-        .unwrap();
+    let tokio = tokio_builder.enable_time().start_paused(true).build().unwrap();
 
     tokio.block_on(async {
         // Sleep to "round" `Instant::now()` to the closest `ms`

@@ -11,9 +11,7 @@ use tokio::time::Duration;
 use tracing::Level;
 
 use crate::host::HostTimer;
-use crate::{
-    for_pairs, rt, Config, LinksIter, Result, Rt, ToIpAddr, ToIpAddrs, World, TRACING_TARGET,
-};
+use crate::{for_pairs, rt, Config, LinksIter, Result, Rt, ToIpAddr, ToIpAddrs, World, TRACING_TARGET};
 
 /// A handle for interacting with the simulation.
 pub struct Sim<'a> {
@@ -40,10 +38,7 @@ pub struct Sim<'a> {
 
 impl<'a> Sim<'a> {
     pub(crate) fn new(config: Config, world: World) -> Self {
-        let since_epoch = config
-            .epoch
-            .duration_since(UNIX_EPOCH)
-            .expect("now must be >= UNIX_EPOCH");
+        let since_epoch = config.epoch.duration_since(UNIX_EPOCH).expect("now must be >= UNIX_EPOCH");
 
         Self {
             config,
@@ -75,33 +70,19 @@ impl<'a> Sim<'a> {
         F: Future<Output = Result> + 'static,
     {
         let addr = self.lookup(addr);
-        let nodename: Arc<str> = self
-            .world
-            .borrow_mut()
-            .dns
-            .reverse(addr)
-            .map(str::to_string)
-            .unwrap_or_else(|| addr.to_string())
-            .into();
+        let nodename: Arc<str> =
+            self.world.borrow_mut().dns.reverse(addr).map(str::to_string).unwrap_or_else(|| addr.to_string()).into();
 
         {
             let world = RefCell::get_mut(&mut self.world);
 
             // Register host state with the world
-            world.register(
-                addr,
-                &nodename,
-                HostTimer::new(self.elapsed, self.since_epoch),
-                &self.config,
-            );
+            world.register(addr, &nodename, HostTimer::new(self.elapsed, self.since_epoch), &self.config);
         }
 
         let seed = self.world.borrow_mut().rng.random();
         let rng = SmallRng::from_seed(seed);
-        let config = rt::Config {
-            enable_io: self.config.enable_tokio_io,
-            rng: Some(rng),
-        };
+        let config = rt::Config { enable_io: self.config.enable_tokio_io, rng: Some(rng) };
 
         let rt = World::enter(&self.world, || Rt::client(nodename, client, config));
 
@@ -120,33 +101,19 @@ impl<'a> Sim<'a> {
         Fut: Future<Output = Result> + 'static,
     {
         let addr = self.lookup(addr);
-        let nodename: Arc<str> = self
-            .world
-            .borrow_mut()
-            .dns
-            .reverse(addr)
-            .map(str::to_string)
-            .unwrap_or_else(|| addr.to_string())
-            .into();
+        let nodename: Arc<str> =
+            self.world.borrow_mut().dns.reverse(addr).map(str::to_string).unwrap_or_else(|| addr.to_string()).into();
 
         {
             let world = RefCell::get_mut(&mut self.world);
 
             // Register host state with the world
-            world.register(
-                addr,
-                &nodename,
-                HostTimer::new(self.elapsed, self.since_epoch),
-                &self.config,
-            );
+            world.register(addr, &nodename, HostTimer::new(self.elapsed, self.since_epoch), &self.config);
         }
 
         let seed = self.world.borrow_mut().rng.random();
         let rng = SmallRng::from_seed(seed);
-        let config = rt::Config {
-            enable_io: self.config.enable_tokio_io,
-            rng: Some(rng),
-        };
+        let config = rt::Config { enable_io: self.config.enable_tokio_io, rng: Some(rng) };
 
         let rt = World::enter(&self.world, || Rt::host(nodename, host, config));
 
@@ -237,10 +204,7 @@ impl<'a> Sim<'a> {
     pub fn is_host_running(&mut self, addr: impl ToIpAddr) -> bool {
         let host = self.world.borrow_mut().lookup(addr);
 
-        self.rts
-            .get(&host)
-            .expect("missing host")
-            .is_software_running()
+        self.rts.get(&host).expect("missing host").is_software_running()
     }
 
     /// Lookup an IP address by host name.
@@ -251,10 +215,7 @@ impl<'a> Sim<'a> {
     /// Perform a reverse DNS lookup, returning the hostname if the entry
     /// exists.
     pub fn reverse_lookup(&self, addr: IpAddr) -> Option<String> {
-        self.world
-            .borrow()
-            .reverse_lookup(addr)
-            .map(|h| h.to_owned())
+        self.world.borrow().reverse_lookup(addr).map(|h| h.to_owned())
     }
 
     /// Hold messages between two hosts, or sets of hosts, until [`release`](crate::release) is
@@ -313,16 +274,8 @@ impl<'a> Sim<'a> {
         let world = self.world.borrow();
 
         (
-            world
-                .dns
-                .reverse(pair.0)
-                .expect("no hostname found for ip address")
-                .to_owned(),
-            world
-                .dns
-                .reverse(pair.1)
-                .expect("no hostname found for ip address")
-                .to_owned(),
+            world.dns.reverse(pair.0).expect("no hostname found for ip address").to_owned(),
+            world.dns.reverse(pair.1).expect("no hostname found for ip address").to_owned(),
         )
     }
 
@@ -333,10 +286,7 @@ impl<'a> Sim<'a> {
 
     /// Set the max message latency for all links.
     pub fn set_max_message_latency(&self, value: Duration) {
-        self.world
-            .borrow_mut()
-            .topology
-            .set_max_message_latency(value);
+        self.world.borrow_mut().topology.set_max_message_latency(value);
     }
 
     /// Set the message latency for any links matching `a` and `b`.
@@ -354,12 +304,7 @@ impl<'a> Sim<'a> {
     }
 
     /// Set the max message latency for any links matching `a` and `b`.
-    pub fn set_link_max_message_latency(
-        &self,
-        a: impl ToIpAddrs,
-        b: impl ToIpAddrs,
-        value: Duration,
-    ) {
+    pub fn set_link_max_message_latency(&self, a: impl ToIpAddrs, b: impl ToIpAddrs, value: Duration) {
         let mut world = self.world.borrow_mut();
         let a = world.lookup_many(a);
         let b = world.lookup_many(b);
@@ -374,10 +319,7 @@ impl<'a> Sim<'a> {
     /// Message latency follows an exponential distribution curve. The `value`
     /// is the lambda argument to the probability function.
     pub fn set_message_latency_curve(&self, value: f64) {
-        self.world
-            .borrow_mut()
-            .topology
-            .set_message_latency_curve(value);
+        self.world.borrow_mut().topology.set_message_latency_curve(value);
     }
 
     pub fn set_fail_rate(&mut self, value: f64) {
@@ -407,11 +349,7 @@ impl<'a> Sim<'a> {
     /// iteration, returning early if any host software errors.
     pub fn run(&mut self) -> Result {
         // check if we have any clients
-        if !self
-            .rts
-            .iter()
-            .any(|(_, rt)| matches!(rt.kind, rt::Kind::Client))
-        {
+        if !self.rts.iter().any(|(_, rt)| matches!(rt.kind, rt::Kind::Client)) {
             tracing::info!(target: TRACING_TARGET, "No client hosts registered, exiting simulation");
             return Ok(());
         }
@@ -449,10 +387,8 @@ impl<'a> Sim<'a> {
         // completes, extract the result and return early if an error is
         // encountered.
 
-        let (mut running, stopped): (Vec<_>, Vec<_>) = self
-            .rts
-            .iter_mut()
-            .partition(|(_, rt)| rt.is_software_running());
+        let (mut running, stopped): (Vec<_>, Vec<_>) =
+            self.rts.iter_mut().partition(|(_, rt)| rt.is_software_running());
         if self.config.random_node_order {
             running.shuffle(&mut self.world.borrow_mut().rng);
         }
@@ -462,12 +398,7 @@ impl<'a> Sim<'a> {
                 let mut world = self.world.borrow_mut();
                 // We need to move deliverable messages off the network and
                 // into the dst host. This requires two mutable borrows.
-                let World {
-                    rng,
-                    topology,
-                    hosts,
-                    ..
-                } = world.deref_mut();
+                let World { rng, topology, hosts, .. } = world.deref_mut();
                 topology.deliver_messages(rng, hosts.get_mut(&addr).expect("missing host"));
 
                 // Rig patch: a host none of whose tasks is woken (a delivery
@@ -561,9 +492,7 @@ mod test {
 
     #[test]
     fn timeout() {
-        let mut sim = Builder::new()
-            .simulation_duration(Duration::from_millis(500))
-            .build();
+        let mut sim = Builder::new().simulation_duration(Duration::from_millis(500)).build();
 
         sim.client("timeout", async {
             tokio::time::sleep(Duration::from_secs(1)).await;
@@ -581,9 +510,7 @@ mod test {
 
         // N = how_many runs, each with a different client finishing immediately
         for run in 0..how_many {
-            let mut sim = Builder::new()
-                .tick_duration(Duration::from_millis(tick_ms))
-                .build();
+            let mut sim = Builder::new().tick_duration(Duration::from_millis(tick_ms)).build();
 
             let ct = Rc::new(Semaphore::new(how_many));
 
@@ -685,10 +612,7 @@ mod test {
             tokio::time::sleep(duration).await;
             assert_eq!(duration, elapsed());
             assert_eq!(duration + tick + duration, sim_elapsed().unwrap());
-            assert_eq!(
-                start_epoch + duration + tick + duration,
-                since_epoch().unwrap()
-            );
+            assert_eq!(start_epoch + duration + tick + duration, since_epoch().unwrap());
 
             Ok(())
         });
@@ -735,10 +659,7 @@ mod test {
     fn hold_release_peers() -> Result {
         let global = Duration::from_millis(2);
 
-        let mut sim = Builder::new()
-            .min_message_latency(global)
-            .max_message_latency(global)
-            .build();
+        let mut sim = Builder::new().min_message_latency(global).max_message_latency(global).build();
 
         sim.host("server", || async {
             let listener = TcpListener::bind((IpAddr::V4(Ipv4Addr::UNSPECIFIED), 1234)).await?;
@@ -781,10 +702,7 @@ mod test {
     fn partition_peers() -> Result {
         let global = Duration::from_millis(2);
 
-        let mut sim = Builder::new()
-            .min_message_latency(global)
-            .max_message_latency(global)
-            .build();
+        let mut sim = Builder::new().min_message_latency(global).max_message_latency(global).build();
 
         sim.host("server", || async {
             let _listener = TcpListener::bind((IpAddr::V4(Ipv4Addr::UNSPECIFIED), 1234)).await?;
@@ -828,10 +746,7 @@ mod test {
     ) -> Result {
         let global = Duration::from_millis(1);
 
-        let mut sim = Builder::new()
-            .min_message_latency(global)
-            .max_message_latency(global)
-            .build();
+        let mut sim = Builder::new().min_message_latency(global).max_message_latency(global).build();
 
         let a_did_receive = Arc::new(Mutex::new(None));
         let b_did_receive = Arc::new(Mutex::new(None));
@@ -840,19 +755,14 @@ mod test {
             sim.client(host_a, {
                 let a_did_receive = Arc::clone(&a_did_receive);
                 async move {
-                    let udp_socket =
-                        UdpSocket::bind((IpAddr::V4(Ipv4Addr::UNSPECIFIED), 1234)).await?;
+                    let udp_socket = UdpSocket::bind((IpAddr::V4(Ipv4Addr::UNSPECIFIED), 1234)).await?;
                     udp_socket
                         .send_to(&[42], format!("{host_b}:1234"))
                         .await
                         .expect("sending packet should appear to work, even if partitioned");
 
                     *a_did_receive.lock().unwrap() = Some(matches!(
-                        tokio::time::timeout(
-                            Duration::from_secs(1),
-                            udp_socket.recv_from(&mut [0])
-                        )
-                        .await,
+                        tokio::time::timeout(Duration::from_secs(1), udp_socket.recv_from(&mut [0])).await,
                         Ok(Ok(_))
                     ));
 
@@ -865,19 +775,11 @@ mod test {
             sim.client(host_b, {
                 let b_did_receive = Arc::clone(&b_did_receive);
                 async move {
-                    let udp_socket =
-                        UdpSocket::bind((IpAddr::V4(Ipv4Addr::UNSPECIFIED), 1234)).await?;
-                    udp_socket
-                        .send_to(&[42], format!("{host_a}:1234"))
-                        .await
-                        .expect("sending packet should work");
+                    let udp_socket = UdpSocket::bind((IpAddr::V4(Ipv4Addr::UNSPECIFIED), 1234)).await?;
+                    udp_socket.send_to(&[42], format!("{host_a}:1234")).await.expect("sending packet should work");
 
                     *b_did_receive.lock().unwrap() = Some(matches!(
-                        tokio::time::timeout(
-                            Duration::from_secs(1),
-                            udp_socket.recv_from(&mut [0])
-                        )
-                        .await,
+                        tokio::time::timeout(Duration::from_secs(1), udp_socket.recv_from(&mut [0])).await,
                         Ok(Ok(_))
                     ));
 
@@ -895,10 +797,7 @@ mod test {
             make_a(&mut sim);
         }
 
-        let Expectation {
-            expect_a_receive,
-            expect_b_receive,
-        } = partitioning(&mut sim);
+        let Expectation { expect_a_receive, expect_b_receive } = partitioning(&mut sim);
         sim.run()?;
 
         assert_eq!(*a_did_receive.lock().unwrap(), Some(expect_a_receive));
@@ -911,10 +810,7 @@ mod test {
     fn partition_peers_oneway() -> Result {
         run_with_partitioning("a", "b", |sim: &mut Sim| {
             sim.partition_oneway("a", "b");
-            Expectation {
-                expect_a_receive: true,
-                expect_b_receive: false,
-            }
+            Expectation { expect_a_receive: true, expect_b_receive: false }
         })
     }
 
@@ -959,10 +855,7 @@ mod test {
                         }
                     }
                 }
-                Expectation {
-                    expect_a_receive,
-                    expect_b_receive,
-                }
+                Expectation { expect_a_receive, expect_b_receive }
             })?;
             Ok(())
         }
@@ -975,11 +868,7 @@ mod test {
         run_with_actions(&[Action::PartitionOnewayBA, Action::Repair])?;
         run_with_actions(&[Action::PartitionOnewayBA, Action::RepairOnewayAB])?;
         run_with_actions(&[Action::PartitionOnewayAB, Action::PartitionOnewayBA])?;
-        run_with_actions(&[
-            Action::Partition,
-            Action::RepairOnewayAB,
-            Action::RepairOnewayBA,
-        ])?;
+        run_with_actions(&[Action::Partition, Action::RepairOnewayAB, Action::RepairOnewayBA])?;
 
         Ok(())
     }
@@ -987,9 +876,7 @@ mod test {
     #[test]
     fn elapsed_time_across_restarts() -> Result {
         let tick_ms = 5;
-        let mut sim = Builder::new()
-            .tick_duration(Duration::from_millis(tick_ms))
-            .build();
+        let mut sim = Builder::new().tick_duration(Duration::from_millis(tick_ms)).build();
 
         let clock = Arc::new(AtomicU64::new(0));
         let actual = clock.clone();
@@ -1018,9 +905,7 @@ mod test {
     #[test]
     fn elapsed_time_across_crashes() -> Result {
         let tick_ms = 5;
-        let mut sim = Builder::new()
-            .tick_duration(Duration::from_millis(tick_ms))
-            .build();
+        let mut sim = Builder::new().tick_duration(Duration::from_millis(tick_ms)).build();
 
         let clock_1 = Arc::new(AtomicU64::new(0));
         let clock_1_moved = clock_1.clone();
@@ -1041,11 +926,7 @@ mod test {
         // After bouncing host 1, host's clock must be synced.
         sim.bounce("host1");
         sim.step()?;
-        assert_eq!(
-            2 * tick_ms - 1,
-            clock_1.load(Ordering::SeqCst),
-            "Host 1 should have caught up"
-        );
+        assert_eq!(2 * tick_ms - 1, clock_1.load(Ordering::SeqCst), "Host 1 should have caught up");
 
         Ok(())
     }
@@ -1054,9 +935,7 @@ mod test {
     fn host_finishes_with_error() {
         let mut sim = Builder::new().build();
 
-        sim.host("host", || async {
-            Err("Host software finished unexpectedly")?
-        });
+        sim.host("host", || async { Err("Host software finished unexpectedly")? });
 
         assert!(sim.step().is_err());
     }
@@ -1139,10 +1018,7 @@ mod test {
     fn override_link_latency() -> Result {
         let global = Duration::from_millis(2);
 
-        let mut sim = Builder::new()
-            .min_message_latency(global)
-            .max_message_latency(global)
-            .build();
+        let mut sim = Builder::new().min_message_latency(global).max_message_latency(global).build();
 
         sim.host("server", || async {
             let listener = TcpListener::bind((IpAddr::V4(Ipv4Addr::UNSPECIFIED), 1234)).await?;
@@ -1217,10 +1093,7 @@ mod test {
         assert_eq!(how_many, ips.len());
 
         for (i, ip) in ips.iter().enumerate() {
-            assert_eq!(
-                format!("host-{i}"),
-                sim.reverse_lookup(*ip).ok_or("Unable to resolve ip")?
-            );
+            assert_eq!(format!("host-{i}"), sim.reverse_lookup(*ip).ok_or("Unable to resolve ip")?);
         }
 
         Ok(())
@@ -1268,12 +1141,7 @@ mod test {
         sim.client("test", async {
             hold(regex::Regex::new(r".*")?, regex::Regex::new(r".*")?);
 
-            assert!(tokio::time::timeout(
-                Duration::from_millis(100),
-                TcpStream::connect("host:1234")
-            )
-            .await
-            .is_err());
+            assert!(tokio::time::timeout(Duration::from_millis(100), TcpStream::connect("host:1234")).await.is_err());
 
             crate::release(regex::Regex::new(r".*")?, regex::Regex::new(r".*")?);
 

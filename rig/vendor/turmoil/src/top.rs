@@ -112,12 +112,7 @@ impl<'a> Iterator for LinksIter<'a> {
     fn next(&mut self) -> Option<Self::Item> {
         let (pair, link) = self.iter.next()?;
 
-        Some(LinkIter {
-            a: pair.0,
-            b: pair.1,
-            now: link.now,
-            iter: link.sent.iter_mut(),
-        })
+        Some(LinkIter { a: pair.0, b: pair.1, now: link.now, iter: link.sent.iter_mut() })
     }
 }
 
@@ -127,12 +122,7 @@ impl<'a> Iterator for LinkIter<'a> {
     fn next(&mut self) -> Option<Self::Item> {
         let sent = self.iter.next()?;
 
-        Some(SentRef {
-            src: sent.src,
-            dst: sent.dst,
-            now: self.now,
-            sent,
-        })
+        Some(SentRef { src: sent.src, dst: sent.dst, now: self.now, sent })
     }
 }
 
@@ -182,12 +172,7 @@ enum State {
 
 impl Topology {
     pub(crate) fn new(config: config::Link) -> Topology {
-        Topology {
-            config,
-            links: Map::default(),
-            now: Rt::no_software().now(),
-            ready: 0,
-        }
+        Topology { config, links: Map::default(), now: Rt::no_software().now(), ready: 0 }
     }
 
     /// Register a link between two hosts
@@ -253,10 +238,7 @@ impl Topology {
             self.ready = self.ready - before + link.ready;
             result
         } else {
-            Err(Error::new(
-                ErrorKind::ConnectionRefused,
-                "Connection refused",
-            ))
+            Err(Error::new(ErrorKind::ConnectionRefused, "Connection refused"))
         }
     }
 
@@ -310,16 +292,12 @@ impl Topology {
     }
 
     pub(crate) fn iter_mut(&mut self) -> LinksIter<'_> {
-        LinksIter {
-            iter: self.links.iter_mut(),
-        }
+        LinksIter { iter: self.links.iter_mut() }
     }
 
     #[inline]
     fn get_link_mut(&mut self, pair: &Pair) -> &mut Link {
-        self.links
-            .get_mut(pair)
-            .unwrap_or_else(|| panic!("unable to find link between {pair:?}"))
+        self.links.get_mut(pair).unwrap_or_else(|| panic!("unable to find link between {pair:?}"))
     }
 }
 
@@ -416,12 +394,7 @@ impl Link {
             }
         };
 
-        let sent = Sent {
-            src,
-            dst,
-            status,
-            protocol: message,
-        };
+        let sent = Sent { src, dst, status, protocol: message };
 
         self.sent.push_back(sent);
         Ok(())
@@ -442,15 +415,8 @@ impl Link {
             if let DeliveryStatus::DeliverAfter(time) = sent.status {
                 if time <= self.now {
                     let sent = self.sent.remove(index).unwrap();
-                    let envelope = Envelope {
-                        src: sent.src,
-                        dst: sent.dst,
-                        message: sent.protocol,
-                    };
-                    self.deliverable
-                        .entry(sent.dst.ip())
-                        .or_default()
-                        .push_back(envelope);
+                    let envelope = Envelope { src: sent.src, dst: sent.dst, message: sent.protocol };
+                    self.deliverable.entry(sent.dst.ip()).or_default().push_back(envelope);
                     self.ready += 1;
                     deliverable += 1;
                 }
@@ -461,12 +427,7 @@ impl Link {
     // FIXME: This implementation does not respect message delivery order. If
     // host A and host B are ordered (by addr), and B sends before A, then this
     // method will deliver A's message before B's.
-    fn deliver_messages(
-        &mut self,
-        global_config: &config::Link,
-        rand: &mut dyn RngCore,
-        host: &mut Host,
-    ) {
+    fn deliver_messages(&mut self, global_config: &config::Link, rand: &mut dyn RngCore, host: &mut Host) {
         // Rig patch: most links have nothing for most hosts on most steps; look
         // before allocating. (The map is only ever read by key.)
         let deliverable = match self.deliverable.get_mut(&host.addr) {
@@ -581,9 +542,7 @@ impl Link {
     }
 
     fn message_loss(&mut self, global: &config::MessageLoss) -> &mut config::MessageLoss {
-        self.config
-            .message_loss
-            .get_or_insert_with(|| global.clone())
+        self.config.message_loss.get_or_insert_with(|| global.clone())
     }
 }
 

@@ -3,10 +3,7 @@ use crate::envelope::Protocol;
 use crate::host::HostTimer;
 use crate::ip::IpVersionAddrIter;
 use crate::net::udp::MulticastGroups;
-use crate::{
-    config, for_pairs, Dns, Host, Result as TurmoilResult, ToIpAddr, ToIpAddrs, Topology,
-    TRACING_TARGET,
-};
+use crate::{config, for_pairs, Dns, Host, Result as TurmoilResult, ToIpAddr, ToIpAddrs, Topology, TRACING_TARGET};
 
 use crate::Map;
 use rand::RngCore;
@@ -203,25 +200,12 @@ impl World {
     }
 
     pub(crate) fn est_tcp_streams_on(&mut self, addr: impl ToIpAddr) -> usize {
-        self.hosts
-            .get(&self.dns.lookup(addr))
-            .unwrap()
-            .tcp
-            .stream_count()
+        self.hosts.get(&self.dns.lookup(addr)).unwrap().tcp.stream_count()
     }
 
     /// Register a new host with the simulation.
-    pub(crate) fn register(
-        &mut self,
-        addr: IpAddr,
-        nodename: &str,
-        timer: HostTimer,
-        config: &Config,
-    ) {
-        assert!(
-            !self.hosts.contains_key(&addr),
-            "already registered host for the given ip address"
-        );
+    pub(crate) fn register(&mut self, addr: IpAddr, nodename: &str, timer: HostTimer, config: &Config) {
+        assert!(!self.hosts.contains_key(&addr), "already registered host for the given ip address");
 
         tracing::info!(target: TRACING_TARGET, nodename, ?addr, "New");
 
@@ -247,35 +231,18 @@ impl World {
         #[cfg(not(feature = "unstable-fs"))]
         self.hosts.insert(
             addr,
-            Host::new(
-                nodename,
-                addr,
-                timer,
-                config.ephemeral_ports.clone(),
-                config.tcp_capacity,
-                config.udp_capacity,
-            ),
+            Host::new(nodename, addr, timer, config.ephemeral_ports.clone(), config.tcp_capacity, config.udp_capacity),
         );
     }
 
     /// Send `message` from `src` to `dst`. Delivery is asynchronous and not
     /// guaranteed.
-    pub(crate) fn send_message(
-        &mut self,
-        src: SocketAddr,
-        dst: SocketAddr,
-        message: Protocol,
-    ) -> Result<()> {
-        self.topology
-            .enqueue_message(&mut self.rng, src, dst, message)
+    pub(crate) fn send_message(&mut self, src: SocketAddr, dst: SocketAddr, message: Protocol) -> Result<()> {
+        self.topology.enqueue_message(&mut self.rng, src, dst, message)
     }
 
     /// Tick the host at `addr` by `duration`.
     pub(crate) fn tick(&mut self, addr: IpAddr, duration: Duration) {
-        self.hosts
-            .get_mut(&addr)
-            .expect("missing host")
-            .timer
-            .tick(duration);
+        self.hosts.get_mut(&addr).expect("missing host").timer.tick(duration);
     }
 }

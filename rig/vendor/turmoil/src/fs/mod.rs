@@ -115,10 +115,7 @@ impl FsHandle {
             let host = world.hosts.get(&addr).unwrap();
             let time = host.timer.since_epoch();
 
-            FsHandle {
-                fs: Arc::clone(&host.fs),
-                time,
-            }
+            FsHandle { fs: Arc::clone(&host.fs), time }
         })
     }
 
@@ -138,11 +135,8 @@ impl FsHandle {
     /// ```
     pub fn enter(&self) -> FsHandleGuard {
         WORKER_FS_CONTEXT.with(|ctx| {
-            *ctx.borrow_mut() = Some(WorkerContext {
-                fs: Arc::clone(&self.fs),
-                time: self.time,
-                rng: Mutex::new(rand::rng()),
-            });
+            *ctx.borrow_mut() =
+                Some(WorkerContext { fs: Arc::clone(&self.fs), time: self.time, rng: Mutex::new(rand::rng()) });
         });
         FsHandleGuard { _private: () }
     }
@@ -207,11 +201,7 @@ impl FsContext<'_> {
                 // Get mutable access to the RNG
                 let mut rng_guard = worker_ctx.rng.lock().unwrap();
 
-                f(FsContext {
-                    fs: &mut fs_guard,
-                    rng: &mut rng_guard,
-                    now,
-                })
+                f(FsContext { fs: &mut fs_guard, rng: &mut rng_guard, now })
             })
         } else {
             // Fall back to World::current for main simulation thread
@@ -226,11 +216,7 @@ impl FsContext<'_> {
                 // Lock the filesystem mutex
                 let mut fs_guard = host.fs.lock().unwrap();
 
-                f(FsContext {
-                    fs: &mut fs_guard,
-                    rng: &mut **rng,
-                    now,
-                })
+                f(FsContext { fs: &mut fs_guard, rng: &mut **rng, now })
             })
         }
     }
@@ -251,11 +237,7 @@ impl FsContext<'_> {
                 let now = worker_ctx.time;
                 let mut rng_guard = worker_ctx.rng.lock().unwrap();
 
-                f(FsContext {
-                    fs: &mut fs_guard,
-                    rng: &mut rng_guard,
-                    now,
-                });
+                f(FsContext { fs: &mut fs_guard, rng: &mut rng_guard, now });
             });
         } else {
             // Fall back to World::current_if_set
@@ -269,11 +251,7 @@ impl FsContext<'_> {
                 // Lock the filesystem mutex
                 let mut fs_guard = host.fs.lock().unwrap();
 
-                f(FsContext {
-                    fs: &mut fs_guard,
-                    rng: &mut **rng,
-                    now,
-                })
+                f(FsContext { fs: &mut fs_guard, rng: &mut **rng, now })
             })
         }
     }
@@ -403,11 +381,7 @@ pub struct PageCacheConfig {
 
 impl Default for PageCacheConfig {
     fn default() -> Self {
-        Self {
-            page_size: 4096,
-            max_pages: 256,
-            random_eviction_probability: 0.0,
-        }
+        Self { page_size: 4096, max_pages: 256, random_eviction_probability: 0.0 }
     }
 }
 
@@ -437,10 +411,7 @@ impl PageCacheConfig {
     ///
     /// Default: 0.0 (pure LRU, no random eviction)
     pub fn random_eviction_probability(&mut self, prob: f64) -> &mut Self {
-        assert!(
-            (0.0..=1.0).contains(&prob),
-            "random_eviction_probability must be between 0.0 and 1.0"
-        );
+        assert!((0.0..=1.0).contains(&prob), "random_eviction_probability must be between 0.0 and 1.0");
         self.random_eviction_probability = prob;
         self
     }
@@ -517,10 +488,7 @@ impl FsConfig {
     /// This is useful for testing crash consistency - with a non-zero
     /// probability, some writes may survive a crash even without fsync.
     pub fn sync_probability(&mut self, value: f64) -> &mut Self {
-        assert!(
-            (0.0..=1.0).contains(&value),
-            "sync_probability must be between 0.0 and 1.0"
-        );
+        assert!((0.0..=1.0).contains(&value), "sync_probability must be between 0.0 and 1.0");
         self.sync_probability = value;
         self
     }
@@ -541,10 +509,7 @@ impl FsConfig {
     ///
     /// When set, reads and writes may randomly fail with EIO.
     pub fn io_error_probability(&mut self, value: f64) -> &mut Self {
-        assert!(
-            (0.0..=1.0).contains(&value),
-            "io_error_probability must be between 0.0 and 1.0"
-        );
+        assert!((0.0..=1.0).contains(&value), "io_error_probability must be between 0.0 and 1.0");
         self.io_error_probability = value;
         self
     }
@@ -564,10 +529,7 @@ impl FsConfig {
     /// let corruption = barrier.wait().await;
     /// ```
     pub fn corruption_probability(&mut self, value: f64) -> &mut Self {
-        assert!(
-            (0.0..=1.0).contains(&value),
-            "corruption_probability must be between 0.0 and 1.0"
-        );
+        assert!((0.0..=1.0).contains(&value), "corruption_probability must be between 0.0 and 1.0");
         self.corruption_probability = value;
         self
     }
@@ -611,10 +573,7 @@ impl FsConfig {
     /// Panics if `bytes` is 0 or not a power of two.
     pub fn direct_io_alignment(&mut self, bytes: u64) -> &mut Self {
         assert!(bytes > 0, "direct_io_alignment must be positive");
-        assert!(
-            bytes.is_power_of_two(),
-            "direct_io_alignment must be a power of two"
-        );
+        assert!(bytes.is_power_of_two(), "direct_io_alignment must be a power of two");
         self.direct_io_alignment = bytes;
         self
     }
@@ -732,17 +691,9 @@ pub(crate) enum PendingOp {
         mode: u32,
     },
     /// Create a symlink (durable when parent dir synced)
-    CreateSymlink {
-        path: PathBuf,
-        target: PathBuf,
-        time: Duration,
-    },
+    CreateSymlink { path: PathBuf, target: PathBuf, time: Duration },
     /// Create a hard link (durable when parent dir synced)
-    CreateHardLink {
-        path: PathBuf,
-        target: PathBuf,
-        time: Duration,
-    },
+    CreateHardLink { path: PathBuf, target: PathBuf, time: Duration },
     /// Write data to a file (durable when file synced)
     Write {
         path: PathBuf,
@@ -759,11 +710,7 @@ pub(crate) enum PendingOp {
         time: Duration,
     },
     /// Change file permissions
-    SetPermissions {
-        path: PathBuf,
-        mode: u32,
-        time: Duration,
-    },
+    SetPermissions { path: PathBuf, mode: u32, time: Duration },
     /// Rename a file or directory (durable when parent dir synced)
     Rename { from: PathBuf, to: PathBuf },
     /// Remove a file (durable when parent dir synced)
@@ -801,14 +748,7 @@ impl FileData {
 
     /// Create new empty file data with specified mode.
     fn with_mode(now: Duration, mode: u32) -> Self {
-        Self {
-            content: Vec::new(),
-            crtime: now,
-            mtime: now,
-            ctime: now,
-            mode,
-            nlink: 1,
-        }
+        Self { content: Vec::new(), crtime: now, mtime: now, ctime: now, mode, nlink: 1 }
     }
 }
 
@@ -833,12 +773,7 @@ impl DirData {
 
     /// Create new directory data with specified mode.
     fn with_mode(now: Duration, mode: u32) -> Self {
-        Self {
-            crtime: now,
-            mtime: now,
-            ctime: now,
-            mode,
-        }
+        Self { crtime: now, mtime: now, ctime: now, mode }
     }
 }
 
@@ -857,12 +792,7 @@ pub(crate) struct SymlinkData {
 
 impl SymlinkData {
     fn new(target: PathBuf, now: Duration) -> Self {
-        Self {
-            target,
-            crtime: now,
-            mtime: now,
-            ctime: now,
-        }
+        Self { target, crtime: now, mtime: now, ctime: now }
     }
 }
 
@@ -883,10 +813,7 @@ pub(crate) struct PageCache {
 impl PageCache {
     /// Create a new page cache with the given configuration.
     pub fn new(config: PageCacheConfig) -> Self {
-        Self {
-            pages: IndexSet::new(),
-            config,
-        }
+        Self { pages: IndexSet::new(), config }
     }
 
     /// Check if a page is cached and update LRU state.
@@ -898,9 +825,7 @@ impl PageCache {
         let key = (path.to_path_buf(), page_idx);
 
         // Random eviction chaos - evict this page if it exists
-        if self.config.random_eviction_probability > 0.0
-            && rng.random_bool(self.config.random_eviction_probability)
-        {
+        if self.config.random_eviction_probability > 0.0 && rng.random_bool(self.config.random_eviction_probability) {
             self.pages.swap_remove(&key);
             return false;
         }
@@ -1048,34 +973,20 @@ impl Fs {
     /// Calculate total bytes used (persisted + pending writes).
     pub(crate) fn used_bytes(&self) -> u64 {
         // Start with persisted file sizes
-        let mut total: u64 = self
-            .persisted_files
-            .values()
-            .map(|v| v.content.len() as u64)
-            .sum();
+        let mut total: u64 = self.persisted_files.values().map(|v| v.content.len() as u64).sum();
 
         // Account for pending operations that change size
         for op in &self.pending {
             match op {
-                PendingOp::Write {
-                    path, offset, data, ..
-                } => {
-                    let persisted_len = self
-                        .persisted_files
-                        .get(path)
-                        .map(|v| v.content.len() as u64)
-                        .unwrap_or(0);
+                PendingOp::Write { path, offset, data, .. } => {
+                    let persisted_len = self.persisted_files.get(path).map(|v| v.content.len() as u64).unwrap_or(0);
                     let write_end = offset + data.len() as u64;
                     if write_end > persisted_len {
                         total += write_end - persisted_len;
                     }
                 }
                 PendingOp::SetLen { path, len, .. } => {
-                    let persisted_len = self
-                        .persisted_files
-                        .get(path)
-                        .map(|v| v.content.len() as u64)
-                        .unwrap_or(0);
+                    let persisted_len = self.persisted_files.get(path).map(|v| v.content.len() as u64).unwrap_or(0);
                     if *len > persisted_len {
                         total += len - persisted_len;
                     }
@@ -1130,12 +1041,9 @@ impl Fs {
         // Remove orphaned files/dirs/symlinks (those whose directory entries weren't synced)
         // This models POSIX behavior where fsync(file) makes inode durable but
         // fsync(dir) is needed to make the directory entry durable.
-        self.persisted_files
-            .retain(|path, _| self.synced_entries.contains(path));
-        self.persisted_dirs
-            .retain(|path, _| self.synced_entries.contains(path));
-        self.persisted_symlinks
-            .retain(|path, _| self.synced_entries.contains(path));
+        self.persisted_files.retain(|path, _| self.synced_entries.contains(path));
+        self.persisted_dirs.retain(|path, _| self.synced_entries.contains(path));
+        self.persisted_symlinks.retain(|path, _| self.synced_entries.contains(path));
     }
 
     /// Apply torn writes for pending Write operations.
@@ -1148,13 +1056,7 @@ impl Fs {
             .pending
             .iter()
             .filter_map(|op| {
-                if let PendingOp::Write {
-                    path,
-                    offset,
-                    data,
-                    time,
-                } = op
-                {
+                if let PendingOp::Write { path, offset, data, time } = op {
                     // Only process writes to files that exist and have synced directory entries
                     // (otherwise the file would be orphaned anyway)
                     if !self.synced_entries.contains(path) {
@@ -1174,15 +1076,9 @@ impl Fs {
                     }
 
                     // Calculate how many bytes survive
-                    let surviving_bytes =
-                        (surviving_blocks * block_size).min(data.len() as u64) as usize;
+                    let surviving_bytes = (surviving_blocks * block_size).min(data.len() as u64) as usize;
 
-                    Some((
-                        path.clone(),
-                        *offset,
-                        data[..surviving_bytes].to_vec(),
-                        *time,
-                    ))
+                    Some((path.clone(), *offset, data[..surviving_bytes].to_vec(), *time))
                 } else {
                     None
                 }
@@ -1207,19 +1103,13 @@ impl Fs {
     fn apply_op_to_persisted(&mut self, op: &PendingOp) {
         match op {
             PendingOp::CreateFile { path, time, mode } => {
-                self.persisted_files
-                    .entry(path.clone())
-                    .or_insert_with(|| FileData::with_mode(*time, *mode));
+                self.persisted_files.entry(path.clone()).or_insert_with(|| FileData::with_mode(*time, *mode));
             }
             PendingOp::CreateDir { path, time, mode } => {
-                self.persisted_dirs
-                    .entry(path.clone())
-                    .or_insert_with(|| DirData::with_mode(*time, *mode));
+                self.persisted_dirs.entry(path.clone()).or_insert_with(|| DirData::with_mode(*time, *mode));
             }
             PendingOp::CreateSymlink { path, target, time } => {
-                self.persisted_symlinks
-                    .entry(path.clone())
-                    .or_insert_with(|| SymlinkData::new(target.clone(), *time));
+                self.persisted_symlinks.entry(path.clone()).or_insert_with(|| SymlinkData::new(target.clone(), *time));
             }
             PendingOp::CreateHardLink { path, target, time } => {
                 // Hard link: create a new file entry pointing to the same content
@@ -1237,12 +1127,7 @@ impl Fs {
                     self.persisted_files.insert(path.clone(), link_data);
                 }
             }
-            PendingOp::Write {
-                path,
-                offset,
-                data,
-                time,
-            } => {
+            PendingOp::Write { path, offset, data, time } => {
                 if let Some(file_data) = self.persisted_files.get_mut(path) {
                     let end = *offset as usize + data.len();
                     if end > file_data.content.len() {
@@ -1310,10 +1195,7 @@ impl Fs {
     /// Returns the target path if this is a hard link, otherwise returns None.
     fn resolve_hardlink_target(&self, path: &Path) -> Option<PathBuf> {
         for op in &self.pending {
-            if let PendingOp::CreateHardLink {
-                path: p, target, ..
-            } = op
-            {
+            if let PendingOp::CreateHardLink { path: p, target, .. } = op {
                 if p == path {
                     return Some(target.clone());
                 }
@@ -1394,9 +1276,7 @@ impl Fs {
                 PendingOp::Rename { from, to } if to == path => {
                     // Something is being renamed to this path - only mark as symlink
                     // if the source was a symlink (persisted or pending)
-                    if self.persisted_symlinks.contains_key(from)
-                        || self.was_symlink_created_at(from)
-                    {
+                    if self.persisted_symlinks.contains_key(from) || self.was_symlink_created_at(from) {
                         exists = true;
                     }
                 }
@@ -1422,20 +1302,11 @@ impl Fs {
     pub(crate) fn file_len(&self, path: &Path) -> u64 {
         // Resolve to the content path (handles hard links and renames)
         let content_path = self.resolve_content_path(path);
-        let mut len = self
-            .persisted_files
-            .get(&content_path)
-            .map(|v| v.content.len() as u64)
-            .unwrap_or(0);
+        let mut len = self.persisted_files.get(&content_path).map(|v| v.content.len() as u64).unwrap_or(0);
 
         for op in &self.pending {
             match op {
-                PendingOp::Write {
-                    path: p,
-                    offset,
-                    data,
-                    ..
-                } => {
+                PendingOp::Write { path: p, offset, data, .. } => {
                     // Check if this write applies to the content path
                     if p == &content_path || self.path_renamed_to(p, &content_path) {
                         let end = offset + data.len() as u64;
@@ -1444,11 +1315,7 @@ impl Fs {
                         }
                     }
                 }
-                PendingOp::SetLen {
-                    path: p,
-                    len: new_len,
-                    ..
-                } => {
+                PendingOp::SetLen { path: p, len: new_len, .. } => {
                     if p == &content_path || self.path_renamed_to(p, &content_path) {
                         len = *new_len;
                     }
@@ -1465,12 +1332,7 @@ impl Fs {
     }
 
     /// Create a directory with specified mode.
-    pub(crate) fn mkdir_with_mode(
-        &mut self,
-        path: &Path,
-        time: Duration,
-        mode: u32,
-    ) -> Result<(), &'static str> {
+    pub(crate) fn mkdir_with_mode(&mut self, path: &Path, time: Duration, mode: u32) -> Result<(), &'static str> {
         // Check parent exists
         if let Some(parent) = path.parent() {
             if !parent.as_os_str().is_empty() && !self.dir_exists(parent) {
@@ -1483,11 +1345,7 @@ impl Fs {
             return Err("File exists");
         }
 
-        self.pending.push(PendingOp::CreateDir {
-            path: path.to_path_buf(),
-            time,
-            mode,
-        });
+        self.pending.push(PendingOp::CreateDir { path: path.to_path_buf(), time, mode });
         Ok(())
     }
 
@@ -1502,9 +1360,7 @@ impl Fs {
             return Err("Directory not empty");
         }
 
-        self.pending.push(PendingOp::RemoveDir {
-            path: path.to_path_buf(),
-        });
+        self.pending.push(PendingOp::RemoveDir { path: path.to_path_buf() });
         Ok(())
     }
 
@@ -1572,9 +1428,7 @@ impl Fs {
             cache.invalidate_file(path);
         }
 
-        self.pending.push(PendingOp::RemoveFile {
-            path: path.to_path_buf(),
-        });
+        self.pending.push(PendingOp::RemoveFile { path: path.to_path_buf() });
         Ok(())
     }
 
@@ -1591,10 +1445,7 @@ impl Fs {
             if self.dir_exists(to) {
                 return Err("Is a directory");
             }
-            self.pending.push(PendingOp::Rename {
-                from: from.to_path_buf(),
-                to: to.to_path_buf(),
-            });
+            self.pending.push(PendingOp::Rename { from: from.to_path_buf(), to: to.to_path_buf() });
             return Ok(());
         }
 
@@ -1608,10 +1459,7 @@ impl Fs {
             if self.dir_exists(to) && self.dir_has_children(to) {
                 return Err("Directory not empty");
             }
-            self.pending.push(PendingOp::Rename {
-                from: from.to_path_buf(),
-                to: to.to_path_buf(),
-            });
+            self.pending.push(PendingOp::Rename { from: from.to_path_buf(), to: to.to_path_buf() });
             return Ok(());
         }
 
@@ -1621,10 +1469,7 @@ impl Fs {
             if self.dir_exists(to) {
                 return Err("Is a directory");
             }
-            self.pending.push(PendingOp::Rename {
-                from: from.to_path_buf(),
-                to: to.to_path_buf(),
-            });
+            self.pending.push(PendingOp::Rename { from: from.to_path_buf(), to: to.to_path_buf() });
             return Ok(());
         }
 
@@ -1648,12 +1493,11 @@ impl Fs {
 
         // Flush pending ops that affect this file's DATA only
         // CreateFile is a directory entry op, handled by sync_dir
-        let (to_flush, to_keep): (Vec<_>, Vec<_>) =
-            self.pending.drain(..).partition(|op| match op {
-                PendingOp::Write { path: p, .. } => p == path,
-                PendingOp::SetLen { path: p, .. } => p == path,
-                _ => false,
-            });
+        let (to_flush, to_keep): (Vec<_>, Vec<_>) = self.pending.drain(..).partition(|op| match op {
+            PendingOp::Write { path: p, .. } => p == path,
+            PendingOp::SetLen { path: p, .. } => p == path,
+            _ => false,
+        });
 
         // Ensure file exists in persisted_files for writes to be applied
         // (CreateFile may still be pending in to_keep, but we need somewhere to write data)
@@ -1662,16 +1506,11 @@ impl Fs {
             let (crtime, mode) = to_keep
                 .iter()
                 .find_map(|op| match op {
-                    PendingOp::CreateFile {
-                        path: p,
-                        time,
-                        mode,
-                    } if p == path => Some((*time, *mode)),
+                    PendingOp::CreateFile { path: p, time, mode } if p == path => Some((*time, *mode)),
                     _ => None,
                 })
                 .unwrap_or((Duration::ZERO, 0o644));
-            self.persisted_files
-                .insert(path.to_path_buf(), FileData::with_mode(crtime, mode));
+            self.persisted_files.insert(path.to_path_buf(), FileData::with_mode(crtime, mode));
         }
 
         self.pending = to_keep;
@@ -1690,12 +1529,11 @@ impl Fs {
         }
 
         // Flush only data ops (Write, SetLen), NOT CreateFile
-        let (to_flush, to_keep): (Vec<_>, Vec<_>) =
-            self.pending.drain(..).partition(|op| match op {
-                PendingOp::Write { path: p, .. } => p == path,
-                PendingOp::SetLen { path: p, .. } => p == path,
-                _ => false,
-            });
+        let (to_flush, to_keep): (Vec<_>, Vec<_>) = self.pending.drain(..).partition(|op| match op {
+            PendingOp::Write { path: p, .. } => p == path,
+            PendingOp::SetLen { path: p, .. } => p == path,
+            _ => false,
+        });
 
         // Ensure file exists in persisted_files for data ops to be applied
         // (CreateFile may still be pending in to_keep)
@@ -1703,16 +1541,11 @@ impl Fs {
             let (crtime, mode) = to_keep
                 .iter()
                 .find_map(|op| match op {
-                    PendingOp::CreateFile {
-                        path: p,
-                        time,
-                        mode,
-                    } if p == path => Some((*time, *mode)),
+                    PendingOp::CreateFile { path: p, time, mode } if p == path => Some((*time, *mode)),
                     _ => None,
                 })
                 .unwrap_or((Duration::ZERO, 0o644));
-            self.persisted_files
-                .insert(path.to_path_buf(), FileData::with_mode(crtime, mode));
+            self.persisted_files.insert(path.to_path_buf(), FileData::with_mode(crtime, mode));
         }
 
         self.pending = to_keep;
@@ -1751,9 +1584,7 @@ impl Fs {
                 PendingOp::RemoveFile { path: p } => p.parent() == Some(path),
                 PendingOp::RemoveDir { path: p } => p.parent() == Some(path),
                 // Renames affecting this directory
-                PendingOp::Rename { from, to } => {
-                    from.parent() == Some(path) || to.parent() == Some(path)
-                }
+                PendingOp::Rename { from, to } => from.parent() == Some(path) || to.parent() == Some(path),
                 _ => false,
             }
         });
@@ -1853,13 +1684,7 @@ impl Fs {
 
         // Overlay pending writes (need to check the content path)
         for op in &self.pending {
-            if let PendingOp::Write {
-                path: p,
-                offset: write_off,
-                data,
-                ..
-            } = op
-            {
+            if let PendingOp::Write { path: p, offset: write_off, data, .. } = op {
                 // Check if this write applies to the content path
                 let write_applies = p == &content_path || self.path_renamed_to(p, &content_path);
                 if write_applies {
@@ -1871,8 +1696,7 @@ impl Fs {
                         let src_offset = (overlap_start - write_off) as usize;
                         let dst_offset = (overlap_start - offset) as usize;
                         let len = (overlap_end - overlap_start) as usize;
-                        buf[dst_offset..dst_offset + len]
-                            .copy_from_slice(&data[src_offset..src_offset + len]);
+                        buf[dst_offset..dst_offset + len].copy_from_slice(&data[src_offset..src_offset + len]);
                     }
                 }
             }
@@ -1897,12 +1721,7 @@ impl Fs {
     /// Write to a file (adds to pending queue).
     pub(crate) fn write_file(&mut self, path: &Path, offset: u64, data: &[u8], time: Duration) {
         if !data.is_empty() {
-            self.pending.push(PendingOp::Write {
-                path: path.to_path_buf(),
-                offset,
-                data: data.to_vec(),
-                time,
-            });
+            self.pending.push(PendingOp::Write { path: path.to_path_buf(), offset, data: data.to_vec(), time });
         }
     }
 
@@ -1915,11 +1734,7 @@ impl Fs {
             cache.invalidate_file(path);
         }
 
-        self.pending.push(PendingOp::SetLen {
-            path: path.to_path_buf(),
-            len,
-            time,
-        });
+        self.pending.push(PendingOp::SetLen { path: path.to_path_buf(), len, time });
     }
 
     /// Create a file (adds to pending queue).
@@ -1930,20 +1745,11 @@ impl Fs {
 
     /// Create a file with specified mode (adds to pending queue).
     pub(crate) fn create_file_with_mode(&mut self, path: &Path, time: Duration, mode: u32) {
-        self.pending.push(PendingOp::CreateFile {
-            path: path.to_path_buf(),
-            time,
-            mode,
-        });
+        self.pending.push(PendingOp::CreateFile { path: path.to_path_buf(), time, mode });
     }
 
     /// Create a symlink (adds to pending queue).
-    pub(crate) fn create_symlink(
-        &mut self,
-        path: &Path,
-        target: &Path,
-        time: Duration,
-    ) -> Result<(), &'static str> {
+    pub(crate) fn create_symlink(&mut self, path: &Path, target: &Path, time: Duration) -> Result<(), &'static str> {
         // Check parent exists
         if !self.parent_exists(path) {
             return Err("No such file or directory");
@@ -1954,21 +1760,12 @@ impl Fs {
             return Err("File exists");
         }
 
-        self.pending.push(PendingOp::CreateSymlink {
-            path: path.to_path_buf(),
-            target: target.to_path_buf(),
-            time,
-        });
+        self.pending.push(PendingOp::CreateSymlink { path: path.to_path_buf(), target: target.to_path_buf(), time });
         Ok(())
     }
 
     /// Create a hard link (adds to pending queue).
-    pub(crate) fn create_hard_link(
-        &mut self,
-        path: &Path,
-        target: &Path,
-        time: Duration,
-    ) -> Result<(), &'static str> {
+    pub(crate) fn create_hard_link(&mut self, path: &Path, target: &Path, time: Duration) -> Result<(), &'static str> {
         // Check parent exists
         if !self.parent_exists(path) {
             return Err("No such file or directory");
@@ -1984,11 +1781,7 @@ impl Fs {
             return Err("File exists");
         }
 
-        self.pending.push(PendingOp::CreateHardLink {
-            path: path.to_path_buf(),
-            target: target.to_path_buf(),
-            time,
-        });
+        self.pending.push(PendingOp::CreateHardLink { path: path.to_path_buf(), target: target.to_path_buf(), time });
         Ok(())
     }
 
@@ -2000,9 +1793,7 @@ impl Fs {
         // Check pending ops first (most recent) for symlink creation at original path
         for op in self.pending.iter().rev() {
             match op {
-                PendingOp::CreateSymlink {
-                    path: p, target, ..
-                } if p == &original_path => {
+                PendingOp::CreateSymlink { path: p, target, .. } if p == &original_path => {
                     return Ok(target.clone());
                 }
                 PendingOp::RemoveFile { path: p } if p == &original_path => {
@@ -2013,10 +1804,7 @@ impl Fs {
         }
 
         // Check persisted at original path
-        self.persisted_symlinks
-            .get(&original_path)
-            .map(|s| s.target.clone())
-            .ok_or("No such file or directory")
+        self.persisted_symlinks.get(&original_path).map(|s| s.target.clone()).ok_or("No such file or directory")
     }
 
     /// Resolve a symlink path through pending renames.
@@ -2035,20 +1823,11 @@ impl Fs {
     }
 
     /// Set file/directory permissions.
-    pub(crate) fn set_permissions(
-        &mut self,
-        path: &Path,
-        mode: u32,
-        time: Duration,
-    ) -> Result<(), &'static str> {
+    pub(crate) fn set_permissions(&mut self, path: &Path, mode: u32, time: Duration) -> Result<(), &'static str> {
         if !self.file_exists(path) && !self.dir_exists(path) {
             return Err("No such file or directory");
         }
-        self.pending.push(PendingOp::SetPermissions {
-            path: path.to_path_buf(),
-            mode,
-            time,
-        });
+        self.pending.push(PendingOp::SetPermissions { path: path.to_path_buf(), mode, time });
         Ok(())
     }
 
@@ -2115,10 +1894,7 @@ impl Fs {
     pub(crate) fn file_timestamps(&self, path: &Path) -> Option<(Duration, Duration, Duration)> {
         // Start with persisted timestamps
         let persisted_path = self.resolve_persisted_path(path);
-        let mut timestamps = self
-            .persisted_files
-            .get(&persisted_path)
-            .map(|f| (f.crtime, f.mtime, f.ctime));
+        let mut timestamps = self.persisted_files.get(&persisted_path).map(|f| (f.crtime, f.mtime, f.ctime));
 
         // Apply pending ops that affect timestamps
         for op in &self.pending {
@@ -2127,8 +1903,7 @@ impl Fs {
                     // New file creation sets all timestamps
                     timestamps = Some((*time, *time, *time));
                 }
-                PendingOp::Write { path: p, time, .. }
-                | PendingOp::SetLen { path: p, time, .. } => {
+                PendingOp::Write { path: p, time, .. } | PendingOp::SetLen { path: p, time, .. } => {
                     // Writes and truncates update mtime/ctime
                     if (p == path || self.path_renamed_to(p, path)) && timestamps.is_some() {
                         let (crtime, _, _) = timestamps.unwrap();
@@ -2152,10 +1927,7 @@ impl Fs {
     /// - Files or subdirectories are renamed into/out of the directory
     pub(crate) fn dir_timestamps(&self, path: &Path) -> Option<(Duration, Duration, Duration)> {
         // Start with persisted timestamps
-        let mut timestamps = self
-            .persisted_dirs
-            .get(path)
-            .map(|d| (d.crtime, d.mtime, d.ctime));
+        let mut timestamps = self.persisted_dirs.get(path).map(|d| (d.crtime, d.mtime, d.ctime));
 
         // Apply pending ops that affect timestamps
         for op in &self.pending {
@@ -2209,10 +1981,7 @@ impl Fs {
     /// Returns (crtime, mtime, ctime) for the symlink, accounting for pending operations.
     pub(crate) fn symlink_timestamps(&self, path: &Path) -> Option<(Duration, Duration, Duration)> {
         // Start with persisted timestamps
-        let mut timestamps = self
-            .persisted_symlinks
-            .get(path)
-            .map(|s| (s.crtime, s.mtime, s.ctime));
+        let mut timestamps = self.persisted_symlinks.get(path).map(|s| (s.crtime, s.mtime, s.ctime));
 
         // Apply pending ops that affect timestamps
         for op in &self.pending {

@@ -46,24 +46,14 @@ impl TcpStream {
         let pair = Arc::new(pair);
         let read_half = ReadHalf {
             pair: pair.clone(),
-            rx: Rx {
-                recv: receiver,
-                buffer: None,
-            },
+            rx: Rx { recv: receiver, buffer: None },
             is_closed: false,
             flow_control: flow_control.read,
         };
 
-        let write_half = WriteHalf {
-            pair,
-            is_shutdown: false,
-            flow_control: flow_control.write,
-        };
+        let write_half = WriteHalf { pair, is_shutdown: false, flow_control: flow_control.write };
 
-        Self {
-            read_half,
-            write_half,
-        }
+        Self { read_half, write_half }
     }
 
     /// Opens a TCP connection to a remote host.
@@ -95,9 +85,7 @@ impl TcpStream {
             Ok::<_, Error>((pair, rx, bidi))
         })?;
 
-        syn_ack.await.map_err(|_| {
-            io::Error::new(io::ErrorKind::ConnectionRefused, pair.remote.to_string())
-        })?;
+        syn_ack.await.map_err(|_| io::Error::new(io::ErrorKind::ConnectionRefused, pair.remote.to_string()))?;
 
         tracing::trace!(target: TRACING_TARGET, src = ?pair.remote, dst = ?pair.local, protocol = %"TCP SYN-ACK", "Recv");
 
@@ -132,10 +120,7 @@ impl TcpStream {
     }
 
     pub(crate) fn reunite(read_half: ReadHalf, write_half: WriteHalf) -> Self {
-        Self {
-            read_half,
-            write_half,
-        }
+        Self { read_half, write_half }
     }
 
     /// Waits for the socket to become writable.
@@ -161,14 +146,7 @@ impl TcpStream {
     ///
     /// [`shutdown()`]: fn@tokio::io::AsyncWriteExt::shutdown
     pub fn into_split(self) -> (OwnedReadHalf, OwnedWriteHalf) {
-        (
-            OwnedReadHalf {
-                inner: self.read_half,
-            },
-            OwnedWriteHalf {
-                inner: self.write_half,
-            },
-        )
+        (OwnedReadHalf { inner: self.read_half }, OwnedWriteHalf { inner: self.write_half })
     }
 
     /// Has no effect in turmoil. API parity with
@@ -239,10 +217,7 @@ impl ReadHalf {
 
                 Poll::Ready(Ok(()))
             }
-            None => Poll::Ready(Err(io::Error::new(
-                io::ErrorKind::ConnectionReset,
-                "Connection reset",
-            ))),
+            None => Poll::Ready(Err(io::Error::new(io::ErrorKind::ConnectionReset, "Connection reset"))),
         }
     }
 
@@ -264,11 +239,7 @@ impl ReadHalf {
         }
     }
 
-    pub(crate) fn poll_peek(
-        &mut self,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf,
-    ) -> Poll<Result<usize>> {
+    pub(crate) fn poll_peek(&mut self, cx: &mut Context<'_>, buf: &mut ReadBuf) -> Poll<Result<usize>> {
         if self.is_closed || buf.capacity() == 0 {
             return Poll::Ready(Ok(0));
         }
@@ -299,10 +270,7 @@ impl ReadHalf {
                     }
                 }
             }
-            None => Poll::Ready(Err(io::Error::new(
-                io::ErrorKind::ConnectionReset,
-                "Connection reset",
-            ))),
+            None => Poll::Ready(Err(io::Error::new(io::ErrorKind::ConnectionReset, "Connection reset"))),
         }
     }
 
@@ -314,10 +282,7 @@ impl ReadHalf {
 
 impl Debug for ReadHalf {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ReadHalf")
-            .field("pair", &self.pair)
-            .field("is_closed", &self.is_closed)
-            .finish()
+        f.debug_struct("ReadHalf").field("pair", &self.pair).field("is_closed", &self.is_closed).finish()
     }
 }
 
@@ -339,10 +304,7 @@ impl WriteHalf {
         }
 
         if !self.flow_control.try_acquire() {
-            return Err(io::Error::new(
-                io::ErrorKind::WouldBlock,
-                "send buffer full",
-            ));
+            return Err(io::Error::new(io::ErrorKind::WouldBlock, "send buffer full"));
         }
 
         World::current(|world| {
@@ -356,10 +318,7 @@ impl WriteHalf {
 
     fn poll_writable(&self, cx: &mut Context<'_>) -> Poll<Result<()>> {
         if self.is_shutdown {
-            return Poll::Ready(Err(io::Error::new(
-                io::ErrorKind::BrokenPipe,
-                "Broken pipe",
-            )));
+            return Poll::Ready(Err(io::Error::new(io::ErrorKind::BrokenPipe, "Broken pipe")));
         }
         if self.flow_control.has_credits() {
             return Poll::Ready(Ok(()));
@@ -386,10 +345,7 @@ impl WriteHalf {
 
     fn poll_shutdown_priv(&mut self) -> Poll<Result<()>> {
         if self.is_shutdown {
-            return Poll::Ready(Err(io::Error::new(
-                io::ErrorKind::NotConnected,
-                "Socket is not connected",
-            )));
+            return Poll::Ready(Err(io::Error::new(io::ErrorKind::NotConnected, "Socket is not connected")));
         }
 
         let res = World::current(|world| {
@@ -442,16 +398,8 @@ fn send_loopback(src: SocketAddr, dst: SocketAddr, message: Protocol) {
         sleep(tick_duration).await;
 
         World::current(|world| {
-            if let Err(rst) =
-                world
-                    .current_host_mut()
-                    .receive_from_network(Envelope { src, dst, message })
-            {
-                _ = world.current_host_mut().receive_from_network(Envelope {
-                    src: dst,
-                    dst: src,
-                    message: rst,
-                });
+            if let Err(rst) = world.current_host_mut().receive_from_network(Envelope { src, dst, message }) {
+                _ = world.current_host_mut().receive_from_network(Envelope { src: dst, dst: src, message: rst });
             }
         })
     });
@@ -469,17 +417,11 @@ pub(crate) struct BidiFlowControl {
 
 impl BidiFlowControl {
     pub(crate) fn new(capacity: usize) -> Self {
-        Self {
-            write: Arc::new(FlowControl::new(capacity)),
-            read: Arc::new(FlowControl::new(capacity)),
-        }
+        Self { write: Arc::new(FlowControl::new(capacity)), read: Arc::new(FlowControl::new(capacity)) }
     }
 
     pub(crate) fn invert(self) -> Self {
-        Self {
-            write: self.read,
-            read: self.write,
-        }
+        Self { write: self.read, read: self.write }
     }
 }
 
@@ -495,16 +437,11 @@ pub(crate) struct FlowControl {
 
 impl FlowControl {
     fn new(capacity: usize) -> Self {
-        Self {
-            credits: AtomicUsize::new(capacity),
-            waker: Mutex::new(None),
-        }
+        Self { credits: AtomicUsize::new(capacity), waker: Mutex::new(None) }
     }
 
     fn try_acquire(&self) -> bool {
-        self.credits
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| v.checked_sub(1))
-            .is_ok()
+        self.credits.fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| v.checked_sub(1)).is_ok()
     }
 
     fn release(&self) {
@@ -525,37 +462,24 @@ impl FlowControl {
 
 impl Debug for FlowControl {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FlowControl")
-            .field("credits", &self.credits.load(Ordering::Relaxed))
-            .finish()
+        f.debug_struct("FlowControl").field("credits", &self.credits.load(Ordering::Relaxed)).finish()
     }
 }
 
 impl Debug for WriteHalf {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("WriteHalf")
-            .field("pair", &self.pair)
-            .field("is_shutdown", &self.is_shutdown)
-            .finish()
+        f.debug_struct("WriteHalf").field("pair", &self.pair).field("is_shutdown", &self.is_shutdown).finish()
     }
 }
 
 impl AsyncRead for ReadHalf {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf,
-    ) -> Poll<Result<()>> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf) -> Poll<Result<()>> {
         self.poll_read_priv(cx, buf)
     }
 }
 
 impl AsyncRead for TcpStream {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf,
-    ) -> Poll<Result<()>> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf) -> Poll<Result<()>> {
         Pin::new(&mut self.read_half).poll_read(cx, buf)
     }
 }
@@ -575,11 +499,7 @@ impl AsyncWrite for WriteHalf {
 }
 
 impl AsyncWrite for TcpStream {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<Result<usize>> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<Result<usize>> {
         Pin::new(&mut self.write_half).poll_write(cx, buf)
     }
 

@@ -239,11 +239,7 @@ pub fn sync_dir<P: AsRef<Path>>(path: P) -> Result<()> {
 /// Note: The deletion is not durable until the parent directory is synced.
 pub fn remove_file<P: AsRef<Path>>(path: P) -> Result<()> {
     let path = path.as_ref().to_path_buf();
-    FsContext::current(|ctx| {
-        ctx.fs
-            .unlink(&path)
-            .map_err(|e| Error::new(ErrorKind::NotFound, e))
-    })
+    FsContext::current(|ctx| ctx.fs.unlink(&path).map_err(|e| Error::new(ErrorKind::NotFound, e)))
 }
 
 /// Renames a file or directory.
@@ -286,9 +282,7 @@ pub fn exists<P: AsRef<Path>>(path: P) -> bool {
             path.clone()
         };
 
-        ctx.fs.file_exists(&resolved)
-            || ctx.fs.dir_exists(&resolved)
-            || ctx.fs.symlink_exists(&resolved)
+        ctx.fs.file_exists(&resolved) || ctx.fs.dir_exists(&resolved) || ctx.fs.symlink_exists(&resolved)
     })
 }
 
@@ -301,9 +295,7 @@ pub fn metadata<P: AsRef<Path>>(path: P) -> Result<Metadata> {
     FsContext::current(|ctx| {
         // Follow symlinks - resolve the target path
         let resolved = if ctx.fs.symlink_exists(&path) {
-            ctx.fs
-                .read_link(&path)
-                .map_err(|e| Error::new(ErrorKind::NotFound, e))?
+            ctx.fs.read_link(&path).map_err(|e| Error::new(ErrorKind::NotFound, e))?
         } else {
             path.clone()
         };
@@ -311,33 +303,18 @@ pub fn metadata<P: AsRef<Path>>(path: P) -> Result<Metadata> {
         // Check if it's a file
         if ctx.fs.file_exists(&resolved) {
             let len = ctx.fs.file_len(&resolved);
-            let (crtime, mtime, ctime) = ctx.fs.file_timestamps(&resolved).unwrap_or((
-                Duration::ZERO,
-                Duration::ZERO,
-                Duration::ZERO,
-            ));
+            let (crtime, mtime, ctime) =
+                ctx.fs.file_timestamps(&resolved).unwrap_or((Duration::ZERO, Duration::ZERO, Duration::ZERO));
             let mode = ctx.fs.file_mode(&resolved).unwrap_or(0o644);
             let nlink = ctx.fs.file_nlink(&resolved);
 
-            return Ok(Metadata {
-                len,
-                is_dir: false,
-                is_symlink: false,
-                crtime,
-                mtime,
-                ctime,
-                mode,
-                nlink,
-            });
+            return Ok(Metadata { len, is_dir: false, is_symlink: false, crtime, mtime, ctime, mode, nlink });
         }
 
         // Check if it's a directory
         if ctx.fs.dir_exists(&resolved) {
-            let (crtime, mtime, ctime) = ctx.fs.dir_timestamps(&resolved).unwrap_or((
-                Duration::ZERO,
-                Duration::ZERO,
-                Duration::ZERO,
-            ));
+            let (crtime, mtime, ctime) =
+                ctx.fs.dir_timestamps(&resolved).unwrap_or((Duration::ZERO, Duration::ZERO, Duration::ZERO));
             let mode = ctx.fs.dir_mode(&resolved).unwrap_or(0o755);
 
             return Ok(Metadata {
@@ -352,10 +329,7 @@ pub fn metadata<P: AsRef<Path>>(path: P) -> Result<Metadata> {
             });
         }
 
-        Err(Error::new(
-            ErrorKind::NotFound,
-            "file or directory not found",
-        ))
+        Err(Error::new(ErrorKind::NotFound, "file or directory not found"))
     })
 }
 
@@ -371,9 +345,7 @@ pub fn read_dir<P: AsRef<Path>>(path: P) -> Result<ReadDir> {
         }
 
         let entries = ctx.fs.dir_entries(&path);
-        Ok(ReadDir {
-            entries: entries.into_iter(),
-        })
+        Ok(ReadDir { entries: entries.into_iter() })
     })
 }
 
@@ -456,10 +428,7 @@ impl DirEntry {
 
     /// Returns the file name of this entry.
     pub fn file_name(&self) -> std::ffi::OsString {
-        self.path
-            .file_name()
-            .map(|s| s.to_owned())
-            .unwrap_or_default()
+        self.path.file_name().map(|s| s.to_owned()).unwrap_or_default()
     }
 
     /// Returns the metadata for this entry.
@@ -474,10 +443,7 @@ impl DirEntry {
     pub fn file_type(&self) -> Result<FileType> {
         // Use symlink_metadata to not follow symlinks
         let meta = symlink_metadata(&self.path)?;
-        Ok(FileType {
-            is_dir: meta.is_dir(),
-            is_symlink: meta.is_symlink(),
-        })
+        Ok(FileType { is_dir: meta.is_dir(), is_symlink: meta.is_symlink() })
     }
 }
 
@@ -536,11 +502,7 @@ impl File {
     /// Opens a file in write-only mode, creating it if it doesn't exist,
     /// and truncating it if it does.
     pub fn create<P: AsRef<Path>>(path: P) -> Result<File> {
-        OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(path)
+        OpenOptions::new().write(true).create(true).truncate(true).open(path)
     }
 
     /// Queries metadata about the file.
@@ -553,11 +515,8 @@ impl File {
                 .ok_or_else(|| Error::new(ErrorKind::NotFound, "file handle not found"))?;
 
             let len = ctx.fs.file_len(path);
-            let (crtime, mtime, ctime) = ctx.fs.file_timestamps(path).unwrap_or((
-                Duration::ZERO,
-                Duration::ZERO,
-                Duration::ZERO,
-            ));
+            let (crtime, mtime, ctime) =
+                ctx.fs.file_timestamps(path).unwrap_or((Duration::ZERO, Duration::ZERO, Duration::ZERO));
             let mode = ctx.fs.file_mode(path).unwrap_or(0o644);
             let nlink = ctx.fs.file_nlink(path);
 
@@ -577,10 +536,7 @@ impl File {
     /// Truncates or extends the file to the specified size.
     pub fn set_len(&self, size: u64) -> Result<()> {
         if !self.writable {
-            return Err(Error::new(
-                ErrorKind::PermissionDenied,
-                "file not opened for writing",
-            ));
+            return Err(Error::new(ErrorKind::PermissionDenied, "file not opened for writing"));
         }
 
         FsContext::current(|mut ctx| {
@@ -721,10 +677,7 @@ impl File {
     /// Internal read implementation.
     pub(crate) fn read_at_internal(&self, buf: &mut [u8], offset: u64) -> Result<usize> {
         if !self.readable {
-            return Err(Error::new(
-                ErrorKind::PermissionDenied,
-                "file not opened for reading",
-            ));
+            return Err(Error::new(ErrorKind::PermissionDenied, "file not opened for reading"));
         }
 
         FsContext::current(|mut ctx| {
@@ -738,9 +691,7 @@ impl File {
                 {
                     return Err(Error::new(
                         ErrorKind::InvalidInput,
-                        format!(
-                            "direct I/O: buffer pointer, offset, and length must be aligned to {alignment} bytes"
-                        ),
+                        format!("direct I/O: buffer pointer, offset, and length must be aligned to {alignment} bytes"),
                     ));
                 }
             }
@@ -784,10 +735,7 @@ impl File {
     /// Internal write implementation.
     pub(crate) fn write_at_internal(&self, buf: &[u8], offset: u64) -> Result<usize> {
         if !self.writable {
-            return Err(Error::new(
-                ErrorKind::PermissionDenied,
-                "file not opened for writing",
-            ));
+            return Err(Error::new(ErrorKind::PermissionDenied, "file not opened for writing"));
         }
 
         FsContext::current(|mut ctx| {
@@ -801,9 +749,7 @@ impl File {
                 {
                     return Err(Error::new(
                         ErrorKind::InvalidInput,
-                        format!(
-                            "direct I/O: buffer pointer, offset, and length must be aligned to {alignment} bytes"
-                        ),
+                        format!("direct I/O: buffer pointer, offset, and length must be aligned to {alignment} bytes"),
                     ));
                 }
             }
@@ -844,21 +790,8 @@ impl File {
     }
 
     /// Create a File from internal state (used by OpenOptions).
-    pub(crate) fn from_parts(
-        fd: u64,
-        readable: bool,
-        writable: bool,
-        append_mode: bool,
-        direct_io: bool,
-    ) -> Self {
-        Self {
-            fd,
-            readable,
-            writable,
-            append_mode,
-            direct_io,
-            cursor: std::sync::Mutex::new(0),
-        }
+    pub(crate) fn from_parts(fd: u64, readable: bool, writable: bool, append_mode: bool, direct_io: bool) -> Self {
+        Self { fd, readable, writable, append_mode, direct_io, cursor: std::sync::Mutex::new(0) }
     }
 }
 
@@ -905,17 +838,13 @@ impl std::io::Seek for File {
         let new_pos = match pos {
             std::io::SeekFrom::Start(offset) => offset as i64,
             std::io::SeekFrom::End(offset) => {
-                file_len.ok_or_else(|| Error::new(ErrorKind::NotFound, "file not found"))? as i64
-                    + offset
+                file_len.ok_or_else(|| Error::new(ErrorKind::NotFound, "file not found"))? as i64 + offset
             }
             std::io::SeekFrom::Current(offset) => *cursor as i64 + offset,
         };
 
         if new_pos < 0 {
-            return Err(Error::new(
-                ErrorKind::InvalidInput,
-                "invalid seek to a negative position",
-            ));
+            return Err(Error::new(ErrorKind::InvalidInput, "invalid seek to a negative position"));
         }
 
         *cursor = new_pos as u64;
@@ -974,10 +903,7 @@ impl Metadata {
 
     /// Returns the file type for this metadata.
     pub fn file_type(&self) -> FileType {
-        FileType {
-            is_dir: self.is_dir,
-            is_symlink: self.is_symlink,
-        }
+        FileType { is_dir: self.is_dir, is_symlink: self.is_symlink }
     }
 
     /// Returns the last modification time.
@@ -1227,9 +1153,7 @@ impl OpenOptions {
         FsContext::current(|ctx| {
             // Follow symlinks to resolve the actual file path
             let resolved_path = if ctx.fs.symlink_exists(&path) {
-                ctx.fs
-                    .read_link(&path)
-                    .map_err(|e| Error::new(ErrorKind::NotFound, e))?
+                ctx.fs.read_link(&path).map_err(|e| Error::new(ErrorKind::NotFound, e))?
             } else {
                 path.clone()
             };
@@ -1246,14 +1170,10 @@ impl OpenOptions {
                 if self.create || self.create_new {
                     // Check parent directory exists
                     if !ctx.fs.parent_exists(&resolved_path) {
-                        return Err(Error::new(
-                            ErrorKind::NotFound,
-                            "parent directory not found",
-                        ));
+                        return Err(Error::new(ErrorKind::NotFound, "parent directory not found"));
                     }
                     // Create new file with mode
-                    ctx.fs
-                        .create_file_with_mode(&resolved_path, ctx.now, self.mode);
+                    ctx.fs.create_file_with_mode(&resolved_path, ctx.now, self.mode);
                 } else {
                     return Err(Error::new(ErrorKind::NotFound, "file not found"));
                 }
@@ -1272,13 +1192,7 @@ impl OpenOptions {
             // Can be set via direct_io() method or custom_flags(O_DIRECT)
             let direct_io = self.direct_io || (self.custom_flags & O_DIRECT) != 0;
 
-            Ok(File::from_parts(
-                fd,
-                self.read,
-                self.write || self.append,
-                self.append,
-                direct_io,
-            ))
+            Ok(File::from_parts(fd, self.read, self.write || self.append, self.append, direct_io))
         })
     }
 }
@@ -1343,11 +1257,7 @@ impl std::os::unix::fs::PermissionsExt for Permissions {
 /// Set the permissions of a file or directory.
 pub fn set_permissions<P: AsRef<Path>>(path: P, perm: Permissions) -> Result<()> {
     let path = path.as_ref().to_path_buf();
-    FsContext::current(|ctx| {
-        ctx.fs
-            .set_permissions(&path, perm.mode, ctx.now)
-            .map_err(Error::other)
-    })
+    FsContext::current(|ctx| ctx.fs.set_permissions(&path, perm.mode, ctx.now).map_err(Error::other))
 }
 
 /// Creates a new symbolic link on the filesystem.
@@ -1356,21 +1266,13 @@ pub fn set_permissions<P: AsRef<Path>>(path: P, perm: Permissions) -> Result<()>
 pub fn symlink<P: AsRef<Path>, Q: AsRef<Path>>(original: P, link: Q) -> Result<()> {
     let original = original.as_ref().to_path_buf();
     let link = link.as_ref().to_path_buf();
-    FsContext::current(|ctx| {
-        ctx.fs
-            .create_symlink(&link, &original, ctx.now)
-            .map_err(Error::other)
-    })
+    FsContext::current(|ctx| ctx.fs.create_symlink(&link, &original, ctx.now).map_err(Error::other))
 }
 
 /// Reads the target of a symbolic link.
 pub fn read_link<P: AsRef<Path>>(path: P) -> Result<std::path::PathBuf> {
     let path = path.as_ref().to_path_buf();
-    FsContext::current(|ctx| {
-        ctx.fs
-            .read_link(&path)
-            .map_err(|e| Error::new(ErrorKind::NotFound, e))
-    })
+    FsContext::current(|ctx| ctx.fs.read_link(&path).map_err(|e| Error::new(ErrorKind::NotFound, e)))
 }
 
 /// Returns metadata for a path without following symlinks.
@@ -1382,11 +1284,8 @@ pub fn symlink_metadata<P: AsRef<Path>>(path: P) -> Result<Metadata> {
     FsContext::current(|ctx| {
         // Check if it's a symlink first (don't follow)
         if ctx.fs.symlink_exists(&path) {
-            let (crtime, mtime, ctime) = ctx.fs.symlink_timestamps(&path).unwrap_or((
-                Duration::ZERO,
-                Duration::ZERO,
-                Duration::ZERO,
-            ));
+            let (crtime, mtime, ctime) =
+                ctx.fs.symlink_timestamps(&path).unwrap_or((Duration::ZERO, Duration::ZERO, Duration::ZERO));
             // Symlinks have mode 0o777 (lrwxrwxrwx) on most Unix systems
             return Ok(Metadata {
                 len: 0,
@@ -1403,32 +1302,17 @@ pub fn symlink_metadata<P: AsRef<Path>>(path: P) -> Result<Metadata> {
         // Otherwise, same as metadata()
         if ctx.fs.file_exists(&path) {
             let len = ctx.fs.file_len(&path);
-            let (crtime, mtime, ctime) = ctx.fs.file_timestamps(&path).unwrap_or((
-                Duration::ZERO,
-                Duration::ZERO,
-                Duration::ZERO,
-            ));
+            let (crtime, mtime, ctime) =
+                ctx.fs.file_timestamps(&path).unwrap_or((Duration::ZERO, Duration::ZERO, Duration::ZERO));
             let mode = ctx.fs.file_mode(&path).unwrap_or(0o644);
             let nlink = ctx.fs.file_nlink(&path);
 
-            return Ok(Metadata {
-                len,
-                is_dir: false,
-                is_symlink: false,
-                crtime,
-                mtime,
-                ctime,
-                mode,
-                nlink,
-            });
+            return Ok(Metadata { len, is_dir: false, is_symlink: false, crtime, mtime, ctime, mode, nlink });
         }
 
         if ctx.fs.dir_exists(&path) {
-            let (crtime, mtime, ctime) = ctx.fs.dir_timestamps(&path).unwrap_or((
-                Duration::ZERO,
-                Duration::ZERO,
-                Duration::ZERO,
-            ));
+            let (crtime, mtime, ctime) =
+                ctx.fs.dir_timestamps(&path).unwrap_or((Duration::ZERO, Duration::ZERO, Duration::ZERO));
             let mode = ctx.fs.dir_mode(&path).unwrap_or(0o755);
 
             return Ok(Metadata {
@@ -1443,10 +1327,7 @@ pub fn symlink_metadata<P: AsRef<Path>>(path: P) -> Result<Metadata> {
             });
         }
 
-        Err(Error::new(
-            ErrorKind::NotFound,
-            "file or directory not found",
-        ))
+        Err(Error::new(ErrorKind::NotFound, "file or directory not found"))
     })
 }
 
@@ -1457,11 +1338,7 @@ pub fn symlink_metadata<P: AsRef<Path>>(path: P) -> Result<Metadata> {
 pub fn hard_link<P: AsRef<Path>, Q: AsRef<Path>>(original: P, link: Q) -> Result<()> {
     let original = original.as_ref().to_path_buf();
     let link = link.as_ref().to_path_buf();
-    FsContext::current(|ctx| {
-        ctx.fs
-            .create_hard_link(&link, &original, ctx.now)
-            .map_err(Error::other)
-    })
+    FsContext::current(|ctx| ctx.fs.create_hard_link(&link, &original, ctx.now).map_err(Error::other))
 }
 
 /// A builder for creating directories with options.
@@ -1476,10 +1353,7 @@ pub struct DirBuilder {
 impl DirBuilder {
     /// Creates a new DirBuilder with default options.
     pub fn new() -> Self {
-        Self {
-            recursive: false,
-            mode: 0o755,
-        }
+        Self { recursive: false, mode: 0o755 }
     }
 
     /// Sets the option for recursive directory creation.
@@ -1508,11 +1382,7 @@ impl std::os::unix::fs::DirBuilderExt for DirBuilder {
 /// Create a directory with specified mode.
 fn create_dir_with_mode<P: AsRef<Path>>(path: P, mode: u32) -> Result<()> {
     let path = path.as_ref().to_path_buf();
-    FsContext::current(|ctx| {
-        ctx.fs
-            .mkdir_with_mode(&path, ctx.now, mode)
-            .map_err(Error::other)
-    })
+    FsContext::current(|ctx| ctx.fs.mkdir_with_mode(&path, ctx.now, mode).map_err(Error::other))
 }
 
 /// Create directories recursively with specified mode.
@@ -1540,9 +1410,7 @@ fn create_dir_all_with_mode<P: AsRef<Path>>(path: P, mode: u32) -> Result<()> {
             if ctx.fs.dir_exists(&dir) || ctx.fs.file_exists(&dir) {
                 continue;
             }
-            ctx.fs
-                .mkdir_with_mode(&dir, ctx.now, mode)
-                .map_err(Error::other)?;
+            ctx.fs.mkdir_with_mode(&dir, ctx.now, mode).map_err(Error::other)?;
         }
         Ok(())
     })
@@ -1627,10 +1495,7 @@ pub fn canonicalize<P: AsRef<Path>>(path: P) -> Result<std::path::PathBuf> {
                             return Err(Error::other("symbolic link loop detected"));
                         }
 
-                        let target = ctx
-                            .fs
-                            .read_link(&result)
-                            .map_err(|e| Error::new(ErrorKind::NotFound, e))?;
+                        let target = ctx.fs.read_link(&result).map_err(|e| Error::new(ErrorKind::NotFound, e))?;
 
                         // If target is absolute, replace result; otherwise append
                         if target.is_absolute() {
@@ -1648,10 +1513,7 @@ pub fn canonicalize<P: AsRef<Path>>(path: P) -> Result<std::path::PathBuf> {
         }
 
         // Verify the final path exists
-        if !ctx.fs.file_exists(&result)
-            && !ctx.fs.dir_exists(&result)
-            && !ctx.fs.symlink_exists(&result)
-        {
+        if !ctx.fs.file_exists(&result) && !ctx.fs.dir_exists(&result) && !ctx.fs.symlink_exists(&result) {
             return Err(Error::new(ErrorKind::NotFound, "path does not exist"));
         }
 

@@ -245,16 +245,12 @@ pub struct File {
 impl File {
     /// Opens a file in read-only mode.
     pub async fn open<P: AsRef<Path>>(path: P) -> Result<File> {
-        Ok(File {
-            inner: sync_fs::File::open(path)?,
-        })
+        Ok(File { inner: sync_fs::File::open(path)? })
     }
 
     /// Opens a file in write-only mode, creating it if it doesn't exist.
     pub async fn create<P: AsRef<Path>>(path: P) -> Result<File> {
-        Ok(File {
-            inner: sync_fs::File::create(path)?,
-        })
+        Ok(File { inner: sync_fs::File::create(path)? })
     }
 
     /// Converts a [`std::fs::File`](crate::fs::shim::std::fs::File) to an async `File`.
@@ -305,9 +301,7 @@ impl File {
 
     /// Creates a new independently owned handle to the underlying file.
     pub async fn try_clone(&self) -> Result<File> {
-        Ok(File {
-            inner: self.inner.try_clone()?,
-        })
+        Ok(File { inner: self.inner.try_clone()? })
     }
 
     /// Reads bytes from the file at the specified offset.
@@ -375,18 +369,12 @@ impl tokio::io::AsyncWrite for File {
         std::task::Poll::Ready(self.inner.write(buf))
     }
 
-    fn poll_flush(
-        mut self: std::pin::Pin<&mut Self>,
-        _cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Result<()>> {
+    fn poll_flush(mut self: std::pin::Pin<&mut Self>, _cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<()>> {
         use std::io::Write;
         std::task::Poll::Ready(self.inner.flush())
     }
 
-    fn poll_shutdown(
-        self: std::pin::Pin<&mut Self>,
-        _cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Result<()>> {
+    fn poll_shutdown(self: std::pin::Pin<&mut Self>, _cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<()>> {
         std::task::Poll::Ready(Ok(()))
     }
 }
@@ -418,9 +406,7 @@ pub struct OpenOptions {
 impl OpenOptions {
     /// Creates a blank new set of options.
     pub fn new() -> Self {
-        Self {
-            inner: sync_fs::OpenOptions::new(),
-        }
+        Self { inner: sync_fs::OpenOptions::new() }
     }
 
     /// Sets the option for read access.
@@ -482,9 +468,7 @@ impl OpenOptions {
 
     /// Opens a file at `path` with the options specified by `self`.
     pub async fn open<P: AsRef<Path>>(&self, path: P) -> Result<File> {
-        Ok(File {
-            inner: self.inner.open(path)?,
-        })
+        Ok(File { inner: self.inner.open(path)? })
     }
 }
 
@@ -510,9 +494,7 @@ pub struct DirBuilder {
 impl DirBuilder {
     /// Creates a new DirBuilder with default options.
     pub fn new() -> Self {
-        Self {
-            inner: sync_fs::DirBuilder::new(),
-        }
+        Self { inner: sync_fs::DirBuilder::new() }
     }
 
     /// Sets the option for recursive directory creation.
