@@ -4,17 +4,18 @@
 test:
     cargo test --workspace
 
-# Run the shipped scenarios (or the given paths) and print one line per run.
+# Run the shipped scenarios (or the given paths) and print one line per run. The dev profile,
+# like `cargo test`, so the two share one build (its dependencies are optimised).
 run *paths="scenarios":
-    cargo run --release -p rig -- run {{paths}}
+    cargo run -p rig -- run {{paths}}
 
 # Replay one run of a scenario from its seed, with its full trace written next to it.
 replay file seed:
-    cargo run --release -p rig -- run {{file}} --seed {{seed}} --trace {{file}}.seed{{seed}}.trace.jsonl
+    cargo run -p rig -- run {{file}} --seed {{seed}} --trace {{file}}.seed{{seed}}.trace.jsonl
 
 # Draw one run of a scenario as a timeline page and a Mermaid diagram next to the file.
 timeline file seed policy="reference":
-    cargo run --release -p rig -- run {{file}} --seed {{seed}} --policy {{policy}} --timeline {{file}}.seed{{seed}}.html --mermaid {{file}}.seed{{seed}}.md
+    cargo run -p rig -- run {{file}} --seed {{seed}} --policy {{policy}} --timeline {{file}}.seed{{seed}}.html --mermaid {{file}}.seed{{seed}}.md
 
 # The nightly matrix on this machine (every core), failing runs written to failures/.
 matrix seeds="0..2000":

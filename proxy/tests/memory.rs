@@ -267,7 +267,8 @@ fn proxy_allocations(args: &[&str], frames: usize) -> usize {
 fn logging_a_frame_costs_no_allocation_per_field() {
     let _serial = serial();
     let frames = 500;
-    let log = std::env::temp_dir().join(format!("proxy-memory-{}.jsonl", std::process::id()));
+    let log =
+        std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("proxy-memory-{}.jsonl", std::process::id()));
     let plain = proxy_allocations(&[], frames);
     let logged = proxy_allocations(&["--log", log.to_str().unwrap()], frames);
     let extra = (logged as f64 - plain as f64) / frames as f64 / 2.0;

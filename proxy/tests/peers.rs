@@ -4,19 +4,20 @@
 //! Each test starts its own server, proxy and client processes on 127.0.0.1 port 0 and bounds
 //! every wait, killing what it started when it ends. The scripts are in `tests/peers/`
 //! (`client.py`/`server.py`, `client.js`/`server.js`); a client runs one named scenario and
-//! exits 0 when all of its checks hold. The tests install each peer when it is missing.
+//! exits 0 when all of its checks hold. The tests install each peer under the target directory
+//! when it is missing (`common/installs.rs`): nothing goes into the user's Python or node.
 
 mod common;
 
 use common::{
-    admin, next_line, proxy_exit, read_log, signal, start_proxy, stdout_lines, temp_path, wait_exit, Running,
+    admin, installs, next_line, proxy_exit, read_log, signal, start_proxy, stdout_lines, temp_path, wait_exit, Running,
 };
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-/// The peer these tests were validated against; installed by the tests when it is missing.
+/// The peer these tests were validated against; installed by the tests (see `common/installs.rs`).
 const WEBSOCKETS: &str = "websockets==17.4";
 /// The second, independent peer: node's `ws`, installed into the target directory when missing.
 const WS_VERSION: &str = "8.18.3";
@@ -26,76 +27,21 @@ fn peers_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests").join("peers")
 }
 
-fn websockets_version() -> Result<String, String> {
-    let output = Command::new("python3")
-        .args(["-c", "import websockets; print(websockets.__version__)"])
-        .output()
-        .map_err(|e| format!("cannot run python3 ({e}); these tests need python3"))?;
-    if output.status.success() {
-        Ok(String::from_utf8_lossy(&output.stdout).trim().to_string())
-    } else {
-        Err(String::from_utf8_lossy(&output.stderr).into_owned())
-    }
+/// Python with the pinned `websockets`, in a virtual environment under the target directory.
+fn python_peer() -> &'static installs::Venv {
+    static VENV: std::sync::OnceLock<Result<installs::Venv, String>> = std::sync::OnceLock::new();
+    VENV.get_or_init(|| installs::python_venv("proxy-python", &[WEBSOCKETS]))
+        .as_ref()
+        .unwrap_or_else(|why| panic!("the python module `websockets` could not be installed ({WEBSOCKETS}): {why}"))
 }
 
-/// Makes sure the real peer is there: installs it with pip when it is missing (once per test
-/// process, however many tests ask), and fails, never skips, when that is not possible.
-fn require_websockets() {
-    static INSTALLED: std::sync::OnceLock<Result<String, String>> = std::sync::OnceLock::new();
-    let outcome = INSTALLED.get_or_init(|| {
-        if let Ok(version) = websockets_version() {
-            return Ok(version);
-        }
-        let install = Command::new("python3")
-            .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", WEBSOCKETS])
-            .output()
-            .map_err(|e| format!("cannot run pip ({e})"))?;
-        if !install.status.success() {
-            return Err(format!("`pip install {WEBSOCKETS}` failed:\n{}", String::from_utf8_lossy(&install.stderr)));
-        }
-        websockets_version()
-    });
-    if let Err(why) = outcome {
-        panic!("the python module `websockets` is missing and could not be installed ({WEBSOCKETS}): {why}");
-    }
-}
-
-/// Where node's `ws` is installed for these tests (by the tests, when it is missing).
-fn node_prefix() -> PathBuf {
-    Path::new(env!("CARGO_TARGET_TMPDIR")).join("node-peer")
-}
-
-fn ws_version() -> Option<String> {
-    let manifest = node_prefix().join("node_modules").join("ws").join("package.json");
-    let text = std::fs::read_to_string(manifest).ok()?;
-    let manifest: serde_json::Value = serde_json::from_str(&text).ok()?;
-    manifest["version"].as_str().map(str::to_string)
-}
-
-/// Makes sure node's `ws` is there: installs it from the npm registry into the target
-/// directory when it is missing, and fails, never skips, when that is not possible.
-fn require_ws() {
-    static INSTALLED: std::sync::OnceLock<Result<String, String>> = std::sync::OnceLock::new();
-    let outcome = INSTALLED.get_or_init(|| {
-        if ws_version().as_deref() == Some(WS_VERSION) {
-            return Ok(WS_VERSION.to_string());
-        }
-        let prefix = node_prefix();
-        std::fs::create_dir_all(&prefix).map_err(|e| format!("create {}: {e}", prefix.display()))?;
-        let install = Command::new("npm")
-            .args(["install", "--no-audit", "--no-fund", "--no-save", "--silent", "--prefix"])
-            .arg(&prefix)
-            .arg(format!("ws@{WS_VERSION}"))
-            .output()
-            .map_err(|e| format!("cannot run npm ({e}); these tests need node and npm"))?;
-        if !install.status.success() {
-            return Err(format!("`npm install ws@{WS_VERSION}` failed:\n{}", String::from_utf8_lossy(&install.stderr)));
-        }
-        ws_version().ok_or_else(|| "npm install finished but ws is not there".to_string())
-    });
-    if let Err(why) = outcome {
-        panic!("the node module `ws` is missing and could not be installed (ws@{WS_VERSION}): {why}");
-    }
+/// The `node_modules` holding the pinned `ws`, an npm prefix under the target directory.
+fn node_peer() -> &'static Path {
+    static MODULES: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
+    MODULES
+        .get_or_init(|| installs::npm_prefix("proxy-node", "ws", WS_VERSION))
+        .as_deref()
+        .unwrap_or_else(|why| panic!("the node module `ws` could not be installed (ws@{WS_VERSION}): {why}"))
 }
 
 /// A third-party WebSocket implementation the tests run on both sides of the proxy.
@@ -112,16 +58,14 @@ impl Peer {
     fn script(self, name: &str) -> Command {
         match self {
             Peer::Python => {
-                require_websockets();
-                let mut command = Command::new("python3");
+                let mut command = python_peer().command();
                 command.arg(peers_dir().join(format!("{name}.py")));
                 command
             }
             Peer::Node => {
-                require_ws();
                 let mut command = Command::new("node");
                 command.arg(peers_dir().join(format!("{name}.js")));
-                command.env("NODE_PATH", node_prefix().join("node_modules"));
+                command.env("NODE_PATH", node_peer());
                 command
             }
         }

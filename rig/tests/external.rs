@@ -121,7 +121,9 @@ fn svg_size(html: &str) -> Option<(usize, usize)> {
 }
 
 /// Headless Chromium as Debian ships it, run as the machines here run it: no sandbox (root),
-/// no GPU, no background networking (the network is closed), a fresh profile.
+/// no GPU, no background networking (the network is closed), a fresh profile, and a home of its
+/// own in the scratch folder (it keeps certificate and font caches there), so nothing is written
+/// outside the target directory.
 fn screenshot_page(
     chromium: &Path,
     page: &Path,
@@ -145,6 +147,9 @@ fn screenshot_page(
         .arg(format!("--window-size={width},{}", height.min(16_000)))
         .arg(format!("--screenshot={}", png.display()))
         .arg(format!("file://{}", page.display()))
+        .env("HOME", folder.join("home"))
+        .env("XDG_CONFIG_HOME", folder.join("home/.config"))
+        .env("XDG_CACHE_HOME", folder.join("home/.cache"))
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()

@@ -3,7 +3,8 @@
 //! Each check starts its own `rig live` on 127.0.0.1 port 0 and a harness process pointed at
 //! it: `rig harness` (the reference harness as a process) or the Python worker in `tests/live/`
 //! on the real `iii-sdk` from PyPI, which the tests install (pinned) into a virtual environment
-//! under the target directory when it is missing. Every wait is bounded, on events (lines of
+//! under the target directory when it is missing (`proxy/tests/common/installs.rs`, shared with
+//! the proxy's tests). Every wait is bounded, on events (lines of
 //! output, process exits) rather than sleeps, and every process a check starts is killed when
 //! it ends, however it ends. The checks run side by side: they spend most of their time waiting
 //! out liveness bounds, in real time.
@@ -14,6 +15,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
+
+#[path = "../../proxy/tests/common/installs.rs"]
+mod installs;
 
 /// The SDK and the WebSocket library the Python worker was validated against.
 const PYTHON_PACKAGES: [&str; 2] = ["iii-sdk==0.25.0", "websockets==17.4"];
@@ -183,78 +187,25 @@ fn rig_harness(url: &str, policy: &str) -> Running {
     Running { child, what: format!("rig harness --policy {policy}") }
 }
 
-/// Where the Python worker's environment lives: the target directory, never the user's own.
-fn python_home() -> PathBuf {
-    Path::new(env!("CARGO_TARGET_TMPDIR")).join("live-python")
-}
-
-fn venv_python() -> PathBuf {
-    python_home().join("venv").join("bin").join("python")
-}
-
-fn sdk_version() -> Result<String, String> {
-    let output = Command::new(venv_python())
-        .args([
-            "-c",
-            "import importlib.metadata as m, iii, websockets; print(m.version('iii-sdk'), websockets.__version__)",
-        ])
-        .output()
-        .map_err(|e| format!("cannot run the virtual environment's python ({e})"))?;
-    let versions = String::from_utf8_lossy(&output.stdout).trim().to_string();
-    if output.status.success() && versions == "0.25.0 17.4" {
-        Ok(versions)
-    } else {
-        Err(format!("{versions}{}", String::from_utf8_lossy(&output.stderr)))
-    }
-}
-
-/// Makes sure the pinned SDK is there: a virtual environment under the target directory with
-/// it installed from PyPI. Fails, never skips, when that is not possible.
-fn require_sdk() {
-    static INSTALLED: std::sync::OnceLock<Result<String, String>> = std::sync::OnceLock::new();
-    let outcome = INSTALLED.get_or_init(|| {
-        if let Ok(versions) = sdk_version() {
-            return Ok(versions);
-        }
-        let venv = python_home().join("venv");
-        let created = Command::new("python3")
-            .args(["-m", "venv", "--clear"])
-            .arg(&venv)
-            .output()
-            .map_err(|e| format!("cannot run python3 ({e}); these tests need python3 (3.10 or later)"))?;
-        if !created.status.success() {
-            return Err(format!("python3 -m venv failed:\n{}", String::from_utf8_lossy(&created.stderr)));
-        }
-        let install = Command::new(venv_python())
-            .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"])
-            .args(PYTHON_PACKAGES)
-            .output()
-            .map_err(|e| format!("cannot run pip ({e})"))?;
-        if !install.status.success() {
-            return Err(format!(
-                "pip install {} failed:\n{}",
-                PYTHON_PACKAGES.join(" "),
-                String::from_utf8_lossy(&install.stderr)
-            ));
-        }
-        sdk_version()
-    });
-    if let Err(why) = outcome {
-        panic!("the Python iii SDK is missing and could not be installed ({}): {why}", PYTHON_PACKAGES.join(", "));
-    }
+/// The pinned SDK in a virtual environment under the target directory (never the user's own
+/// Python), installed from PyPI when it is missing. Fails, never skips, when that is not possible.
+fn sdk() -> &'static installs::Venv {
+    static VENV: std::sync::OnceLock<Result<installs::Venv, String>> = std::sync::OnceLock::new();
+    VENV.get_or_init(|| installs::python_venv("live-python", &PYTHON_PACKAGES)).as_ref().unwrap_or_else(|why| {
+        panic!("the Python iii SDK could not be installed ({}): {why}", PYTHON_PACKAGES.join(", "))
+    })
 }
 
 /// The Python worker connected to `url`; `--swallow` for the variant with incident 001's bug.
 fn python_worker(url: &str, swallow: bool) -> Running {
-    require_sdk();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests").join("live").join("harness_worker.py");
-    let mut command = Command::new(venv_python());
+    let mut command = sdk().command();
     command.arg(script).args(["--url", url]);
     if swallow {
         command.arg("--swallow");
     }
     // The SDK leaves a marker file under ~/.iii when it is killed: keep it in the target dir.
-    let home = python_home().join("home");
+    let home = Path::new(env!("CARGO_TARGET_TMPDIR")).join("live-python-home");
     std::fs::create_dir_all(&home).expect("a home for the worker");
     let child = command.env("HOME", home).stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("start python");
     Running { child, what: format!("the Python worker{}", if swallow { " (swallowing)" } else { "" }) }
@@ -306,7 +257,7 @@ fn the_reference_harness_as_a_process_gives_the_simulated_verdicts() {
 /// cases that exercise its bug, not the whole suite: each of them waits out a liveness bound.)
 #[test]
 fn a_python_harness_on_the_real_iii_sdk_gives_the_simulated_verdicts() {
-    require_sdk();
+    sdk();
     const BUGGY: [&str; 2] =
         ["scenarios/incident-001/finalization/lost-ack.toml", "scenarios/incident-001/finalization/read-timeout.toml"];
     std::thread::scope(|scope| {

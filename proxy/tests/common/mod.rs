@@ -9,6 +9,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+pub mod installs;
+
 pub const STARTUP_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// A child process killed when the test ends, however it ends.
@@ -96,8 +98,9 @@ pub fn start_proxy(upstream: &str, extra: &[&str]) -> ProxyProcess {
     start_proxy_with("", upstream, extra)
 }
 
+/// A scratch file of this test process, under the target directory.
 pub fn temp_path(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("proxy-tests-{}", std::process::id()));
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("proxy-tests-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("create a temp dir");
     dir.join(name)
 }

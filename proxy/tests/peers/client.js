@@ -8,7 +8,7 @@ let WebSocket;
 try {
   WebSocket = require("ws");
 } catch (e) {
-  console.error("node module `ws` is missing (the tests install it under NODE_PATH)");
+  console.error("node module `ws` is missing (the tests install it under target/tmp/installs and put it on NODE_PATH)");
   process.exit(1);
 }
 

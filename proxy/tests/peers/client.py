@@ -14,7 +14,7 @@ try:
     from websockets.asyncio.client import connect
     from websockets.exceptions import ConnectionClosed, ConnectionClosedError, InvalidStatus
 except ImportError:
-    sys.exit("python module `websockets` is missing: pip install websockets==17.4")
+    sys.exit("python module `websockets` is missing: the tests run this script in a virtual environment they make under target/tmp/installs")
 
 MAX_SIZE = 64 * 1024 * 1024
 TIMEOUT = 10

@@ -13,7 +13,7 @@ try:
     import websockets
     from websockets.asyncio.server import serve
 except ImportError:
-    sys.exit("python module `websockets` is missing: pip install websockets==17.4")
+    sys.exit("python module `websockets` is missing: the tests run this script in a virtual environment they make under target/tmp/installs")
 
 MAX_SIZE = 64 * 1024 * 1024
 # How each finished connection was closed, as this server saw it (bounded: tests open few).
