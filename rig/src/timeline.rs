@@ -88,10 +88,13 @@ pub fn html(outcomes: &[&RunOutcome]) -> String {
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{}</title>\n<style>{STYLE}</style></head>\n<body>\n",
         escape(&title)
     );
-    for outcome in outcomes {
-        page.push_str("<section>\n");
+    for (index, outcome) in outcomes.iter().enumerate() {
+        let picture = Picture::of(outcome);
+        let layout = Layout::for_lanes(picture.lanes.len());
+        let _ = writeln!(page, "<section id=\"run-{}\">", index + 1);
         page.push_str(&header(outcome));
-        page.push_str(&svg(&Picture::of(outcome)));
+        let _ = writeln!(page, "<div class=\"lanes\">{}</div>", lanes_svg(&picture, &layout));
+        page.push_str(&rows_svg(&picture, &layout));
         page.push_str("</section>\n");
     }
     page.push_str("</body></html>\n");
@@ -99,7 +102,7 @@ pub fn html(outcomes: &[&RunOutcome]) -> String {
 }
 
 fn title(outcome: &RunOutcome) -> String {
-    format!("{} [{}] seed {}", outcome.scenario, outcome.policy, outcome.seed)
+    format!("{} · {} · seed {}", outcome.scenario, who(outcome), outcome.seed)
 }
 
 /// Runs as Mermaid sequence diagrams in one Markdown file, a section per run.
@@ -166,7 +169,8 @@ fn mermaid_text(text: &str) -> String {
 
 impl Picture {
     fn of(outcome: &RunOutcome) -> Self {
-        let events = outcome.trace.events();
+        let events = named_workers(outcome.trace.events());
+        let events = &events[..];
         let lanes = lanes(events);
         let index = |host: &str| lanes.iter().position(|l| l == host);
         let mut rows = Vec::new();
@@ -178,19 +182,65 @@ impl Picture {
                 continue;
             }
             if !registrations.is_empty() {
-                rows.push(registration_row(&registrations, &index));
+                rows.push(registration_row(&registrations, &events[position..], &lanes));
                 registrations.clear();
             }
             rows.extend(row(event, &events[..position], &index, &mut leases));
         }
         if !registrations.is_empty() {
-            rows.push(registration_row(&registrations, &index));
+            rows.push(registration_row(&registrations, &[], &lanes));
         }
         place_oracles(outcome, &mut rows);
         let rows = with_breaks(rows);
         let omitted = rows.len().saturating_sub(ROWS_MAX);
         Self { lanes, rows: rows.into_iter().take(ROWS_MAX).collect(), omitted }
     }
+}
+
+/// The events with each connection the engine had not yet heard named (`worker-7`: before its
+/// `engine::workers::register`, or after it was gone) under the lane name the same connection
+/// has elsewhere in the trace, so notes and lanes name a worker alike.
+fn named_workers(events: &[Event]) -> Vec<Event> {
+    let names = worker_names(events);
+    events
+        .iter()
+        .map(|event| {
+            let mut event = event.clone();
+            if let EventKind::Frame { peer, .. } = &mut event.kind {
+                if let Some(name) = names.get(peer.as_str()) {
+                    peer.clone_from(name);
+                }
+            }
+            event
+        })
+        .collect()
+}
+
+/// `worker-N` is the engine's name for a connection it has no other name for.
+fn is_unnamed(peer: &str) -> bool {
+    peer.strip_prefix("worker-").is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// What each unnamed connection is called elsewhere in the trace: the same connection shows
+/// under both names in the two frames of one invocation on one side of the engine (a call it
+/// made and its result, or a call it was given and its answer), as when a worker's result
+/// comes back after its connection was gone.
+fn worker_names(events: &[Event]) -> std::collections::BTreeMap<String, String> {
+    let mut sides: std::collections::BTreeMap<(&str, bool), BTreeSet<&str>> = Default::default();
+    for event in events {
+        let EventKind::Frame { direction, peer, frame, invocation_id: Some(id), .. } = &event.kind else { continue };
+        // `true`: the side that made the call (it sent the invocation, it gets the result).
+        let caller = (*frame == "invokefunction") != (*direction == "out");
+        sides.entry((id.as_str(), caller)).or_default().insert(peer.as_str());
+    }
+    let mut names = std::collections::BTreeMap::new();
+    for peers in sides.values() {
+        let (unnamed, named): (Vec<&str>, Vec<&str>) = peers.iter().partition(|p| is_unnamed(p));
+        if let ([worker], [name]) = (&unnamed[..], &named[..]) {
+            names.entry(worker.to_string()).or_insert_with(|| name.to_string());
+        }
+    }
+    names
 }
 
 /// Every host the trace names, in reading order; commits and leases live on `store`.
@@ -235,23 +285,44 @@ fn is_registration(event: &Event) -> bool {
     }
 }
 
-fn registration_row(frames: &[&Event], index: &dyn Fn(&str) -> Option<usize>) -> Row {
-    let mut functions: Vec<&str> = Vec::new();
-    let mut hosts = BTreeSet::new();
+/// The workers that registered in one go, named by the lanes the engine later routes their
+/// functions to (a worker is named only once it calls `engine::workers::register`).
+fn registration_row(frames: &[&Event], after: &[Event], lanes: &[String]) -> Row {
+    let mut functions: BTreeSet<&str> = BTreeSet::new();
+    let mut workers = BTreeSet::new();
     for event in frames {
         if let EventKind::Frame { frame: "registerfunction", peer, function_id, .. } = &event.kind {
             functions.extend(function_id.as_deref());
-            hosts.insert(peer.as_str());
+            workers.insert(peer.as_str());
+        }
+    }
+    let mut named: BTreeSet<usize> = BTreeSet::new();
+    for event in after {
+        if let EventKind::Frame { direction: "out", frame: "invokefunction", peer, function_id: Some(f), .. } =
+            &event.kind
+        {
+            if functions.contains(f.as_str()) {
+                named.extend(lanes.iter().position(|l| l == peer));
+            }
         }
     }
     let text = if functions.is_empty() {
         format!("{} connection frames", frames.len())
     } else {
-        format!("{} functions registered by {}", functions.len(), hosts.into_iter().collect::<Vec<_>>().join(", "))
+        let names: Vec<&str> = named.iter().map(|&l| lanes[l].as_str()).collect();
+        let workers = match workers.len() {
+            1 => "1 worker".to_string(),
+            n => format!("{n} workers"),
+        };
+        match names.len() {
+            0 => format!("{} functions registered by {workers}, none of them called", functions.len()),
+            _ => format!("{} functions registered by {workers}, called later at {}", functions.len(), names.join(", ")),
+        }
     };
+    let engine = lanes.iter().position(|l| l == "engine").unwrap_or(0);
     Row {
         at_ms: frames.last().map_or(0, |e| e.at_ms),
-        mark: Mark::Dot { lane: index("engine").unwrap_or(0), shape: Shape::Circle },
+        mark: Mark::Dot { lane: engine, shape: Shape::Circle },
         ink: FRAME_INK,
         tag: String::new(),
         text,
@@ -277,12 +348,12 @@ fn row(
         EventKind::Frame { direction, peer, frame, function_id, .. } => {
             let (from, to) =
                 if *direction == "in" { (lane(peer), lane("engine")) } else { (lane("engine"), lane(peer)) };
-            let text = format!("{frame} {}", function_id.as_deref().unwrap_or(""));
+            let text = format!("{frame} {}", function_id.as_deref().unwrap_or("")).trim_end().to_string();
             Row {
                 at_ms: event.at_ms,
                 mark: Mark::Arrow { from, to, cut: false, dropped: false },
                 ink: FRAME_INK,
-                tag: frame.to_string(),
+                tag: text.clone(),
                 text,
             }
         }
@@ -391,7 +462,12 @@ fn proxy_row(
         at_ms: event.at_ms,
         mark: Mark::Arrow { from, to, cut: true, dropped },
         ink: CUT_RED,
-        tag: format!("{kind} {}", if dropped { "dropped" } else { action.as_str() }),
+        tag: [kind, function, if dropped { "dropped" } else { action.as_str() }]
+            .iter()
+            .filter(|word| !word.is_empty())
+            .copied()
+            .collect::<Vec<_>>()
+            .join(" "),
         text: format!("proxy rule #{} {action}s {direction} {kind} {function}", rule + 1),
     }
 }
@@ -514,19 +590,46 @@ fn escape(text: &str) -> String {
 }
 
 const STYLE: &str = "body{font-family:system-ui,sans-serif;margin:16px;color:#1b1f24;background:#fff}\
-h1{font-size:18px;margin:0 0 4px}.meta{font-family:monospace;font-size:12px;color:#444}\
+h1{font-size:18px;margin:0 0 4px}.who{font-size:14px;margin:0 0 4px}\
+.meta{font-family:monospace;font-size:12px;color:#444}\
 .pass{color:#248a3d}.fail{color:#d62728}ul{margin:6px 0;font-size:13px}\
 .legend span{display:inline-block;margin-right:14px;font-size:12px}\
 .legend i{display:inline-block;width:12px;height:12px;margin-right:4px;vertical-align:middle}\
+.lanes{position:sticky;top:0;z-index:1;background:#fff}svg{display:block}\
 svg text{font-family:monospace;font-size:11px}";
 
+/// Who ran and under which policy, as the section's heading says it: the reference harness is
+/// run as one of its policies; a user's harness is held to a policy's expectations.
+fn who(outcome: &RunOutcome) -> String {
+    if outcome.harness == "reference" {
+        format!("policy {}", outcome.policy)
+    } else {
+        format!("harness {} (policy {})", outcome.harness, outcome.policy)
+    }
+}
+
 fn header(outcome: &RunOutcome) -> String {
+    let who = if outcome.harness == "reference" {
+        format!("policy <b>{}</b> of the reference harness", escape(&outcome.policy))
+    } else {
+        format!(
+            "harness <b>{}</b>, held to the <b>{}</b> policy's expectations",
+            escape(&outcome.harness),
+            escape(&outcome.policy)
+        )
+    };
+    let expected: Vec<String> = outcome.expected_violations.iter().map(|o| format!("`{}`", o.name())).collect();
+    let known_bad = match expected.is_empty() {
+        true => String::new(),
+        false => format!(" · known-bad: expected to trip {}", expected.join(", ")),
+    };
     let mut text = format!(
-        "<h1>{} <span class=\"{}\">{}</span></h1>\n<div class=\"meta\">harness {} · {} ms simulated · {} steps · trace {}<br>repro: {}</div>\n",
-        escape(&title(outcome)),
+        "<h1>{} · seed {} <span class=\"{}\">{}</span></h1>\n<div class=\"who\">{who}{known_bad}</div>\n\
+         <div class=\"meta\">{} ms simulated · {} steps · trace {}<br>repro: {}</div>\n",
+        escape(&outcome.scenario),
+        outcome.seed,
         if outcome.passed { "pass" } else { "fail" },
         if outcome.passed { "PASS" } else { "FAIL" },
-        escape(&outcome.harness),
         outcome.sim_ms,
         outcome.steps,
         &outcome.trace_hash[..outcome.trace_hash.len().min(16)],
@@ -556,27 +659,126 @@ fn header(outcome: &RunOutcome) -> String {
     text
 }
 
-/// Layout, in pixels.
-const TIME_WIDTH: usize = 110;
-const LANE_WIDTH: usize = 112;
-const HEAD_HEIGHT: usize = 34;
+/// The widest picture that fits a 1,280 px window: the body's margins and a scrollbar off.
+pub const PAGE_WIDTH_MAX: usize = 1_232;
+/// The band behind the lane names, which stay at the top of the window while the rows scroll.
+pub const LANE_HEAD_BAND: &str = "#e8edf3";
+const TIME_WIDTH: usize = 90;
+const LANE_WIDTH_MIN: usize = 84;
+const LANE_WIDTH_MAX: usize = 112;
+/// The description column is never narrower than this; lanes narrow first (down to their least).
+const TEXT_WIDTH_MIN: usize = 420;
+const HEAD_HEIGHT: usize = 30;
 const ROW_HEIGHT: usize = 18;
+/// Each further line of a description that wraps.
+const LINE_HEIGHT: usize = 13;
+const LINES_MAX: usize = 2;
 const BREAK_HEIGHT: usize = 30;
-const TEXT_WIDTH: usize = 720;
+/// The advance of one monospace character at 11 px and at 9 px (0.6 em, rounded up).
+const CHAR_PX: f64 = 6.7;
+const SMALL_CHAR_PX: f64 = 5.5;
 
-fn lane_x(lane: usize) -> usize {
-    TIME_WIDTH + LANE_WIDTH * lane + LANE_WIDTH / 2
+/// Where things go for a given number of lanes.
+struct Layout {
+    lane_width: usize,
+    lanes_right: usize,
+    width: usize,
+    /// Characters of description per line.
+    text_chars: usize,
 }
 
-fn svg(picture: &Picture) -> String {
-    let heights: Vec<usize> = picture
-        .rows
-        .iter()
-        .map(|r| if matches!(r.mark, Mark::Break { .. }) { BREAK_HEIGHT } else { ROW_HEIGHT })
-        .collect();
-    let height = HEAD_HEIGHT + heights.iter().sum::<usize>() + ROW_HEIGHT * (1 + usize::from(picture.omitted > 0));
-    let lanes_right = TIME_WIDTH + LANE_WIDTH * picture.lanes.len();
-    let width = lanes_right + TEXT_WIDTH;
+impl Layout {
+    fn for_lanes(lanes: usize) -> Self {
+        let room = PAGE_WIDTH_MAX - TIME_WIDTH - TEXT_WIDTH_MIN;
+        let lane_width = (room / lanes.max(1)).clamp(LANE_WIDTH_MIN, LANE_WIDTH_MAX);
+        let lanes_right = TIME_WIDTH + lane_width * lanes;
+        let width = PAGE_WIDTH_MAX.max(lanes_right + TEXT_WIDTH_MIN);
+        let text_chars = ((width - lanes_right - 16) as f64 / CHAR_PX) as usize;
+        Self { lane_width, lanes_right, width, text_chars }
+    }
+
+    fn lane_x(&self, lane: usize) -> usize {
+        TIME_WIDTH + self.lane_width * lane + self.lane_width / 2
+    }
+
+    /// The row's description, wrapped to the column.
+    fn lines(&self, row: &Row) -> Vec<String> {
+        wrap(&row.text, self.text_chars, LINES_MAX)
+    }
+
+    fn height(&self, row: &Row) -> usize {
+        match row.mark {
+            Mark::Break { .. } => BREAK_HEIGHT,
+            _ => ROW_HEIGHT + LINE_HEIGHT * (self.lines(row).len().max(1) - 1),
+        }
+    }
+}
+
+/// `text` in lines of at most `chars`, broken at spaces where it can, at most `lines_max` of
+/// them (the last cut short with an ellipsis).
+fn wrap(text: &str, chars: usize, lines_max: usize) -> Vec<String> {
+    let chars = chars.max(8);
+    let mut lines: Vec<String> = Vec::new();
+    let mut rest: Vec<char> = text.chars().collect();
+    while !rest.is_empty() && lines.len() < lines_max {
+        if rest.len() <= chars {
+            lines.push(rest.iter().collect());
+            return lines;
+        }
+        if lines.len() + 1 == lines_max {
+            lines.push(shorten(&rest.iter().collect::<String>(), chars - 1));
+            return lines;
+        }
+        let cut = rest[..=chars].iter().rposition(|c| *c == ' ').filter(|&at| at > chars / 2).unwrap_or(chars);
+        lines.push(rest[..cut].iter().collect::<String>().trim_end().to_string());
+        rest.drain(..cut);
+        while rest.first() == Some(&' ') {
+            rest.remove(0);
+        }
+    }
+    lines
+}
+
+/// A small label, kept off its neighbours' text: white behind it, so a lane line it crosses
+/// does not cut through it.
+fn label(x: usize, y: usize, anchor: &str, ink: &str, text: &str) -> String {
+    format!(
+        "<text x=\"{x}\" y=\"{y}\" text-anchor=\"{anchor}\" font-size=\"9\" fill=\"{ink}\" stroke=\"#fff\" stroke-width=\"3\" paint-order=\"stroke\">{}</text>",
+        escape(text)
+    )
+}
+
+fn small_width(text: &str) -> usize {
+    (text.chars().count() as f64 * SMALL_CHAR_PX).ceil() as usize
+}
+
+/// The lane names on their band: a picture of its own, kept in view while the rows scroll.
+fn lanes_svg(picture: &Picture, layout: &Layout) -> String {
+    let width = layout.width;
+    let mut svg = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{HEAD_HEIGHT}\" viewBox=\"0 0 {width} {HEAD_HEIGHT}\">\n\
+         <rect x=\"0\" y=\"0\" width=\"{}\" height=\"{HEAD_HEIGHT}\" fill=\"{LANE_HEAD_BAND}\"/>\n\
+         <text x=\"8\" y=\"19\" font-weight=\"bold\">simulated time</text>\n",
+        layout.lanes_right
+    );
+    for (index, lane) in picture.lanes.iter().enumerate() {
+        let _ = writeln!(
+            svg,
+            "<text x=\"{}\" y=\"19\" text-anchor=\"middle\" font-weight=\"bold\">{}</text>",
+            layout.lane_x(index),
+            escape(lane)
+        );
+    }
+    let _ = writeln!(svg, "<text x=\"{}\" y=\"19\" font-weight=\"bold\">what happened</text>", layout.lanes_right + 12);
+    svg.push_str("</svg>\n");
+    svg
+}
+
+/// The rows under the lanes, and each row's description beside them.
+fn rows_svg(picture: &Picture, layout: &Layout) -> String {
+    let heights: Vec<usize> = picture.rows.iter().map(|r| layout.height(r)).collect();
+    let height = heights.iter().sum::<usize>() + ROW_HEIGHT * (1 + usize::from(picture.omitted > 0));
+    let (width, lanes_right) = (layout.width, layout.lanes_right);
     let mut svg = format!(
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{height}\" viewBox=\"0 0 {width} {height}\">\n\
          <defs><marker id=\"head\" viewBox=\"0 0 10 10\" refX=\"10\" refY=\"5\" markerWidth=\"7\" markerHeight=\"7\" orient=\"auto-start-reverse\">\
@@ -584,21 +786,19 @@ fn svg(picture: &Picture) -> String {
          <marker id=\"cuthead\" viewBox=\"0 0 10 10\" refX=\"10\" refY=\"5\" markerWidth=\"7\" markerHeight=\"7\" orient=\"auto-start-reverse\">\
          <path d=\"M0,0 L10,5 L0,10 z\" fill=\"{CUT_RED}\"/></marker></defs>\n"
     );
-    for (index, lane) in picture.lanes.iter().enumerate() {
-        let x = lane_x(index);
+    for index in 0..picture.lanes.len() {
+        let x = layout.lane_x(index);
         let _ = writeln!(
             svg,
-            "<text x=\"{x}\" y=\"20\" text-anchor=\"middle\" font-weight=\"bold\">{}</text>\
-             <line x1=\"{x}\" y1=\"{HEAD_HEIGHT}\" x2=\"{x}\" y2=\"{height}\" stroke=\"{LANE_GREY}\" stroke-width=\"3\"/>",
-            escape(lane)
+            "<line x1=\"{x}\" y1=\"0\" x2=\"{x}\" y2=\"{height}\" stroke=\"{LANE_GREY}\" stroke-width=\"3\"/>"
         );
     }
-    let _ = writeln!(svg, "<text x=\"8\" y=\"20\" font-weight=\"bold\">simulated time</text>");
-    let mut y = HEAD_HEIGHT;
+    let mut y = 0;
     let mut last_ms = None;
     for (row, height) in picture.rows.iter().zip(&heights) {
-        let middle = y + height / 2;
-        if last_ms != Some(row.at_ms) && !matches!(row.mark, Mark::Break { .. }) {
+        let middle = y + ROW_HEIGHT / 2;
+        let is_break = matches!(row.mark, Mark::Break { .. });
+        if last_ms != Some(row.at_ms) && !is_break {
             let _ =
                 writeln!(svg, "<text x=\"8\" y=\"{}\" fill=\"#555\">{} ms</text>", middle + 4, thousands(row.at_ms));
             last_ms = Some(row.at_ms);
@@ -611,15 +811,18 @@ fn svg(picture: &Picture) -> String {
                 lanes_right - TIME_WIDTH
             );
         }
-        svg.push_str(&mark_svg(row, middle, *height, y, lanes_right));
-        let _ = writeln!(
-            svg,
-            "<text x=\"{}\" y=\"{}\" fill=\"{}\">{}</text>",
-            lanes_right + 12,
-            middle + 4,
-            row.ink,
-            escape(&shorten(&row.text, 110))
-        );
+        let middle = if is_break { y + height / 2 } else { middle };
+        svg.push_str(&mark_svg(row, layout, middle, (y, *height)));
+        for (line, text) in layout.lines(row).iter().enumerate() {
+            let _ = writeln!(
+                svg,
+                "<text x=\"{}\" y=\"{}\" fill=\"{}\">{}</text>",
+                lanes_right + 12,
+                middle + 4 + LINE_HEIGHT * line,
+                row.ink,
+                escape(text)
+            );
+        }
         y += height;
     }
     if picture.omitted > 0 {
@@ -635,13 +838,14 @@ fn svg(picture: &Picture) -> String {
     svg
 }
 
-/// The mark of one row, centred on `middle`.
-fn mark_svg(row: &Row, middle: usize, height: usize, top: usize, lanes_right: usize) -> String {
+/// The mark of one row, centred on `middle`; `(top, height)` is the row's band.
+fn mark_svg(row: &Row, layout: &Layout, middle: usize, (top, height): (usize, usize)) -> String {
     let ink = row.ink;
+    let lanes_right = layout.lanes_right;
     let tooltip = format!("<title>{} ms: {}</title>", row.at_ms, escape(&row.text));
     match &row.mark {
         Mark::Arrow { from, to, cut, dropped } => {
-            let (x1, x2) = (lane_x(*from) as i64, lane_x(*to) as i64);
+            let (x1, x2) = (layout.lane_x(*from) as i64, layout.lane_x(*to) as i64);
             let toward = if x2 >= x1 { 1 } else { -1 };
             let end = x2 - toward * 4;
             let head = if *dropped {
@@ -661,16 +865,17 @@ fn mark_svg(row: &Row, middle: usize, height: usize, top: usize, lanes_right: us
                 (false, false) => " marker-end=\"url(#head)\"",
             };
             let width = if *cut { 3 } else { 1 };
+            // Centred over the arrow, but never out past the first or the last lane.
+            let half = small_width(&row.tag).div_ceil(2);
+            let centre = ((x1 + x2) / 2) as usize;
+            let centre = centre.min(lanes_right.saturating_sub(half)).max(TIME_WIDTH + half);
             format!(
-                "<g>{tooltip}<line x1=\"{x1}\" y1=\"{middle}\" x2=\"{end}\" y2=\"{middle}\" stroke=\"{ink}\" stroke-width=\"{width}\"{marker}/>{head}\
-                 <text x=\"{}\" y=\"{}\" text-anchor=\"middle\" font-size=\"9\" fill=\"{ink}\">{}</text></g>\n",
-                (x1 + x2) / 2,
-                middle - 3,
-                escape(&row.tag)
+                "<g>{tooltip}<line x1=\"{x1}\" y1=\"{middle}\" x2=\"{end}\" y2=\"{middle}\" stroke=\"{ink}\" stroke-width=\"{width}\"{marker}/>{head}{}</g>\n",
+                label(centre, middle - 3, "middle", ink, &row.tag)
             )
         }
         Mark::Dot { lane, shape } => {
-            let x = lane_x(*lane);
+            let x = layout.lane_x(*lane);
             let body = match shape {
                 Shape::Square => format!("<rect x=\"{}\" y=\"{}\" width=\"10\" height=\"10\" fill=\"{ink}\"/>", x - 5, middle - 5),
                 Shape::Diamond => format!(
@@ -686,17 +891,17 @@ fn mark_svg(row: &Row, middle: usize, height: usize, top: usize, lanes_right: us
                     middle - 6
                 ),
             };
-            format!(
-                "<g>{tooltip}{body}<text x=\"{}\" y=\"{}\" font-size=\"9\" fill=\"{ink}\">{}</text></g>\n",
-                x + 9,
-                middle + 3,
-                escape(&row.tag)
-            )
+            // Right of the mark, or left of it where the right would reach the descriptions.
+            let tag = match x + 9 + small_width(&row.tag) + 4 <= lanes_right {
+                true => label(x + 9, middle + 3, "start", ink, &row.tag),
+                false => label(x - 9, middle + 3, "end", ink, &row.tag),
+            };
+            format!("<g>{tooltip}{body}{tag}</g>\n")
         }
         Mark::Link { a, b } => format!(
             "<g>{tooltip}<line x1=\"{}\" y1=\"{middle}\" x2=\"{}\" y2=\"{middle}\" stroke=\"{ink}\" stroke-width=\"3\" stroke-dasharray=\"6 4\"/></g>\n",
-            lane_x(*a),
-            lane_x(*b)
+            layout.lane_x(*a),
+            layout.lane_x(*b)
         ),
         Mark::Band => format!(
             "<g>{tooltip}<rect x=\"{TIME_WIDTH}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{ink}\" fill-opacity=\"0.25\" stroke=\"{ink}\"/></g>\n",
@@ -712,7 +917,7 @@ fn mark_svg(row: &Row, middle: usize, height: usize, top: usize, lanes_right: us
                 let mut x = TIME_WIDTH;
                 let mut up = true;
                 while x < lanes_right {
-                    x += 8;
+                    x = (x + 8).min(lanes_right);
                     let _ = write!(path, " L{x} {}", if up { y - 4 } else { y });
                     up = !up;
                 }
@@ -726,7 +931,7 @@ fn mark_svg(row: &Row, middle: usize, height: usize, top: usize, lanes_right: us
                 upper - 2,
                 lanes_right - TIME_WIDTH,
                 lower - upper + 4,
-                top + height / 2 + 4,
+                middle + 4,
                 duration(*ms)
             )
         }
@@ -757,6 +962,61 @@ mod tests {
         assert_eq!(thousands(7), "7");
         assert_eq!(thousands(1_800_050), "1,800,050");
         assert_eq!(thousands(100_000), "100,000");
+    }
+
+    fn frame(direction: &'static str, peer: &str, frame: &'static str, invocation: &str) -> Event {
+        let kind = EventKind::Frame {
+            direction,
+            peer: peer.into(),
+            frame,
+            function_id: Some("model::generate".into()),
+            invocation_id: Some(invocation.into()),
+        };
+        Event { at_ms: 1, host: "engine".into(), kind }
+    }
+
+    #[test]
+    fn a_connection_without_a_name_is_named_by_its_other_frames() {
+        // The harness's call, answered after its connection was gone (the engine names it anew).
+        let events = [
+            frame("in", "harness", "invokefunction", "a"),
+            frame("out", "model", "invokefunction", "a"),
+            frame("in", "model", "invocationresult", "a"),
+            frame("out", "worker-7", "invocationresult", "a"),
+            frame("out", "worker-8", "invocationresult", "b"),
+        ];
+        let names = worker_names(&events);
+        assert_eq!(names.get("worker-7").map(String::as_str), Some("harness"));
+        assert_eq!(names.get("worker-8"), None, "nothing says who worker-8 is: it keeps its name");
+        assert!(!names.contains_key("model"));
+        assert!(is_unnamed("worker-12") && !is_unnamed("worker-") && !is_unnamed("workers-1"));
+    }
+
+    #[test]
+    fn descriptions_wrap_at_spaces_onto_two_lines_at_most() {
+        assert_eq!(wrap("short", 20, 2), ["short"]);
+        assert_eq!(
+            wrap("commit harness_turn/s1 v2 status=failed", 24, 2),
+            ["commit harness_turn/s1", "v2 status=failed"]
+        );
+        let long = wrap(&"word ".repeat(40), 20, 2);
+        assert_eq!(long.len(), 2);
+        assert!(long[1].ends_with('…') && long[1].chars().count() <= 20, "{long:?}");
+    }
+
+    #[test]
+    fn a_label_on_the_last_lane_turns_left_of_the_descriptions() {
+        let layout = Layout::for_lanes(7);
+        let row = |tag: &str| Row {
+            at_ms: 5,
+            mark: Mark::Dot { lane: 6, shape: Shape::Cross },
+            ink: CUT_RED,
+            tag: tag.into(),
+            text: String::new(),
+        };
+        assert!(mark_svg(&row("delay"), &layout, 9, (0, 18)).contains("text-anchor=\"start\""));
+        assert!(mark_svg(&row("crash-after-effect"), &layout, 9, (0, 18)).contains("text-anchor=\"end\""));
+        assert!(layout.width <= PAGE_WIDTH_MAX, "seven lanes fit a 1,280 px window");
     }
 
     #[test]

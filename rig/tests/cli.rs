@@ -396,8 +396,11 @@ fn the_lost_result_timeline_shows_the_drop_the_long_wait_and_the_redelivery() {
     ]);
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
     let page = std::fs::read_to_string(&html).unwrap();
-    assert_eq!(page.matches("<section>").count(), 2, "both policies, one section each");
-    assert!(page.contains("<svg") && page.contains("invocationresult dropped"), "the dropped frame, drawn");
+    assert_eq!(page.matches("<section id=\"run-").count(), 2, "both policies, one section each");
+    assert!(
+        page.contains("<svg") && page.contains(">invocationresult harness::turn dropped</text>"),
+        "the dropped frame, drawn"
+    );
     assert!(page.contains("29 min 58.8 s"), "the 30-minute deadline as a break");
     assert!(page.contains("queue_redeliver: visibility deadline passed"), "the redelivery");
     assert!(page.contains("oracle `monotonic` fired (expected under this policy)"), "the oracle, at its moment");

@@ -15,13 +15,17 @@ use std::time::{Duration, Instant};
 /// The colours the timeline draws lanes and cuts in (`rig::timeline`).
 const LANE_GREY: [u8; 3] = [0x8a, 0x9b, 0xb0];
 const CUT_RED: [u8; 3] = [0xd6, 0x27, 0x28];
+const WHITE: [u8; 3] = [0xff, 0xff, 0xff];
 /// How long the browser may take before the check gives up on it (a hang guard, not a target).
 const BROWSER_WAIT_MAX: Duration = Duration::from_secs(180);
 
 fn main() {
     let args = Arguments::from_args();
     let trials = vec![
-        Trial::ignorable_test("timeline_in_chromium_shows_the_lanes_and_the_red_cut", timeline_in_chromium),
+        Trial::ignorable_test(
+            "timeline_in_chromium_fits_1280_px_keeps_the_lanes_in_view_and_names_each_arrow",
+            timeline_in_chromium,
+        ),
         Trial::ignorable_test("junit_of_two_shards_merges_and_validates_against_the_schema", junit_validates),
     ];
     libtest_mimic::run(&args, trials).exit();
@@ -57,37 +61,49 @@ fn rig(args: &[&str]) -> Result<std::process::Output, Failed> {
     Command::new(env!("CARGO_BIN_EXE_rig")).args(args).output().map_err(|e| format!("the rig binary: {e}").into())
 }
 
+/// The window the timeline must fit, as a laptop shows it.
+const WINDOW_WIDTH: usize = 1_280;
+
+/// The lost result's timeline at 1,280 px: every lane and the description column on screen,
+/// nothing off the right edge, the red cut frame between two lanes (screenshot); and in the
+/// browser's own layout, no horizontal scrolling, the lane names still at the top of the
+/// window after scrolling down, every small label inside the lanes, and the dropped
+/// `invocationresult` named with its function; each section headed with its own policy.
 fn timeline_in_chromium() -> Result<Completion, Failed> {
     let Some(chromium) = find_tool(&["chromium", "chromium-browser"]) else { return missing("chromium", "chromium") };
     let folder = scratch("timeline");
     let page = folder.join("lost-result.html");
+    timeline(&page, &["--policy", "reference"])?;
+    let html = std::fs::read_to_string(&page)?;
+    let lanes = html.matches(&format!("stroke=\"#{}\"", hex(LANE_GREY))).count();
+    let height: usize = svg_heights(&html).iter().sum();
+    let screenshot = folder.join("lost-result.png");
+    let window = (WINDOW_WIDTH, (height + 400).min(16_000));
+    run_chromium(&chromium, &page, &["--screenshot", screenshot.to_str().unwrap()], window, &folder)?;
+    check_screenshot(&Image::read(&screenshot)?, lanes, &screenshot)?;
+    check_layout(&chromium, &html, lanes, &folder)?;
+    check_headings(&folder)?;
+    Ok(Completion::Completed)
+}
+
+fn timeline(page: &Path, extra: &[&str]) -> Result<(), Failed> {
     let scenario = workspace().join("scenarios/incident-001/lost-result/lost-result.toml");
-    let out = rig(&[
-        "run",
-        scenario.to_str().unwrap(),
-        "--seed",
-        "0",
-        "--policy",
-        "reference",
-        "--timeline",
-        page.to_str().unwrap(),
-    ])?;
+    let mut args = vec!["run", scenario.to_str().unwrap(), "--seed", "0", "--timeline", page.to_str().unwrap()];
+    args.extend(extra);
+    let out = rig(&args)?;
     if out.status.code() != Some(0) {
         return Err(format!("rig run failed: {}", String::from_utf8_lossy(&out.stdout)).into());
     }
-    let html = std::fs::read_to_string(&page)?;
-    let lanes = html.matches(&format!("stroke=\"#{}\"", hex(LANE_GREY))).count();
-    let (width, height) = svg_size(&html).ok_or("the page has no sized SVG")?;
-    let screenshot = folder.join("lost-result.png");
-    screenshot_page(&chromium, &page, &screenshot, (width + 60, height + 240), &folder)?;
-    let image = Image::read(&screenshot)?;
+    Ok(())
+}
 
+fn check_screenshot(image: &Image, lanes: usize, path: &Path) -> Result<(), Failed> {
     let lane_columns = image.columns_of(LANE_GREY, image.height / 3);
     if lanes < 5 || lane_columns.len() != lanes {
         return Err(format!(
             "the page draws {lanes} lanes, the screenshot shows {} lane lines at x = {lane_columns:?} ({})",
             lane_columns.len(),
-            screenshot.display()
+            path.display()
         )
         .into());
     }
@@ -99,38 +115,132 @@ fn timeline_in_chromium() -> Result<Completion, Failed> {
     if end - start < 60 || !near_lane(start) || !near_lane(end) {
         return Err(format!(
             "the longest red stroke (row {red_row}, x {start}..{end}) is not a cut frame between two lanes ({})",
-            screenshot.display()
+            path.display()
         )
         .into());
     }
-    Ok(Completion::Completed)
+    let inked = |x: std::ops::Range<usize>| x.into_iter().any(|x| (0..image.height).any(|y| !image.is(x, y, WHITE)));
+    if !inked(lanes_right + 20..image.width - 16) {
+        return Err(format!("no description column right of the lanes ({})", path.display()).into());
+    }
+    if inked(image.width - 12..image.width) {
+        return Err(
+            format!("the page runs off the right edge of a {WINDOW_WIDTH} px window ({})", path.display()).into()
+        );
+    }
+    Ok(())
+}
+
+/// What the browser's layout of the first section says, read back with `--dump-dom` from a
+/// copy of the page with a measuring script (the page itself has none).
+fn check_layout(chromium: &Path, html: &str, lanes: usize, folder: &Path) -> Result<(), Failed> {
+    let probe = folder.join("probe.html");
+    std::fs::write(&probe, html.replace("</body>", &format!("<script>{LAYOUT_PROBE}</script></body>")))?;
+    let dom = run_chromium(chromium, &probe, &["--dump-dom"], (WINDOW_WIDTH, 900), folder)?;
+    let json = dom
+        .split_once("data-probe=\"")
+        .and_then(|(_, rest)| rest.split_once('"'))
+        .map(|(json, _)| json.replace("&quot;", "\"").replace("&amp;", "&"))
+        .ok_or("the layout probe left no result")?;
+    let layout: serde_json::Value = serde_json::from_str(&json)?;
+    let number = |key: &str| layout[key].as_f64().unwrap_or(f64::NAN);
+    let texts = |key: &str| -> Vec<String> {
+        layout[key].as_array().into_iter().flatten().map(|t| t.as_str().unwrap_or_default().to_string()).collect()
+    };
+    let mut wrong = Vec::new();
+    if !(number("width") <= number("client") && number("client") >= 1_200.0) {
+        wrong.push(format!("{} px wide in a {} px window: it scrolls sideways", number("width"), number("client")));
+    }
+    if !(number("scrolled") > 1_000.0 && number("lanes_top").abs() < 1.0) {
+        wrong.push(format!(
+            "scrolled {} px past the lane names, they are at {} px, not at the top",
+            number("scrolled"),
+            number("lanes_top")
+        ));
+    }
+    let names = texts("names");
+    if names.len() != lanes + 2 || !["harness", "proxy", "engine"].iter().all(|n| names.iter().any(|m| m == n)) {
+        wrong.push(format!("the lane header names {names:?} for {lanes} lanes"));
+    }
+    let outside = texts("outside");
+    if !outside.is_empty() {
+        wrong.push(format!("labels reaching past the lanes into the descriptions: {outside:?}"));
+    }
+    let labels = texts("labels");
+    for label in ["invokefunction harness::turn", "invocationresult harness::turn dropped"] {
+        if !labels.iter().any(|l| l == label) {
+            wrong.push(format!("no arrow labelled `{label}`"));
+        }
+    }
+    match wrong.is_empty() {
+        true => Ok(()),
+        false => Err(wrong.join("; ").into()),
+    }
+}
+
+/// Measures the first section, scrolls well into it and measures the lane header again.
+const LAYOUT_PROBE: &str = r##"
+const lanes = document.querySelector("#run-1 .lanes");
+const band = lanes.querySelector("rect").getBoundingClientRect();
+const labels = [...lanes.nextElementSibling.querySelectorAll('text[font-size="9"]')];
+const outside = labels.filter(t => { const r = t.getBoundingClientRect(); return r.width > 0 && r.right > band.right + 1; });
+const probe = {
+  width: document.documentElement.scrollWidth,
+  client: document.documentElement.clientWidth,
+  names: [...lanes.querySelectorAll("text")].map(t => t.textContent),
+  labels: labels.map(t => t.textContent),
+  outside: outside.map(t => t.textContent),
+};
+// Measured before scrolling: a stuck header's offset follows the scroll.
+const lanes_at = lanes.getBoundingClientRect().top + window.scrollY;
+window.scrollTo(0, lanes_at + 1500);
+probe.scrolled = window.scrollY - lanes_at;
+probe.lanes_top = lanes.getBoundingClientRect().top;
+document.body.setAttribute("data-probe", JSON.stringify(probe));
+"##;
+
+/// Each section is headed with the policy it ran: the known-bad one is not called `reference`.
+fn check_headings(folder: &Path) -> Result<(), Failed> {
+    let page = folder.join("both-policies.html");
+    timeline(&page, &[])?;
+    let html = std::fs::read_to_string(&page)?;
+    let headings: Vec<&str> =
+        html.split("<div class=\"who\">").skip(1).filter_map(|rest| rest.split("</div>").next()).collect();
+    let right = headings.len() == 2
+        && headings[0].starts_with("policy <b>reference</b>")
+        && headings[1].starts_with("policy <b>unguarded</b>")
+        && headings[1].contains("known-bad");
+    match right {
+        true => Ok(()),
+        false => Err(format!("the sections are headed {headings:?}").into()),
+    }
 }
 
 fn hex([r, g, b]: [u8; 3]) -> String {
     format!("{r:02x}{g:02x}{b:02x}")
 }
 
-/// The SVG's `width` and `height` attributes.
-fn svg_size(html: &str) -> Option<(usize, usize)> {
-    let tag = &html[html.find("<svg ")?..];
-    let attribute = |name: &str| -> Option<usize> {
-        let start = tag.find(&format!(" {name}=\""))? + name.len() + 3;
-        tag[start..].split('"').next()?.parse().ok()
-    };
-    Some((attribute("width")?, attribute("height")?))
+/// The `height` of each SVG in the page (the lane header's and the rows').
+fn svg_heights(html: &str) -> Vec<usize> {
+    html.split("<svg ")
+        .skip(1)
+        .filter_map(|tag| tag.split_once(" height=\"").and_then(|(_, rest)| rest.split('"').next()?.parse().ok()))
+        .collect()
 }
 
 /// Headless Chromium as Debian ships it, run as the machines here run it: no sandbox (root),
 /// no GPU, no background networking (the network is closed), a fresh profile, and a home of its
 /// own in the scratch folder (it keeps certificate and font caches there), so nothing is written
 /// outside the target directory.
-fn screenshot_page(
+/// `what` is `--screenshot FILE` or `--dump-dom`; returns what it printed.
+fn run_chromium(
     chromium: &Path,
     page: &Path,
-    png: &Path,
+    what: &[&str],
     (width, height): (usize, usize),
     folder: &Path,
-) -> Result<(), Failed> {
+) -> Result<String, Failed> {
+    let stdout = folder.join("chromium.out");
     let mut child = Command::new(chromium)
         .args([
             "--headless",
@@ -145,22 +255,23 @@ fn screenshot_page(
         ])
         .arg(format!("--user-data-dir={}", folder.join("profile").display()))
         .arg(format!("--window-size={width},{}", height.min(16_000)))
-        .arg(format!("--screenshot={}", png.display()))
+        .arg(what.join("="))
         .arg(format!("file://{}", page.display()))
         .env("HOME", folder.join("home"))
         .env("XDG_CONFIG_HOME", folder.join("home/.config"))
         .env("XDG_CACHE_HOME", folder.join("home/.cache"))
-        .stdout(Stdio::null())
+        .stdout(std::fs::File::create(&stdout)?)
         .stderr(Stdio::null())
         .spawn()
         .map_err(|e| format!("{}: {e}", chromium.display()))?;
     let started = Instant::now();
     loop {
         if let Some(status) = child.try_wait()? {
-            if !status.success() || !png.exists() {
-                return Err(format!("chromium exited {status} without a screenshot").into());
+            let wrote = what.get(1).is_none_or(|file| Path::new(file).exists());
+            if !status.success() || !wrote {
+                return Err(format!("chromium exited {status} without doing {what:?}").into());
             }
-            return Ok(());
+            return Ok(std::fs::read_to_string(&stdout)?);
         }
         if started.elapsed() > BROWSER_WAIT_MAX {
             let _ = child.kill();
