@@ -8,6 +8,7 @@
 
 use crate::relay::FrameRecord;
 use serde_json::{json, Value};
+use std::borrow::Cow;
 use std::cell::RefCell;
 use std::fs::File;
 use std::io::Write;
@@ -122,6 +123,130 @@ impl Log {
     }
 }
 
+/// What a frame line says of a JSON text frame without `--log-payloads`: the fields that name
+/// the frame in the iii protocol, and that rules match on (`type`, `function_id`,
+/// `invocation_id`), when they are strings at the top level of an object.
+///
+/// Read by a scan of the text, not a parse: a JSON tree (or serde's skipping of the fields it
+/// does not want) allocates for every frame, and a frame line allocates nothing (an escaped
+/// string value is decoded, the one exception). The scan follows strings and nesting; a text
+/// it cannot follow to the object's end gives no summary.
+#[derive(Default)]
+struct Summary<'a> {
+    frame_type: Option<Cow<'a, str>>,
+    function_id: Option<Cow<'a, str>>,
+    invocation_id: Option<Cow<'a, str>>,
+}
+
+impl<'a> Summary<'a> {
+    fn of(message: &'a Message) -> Self {
+        match message {
+            Message::Text(text) => Self::scan(text.as_str()).unwrap_or_default(),
+            _ => Self::default(),
+        }
+    }
+
+    fn scan(text: &'a str) -> Option<Self> {
+        let bytes = text.as_bytes();
+        let mut summary = Self::default();
+        let mut at = skip_space(bytes, 0);
+        (bytes.get(at) == Some(&b'{')).then_some(())?;
+        at = skip_space(bytes, at + 1);
+        if bytes.get(at) == Some(&b'}') {
+            return Some(summary);
+        }
+        loop {
+            let key_end = string_end(bytes, at)?;
+            let key = &text[at..key_end];
+            at = skip_space(bytes, key_end);
+            (bytes.get(at) == Some(&b':')).then_some(())?;
+            let start = skip_space(bytes, at + 1);
+            let end = value_end(bytes, start)?;
+            let slot = match key {
+                "\"type\"" => Some(&mut summary.frame_type),
+                "\"function_id\"" => Some(&mut summary.function_id),
+                "\"invocation_id\"" => Some(&mut summary.invocation_id),
+                _ => None,
+            };
+            if let (Some(slot), Some(b'"')) = (slot, bytes.get(start)) {
+                let inner = &text[start + 1..end - 1];
+                *slot = Some(match inner.contains('\\') {
+                    false => Cow::Borrowed(inner),
+                    true => Cow::Owned(serde_json::from_str(&text[start..end]).ok()?),
+                });
+            }
+            at = skip_space(bytes, end);
+            match bytes.get(at) {
+                Some(b',') => at = skip_space(bytes, at + 1),
+                Some(b'}') => return (skip_space(bytes, at + 1) == bytes.len()).then_some(summary),
+                _ => return None,
+            }
+        }
+    }
+}
+
+fn skip_space(bytes: &[u8], mut at: usize) -> usize {
+    while bytes.get(at).is_some_and(|b| matches!(b, b' ' | b'\t' | b'\n' | b'\r')) {
+        at += 1;
+    }
+    at
+}
+
+/// Just past the string that starts at `at` (its closing quote).
+fn string_end(bytes: &[u8], at: usize) -> Option<usize> {
+    (bytes.get(at) == Some(&b'"')).then_some(())?;
+    let mut i = at + 1;
+    loop {
+        match bytes.get(i)? {
+            b'"' => return Some(i + 1),
+            b'\\' => i += 2,
+            _ => i += 1,
+        }
+    }
+}
+
+/// Just past the value that starts at `at`: a string, a nested object or array (followed by
+/// its depth), or a bare word (number, `true`, `false`, `null`).
+fn value_end(bytes: &[u8], at: usize) -> Option<usize> {
+    match bytes.get(at)? {
+        b'"' => string_end(bytes, at),
+        b'{' | b'[' => {
+            let (mut depth, mut i) = (0usize, at);
+            loop {
+                match bytes.get(i)? {
+                    b'"' => i = string_end(bytes, i)?,
+                    b'{' | b'[' => (depth, i) = (depth + 1, i + 1),
+                    b'}' | b']' => {
+                        depth -= 1;
+                        i += 1;
+                        if depth == 0 {
+                            return Some(i);
+                        }
+                    }
+                    _ => i += 1,
+                }
+            }
+        }
+        _ => {
+            let length =
+                bytes[at..].iter().position(|b| matches!(b, b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r'));
+            let end = at + length.unwrap_or(bytes.len() - at);
+            (end > at).then_some(end)
+        }
+    }
+}
+
+/// `,"key":"value"` for each field a summary has, keys in the order given.
+fn write_fields(out: &mut Vec<u8>, fields: &[(&str, Option<&str>)]) -> std::io::Result<()> {
+    for (key, value) in fields {
+        if let Some(value) = value {
+            write!(out, ",\"{key}\":")?;
+            string(out, value)?;
+        }
+    }
+    Ok(())
+}
+
 /// A JSON string, escaped.
 fn string(out: &mut Vec<u8>, text: &str) -> std::io::Result<()> {
     serde_json::to_writer(out, text).map_err(std::io::Error::other)
@@ -139,13 +264,13 @@ fn write_frame(out: &mut Vec<u8>, record: &FrameRecord<'_>, payloads: bool) -> s
             None => out.extend_from_slice(b"\"close_code\":null,\"close_reason\":null,"),
         }
     }
-    write!(
+    let summary = Summary::of(record.message);
+    write!(out, "\"conn\":{},\"direction\":\"{}\",\"event\":\"frame\"", record.conn, record.direction.as_str())?;
+    write_fields(
         out,
-        "\"conn\":{},\"direction\":\"{}\",\"event\":\"frame\",\"kind\":\"{}\",",
-        record.conn,
-        record.direction.as_str(),
-        record.kind.as_str()
+        &[("function_id", summary.function_id.as_deref()), ("invocation_id", summary.invocation_id.as_deref())],
     )?;
+    write!(out, ",\"kind\":\"{}\",", record.kind.as_str())?;
     if payloads {
         match record.message {
             Message::Text(text) => {
@@ -167,7 +292,10 @@ fn write_frame(out: &mut Vec<u8>, record: &FrameRecord<'_>, payloads: bool) -> s
         Some(name) => string(out, name)?,
         None => out.extend_from_slice(b"null"),
     }
-    write!(out, ",\"size\":{},\"t_us\":{}}}", record.size, record.t_us)
+    write!(out, ",\"size\":{},\"t_us\":{}", record.size, record.t_us)?;
+    write_fields(out, &[("type", summary.frame_type.as_deref())])?;
+    out.push(b'}');
+    Ok(())
 }
 
 #[cfg(test)]
@@ -184,6 +312,15 @@ mod tests {
             _ => unreachable!(),
         };
         line.insert("event".into(), json!("frame"));
+        if let Message::Text(text) = record.message {
+            if let Ok(Value::Object(frame)) = serde_json::from_str::<Value>(text.as_str()) {
+                for key in ["type", "function_id", "invocation_id"] {
+                    if let Some(Value::String(value)) = frame.get(key) {
+                        line.insert(key.into(), json!(value));
+                    }
+                }
+            }
+        }
         if let Message::Close(frame) = record.message {
             line.insert("close_code".into(), json!(frame.as_ref().map(|f| u16::from(f.code))));
             line.insert("close_reason".into(), json!(frame.as_ref().map(|f| f.reason.as_str())));
@@ -206,6 +343,15 @@ mod tests {
     fn frame_lines_are_the_json_a_value_would_give() {
         let messages = [
             Message::text("say \"hi\" \u{1}\n ☃"),
+            Message::text(
+                r#"{"type":"invocationresult","function_id":"harness::turn","invocation_id":"i-1","result":{"a":[1,{"b":"c"}]}}"#,
+            ),
+            Message::text(r#"{"type":"invokefunction","function_id":"say \"hi\" ☃","data":{}}"#),
+            Message::text(r#"{"type":7,"function_id":null}"#),
+            Message::text(r#"[{"type":"not an object"}]"#),
+            Message::text(r#" { "data" : { "type" : "nested" } , "type" : "invokefunction" , "n" : -1.5e3 } "#),
+            Message::text(r#"{"type":"cut short","data":{"#),
+            Message::text("{}"),
             Message::binary(vec![0, 1, 2, 255]),
             Message::Ping(b"p".to_vec().into()),
             Message::Close(None),
