@@ -65,7 +65,7 @@ impl Peer {
             Peer::Node => {
                 let mut command = Command::new("node");
                 command.arg(peers_dir().join(format!("{name}.js")));
-                command.env("NODE_PATH", node_peer());
+                command.env("NODE_PATH", node_peer()).env("TMPDIR", installs::temp_dir());
                 command
             }
         }

@@ -230,8 +230,8 @@ fn svg_heights(html: &str) -> Vec<usize> {
 
 /// Headless Chromium as Debian ships it, run as the machines here run it: no sandbox (root),
 /// no GPU, no background networking (the network is closed), a fresh profile, and a home of its
-/// own in the scratch folder (it keeps certificate and font caches there), so nothing is written
-/// outside the target directory.
+/// own in the scratch folder (it keeps certificate and font caches there) and its temporary
+/// files there too, so nothing is written outside the target directory.
 /// `what` is `--screenshot FILE` or `--dump-dom`; returns what it printed.
 fn run_chromium(
     chromium: &Path,
@@ -260,6 +260,7 @@ fn run_chromium(
         .env("HOME", folder.join("home"))
         .env("XDG_CONFIG_HOME", folder.join("home/.config"))
         .env("XDG_CACHE_HOME", folder.join("home/.cache"))
+        .env("TMPDIR", folder)
         .stdout(std::fs::File::create(&stdout)?)
         .stderr(Stdio::null())
         .spawn()

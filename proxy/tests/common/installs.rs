@@ -28,10 +28,11 @@ impl Venv {
         self.root.join("bin").join("python")
     }
 
-    /// A command running the environment's Python, its bytecode cache kept in the target dir.
+    /// A command running the environment's Python, its bytecode cache and temporary files
+    /// kept in the target dir.
     pub fn command(&self) -> Command {
         let mut command = Command::new(self.python());
-        command.env("PYTHONPYCACHEPREFIX", installs_dir().join("pycache"));
+        command.env("PYTHONPYCACHEPREFIX", installs_dir().join("pycache")).env("TMPDIR", temp_dir());
         command
     }
 
@@ -63,7 +64,7 @@ pub fn python_venv(name: &str, packages: &[&str]) -> Result<Venv, String> {
     }
     let aside = Venv { root: aside_of(&venv.root)? };
     run(
-        Command::new("python3").args(["-m", "venv"]).arg(&aside.root),
+        Command::new("python3").args(["-m", "venv"]).arg(&aside.root).env("TMPDIR", temp_dir()),
         "python3 -m venv (python3 3.10 or later, with venv)",
     )?;
     run(
@@ -91,7 +92,8 @@ pub fn npm_prefix(name: &str, package: &str, version: &str) -> Result<PathBuf, S
                 .arg(&aside)
                 .arg(format!("{package}@{version}"))
                 .env("npm_config_cache", installs_dir().join("npm-cache"))
-                .env("npm_config_update_notifier", "false"),
+                .env("npm_config_update_notifier", "false")
+                .env("TMPDIR", temp_dir()),
             &format!("npm install {package}@{version} (node and npm)"),
         )?;
         if !installed(&aside) {
@@ -106,6 +108,13 @@ fn npm_version(prefix: &Path, package: &str) -> Option<String> {
     let manifest = prefix.join("node_modules").join(package).join("package.json");
     let manifest: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(manifest).ok()?).ok()?;
     manifest["version"].as_str().map(str::to_string)
+}
+
+/// The temporary folder for the installers and the peers (pip unpacks wheels there).
+pub fn temp_dir() -> PathBuf {
+    let dir = installs_dir().join("tmp");
+    let _ = std::fs::create_dir_all(&dir);
+    dir
 }
 
 /// A fresh folder beside `target` for this process to build it in.
