@@ -31,6 +31,12 @@ pub struct RecordLayout {
     /// every claim, such as a resume).
     pub owner_field: String,
     pub epoch_field: String,
+    /// The field of an ended turn saying how a cancellation ended it, and the two claims it can
+    /// make about effects: none happened (`cancelled-with-no-effect`), or one completed before
+    /// the cancellation took hold (`completed-before-cancellation`).
+    pub cancellation_field: String,
+    pub cancelled_without_effect: String,
+    pub cancelled_after_effect: String,
     /// The field holding the turn's budget: `limits.DIMENSION.hard` (and `soft`) per dimension.
     pub budget_field: String,
     /// The field naming the turn a child turn was delegated by: `{ session_id, turn_id }`.
@@ -77,6 +83,9 @@ impl Default for RecordLayout {
             parked_statuses: texts(&["paused"]),
             owner_field: "owner".into(),
             epoch_field: "epoch".into(),
+            cancellation_field: "cancellation".into(),
+            cancelled_without_effect: "cancelled-with-no-effect".into(),
+            cancelled_after_effect: "completed-before-cancellation".into(),
             budget_field: "budget".into(),
             parent_field: "parent".into(),
             actions_field: "calls".into(),
@@ -150,6 +159,20 @@ impl RecordLayout {
     /// Parked on purpose, waiting for a resume.
     pub fn is_parked(&self, record: &Value) -> bool {
         self.parked_statuses.iter().any(|s| s == self.status(record))
+    }
+
+    /// What an ended turn claims its cancellation left behind: `Some(false)` no effect,
+    /// `Some(true)` an effect completed first, `None` no claim (not cancelled, or unresolved).
+    pub fn cancellation_claim(&self, record: &Value) -> Option<bool> {
+        if !self.is_terminal(record) {
+            return None;
+        }
+        let claim = Self::text(record, &self.cancellation_field);
+        match claim {
+            _ if claim == self.cancelled_without_effect => Some(false),
+            _ if claim == self.cancelled_after_effect => Some(true),
+            _ => None,
+        }
     }
 
     /// The hard limit of a budget dimension, when the turn has one.

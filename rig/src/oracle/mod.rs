@@ -45,7 +45,8 @@ pub enum Oracle {
     /// A finished turn has no action whose outcome is still unsettled, and its session's
     /// transcript no function call without a result.
     CallsClosed,
-    /// No worker sends an effect request for a session after a cancellation of it was recorded.
+    /// No worker sends an effect request for a session after a cancellation of it was recorded,
+    /// and no cancelled turn's account of its effects contradicts the ledger.
     Cancellation,
     /// No turn, and no tree of a turn and the turns it delegated to, consumes more than the hard
     /// limits of its budget (model rounds, tool calls, effects, child turns, wall time).
@@ -134,6 +135,7 @@ pub fn check(evidence: &Evidence<'_>) -> Vec<Violation> {
     truthful_reply(evidence, &mut violations);
     calls_closed(evidence, &mut violations);
     cancellation(evidence, &mut violations);
+    cancellation_claims(evidence, &mut violations);
     budget(evidence, &mut violations);
     one_owner(evidence, &mut violations);
     violations
@@ -683,6 +685,52 @@ fn cancellation(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
                 }
             }
             _ => {}
+        }
+    }
+}
+
+/// A cancelled turn's account of its effects, held to the ledger: it must not claim that no
+/// effect happened while the ledger holds an accepted effect of the turn, nor that one completed
+/// while the ledger holds none. Each turn is judged by the last record committed for it.
+fn cancellation_claims(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
+    let layout = evidence.layout;
+    let turns = action_turns(evidence);
+    let mut accepted: BTreeMap<&str, Vec<(&str, &str)>> = BTreeMap::new();
+    let mut latest: BTreeMap<&str, (&str, &Value)> = BTreeMap::new();
+    for event in evidence.events {
+        match &event.kind {
+            EventKind::Effect { effect, action, accepted: true, .. } => {
+                if let Some(&turn) = turns.get(action.as_str()) {
+                    accepted.entry(turn).or_default().push((effect.as_str(), action.as_str()));
+                }
+            }
+            EventKind::Commit { scope, key, value, .. } if *scope == layout.turn_scope && !value.is_null() => {
+                latest.insert(layout.turn_id(value), (key.as_str(), value));
+            }
+            _ => {}
+        }
+    }
+    for (turn, (session, record)) in latest {
+        let Some(claims_an_effect) = layout.cancellation_claim(record) else { continue };
+        let effects = accepted.get(turn).map_or(&[][..], Vec::as_slice);
+        let claim = record[&layout.cancellation_field].as_str().unwrap_or_default();
+        let ended = format!("turn {session}/{turn} ended `{}` claiming `{claim}`", layout.status(record));
+        if claims_an_effect && effects.is_empty() {
+            violations.push(violation(
+                Oracle::Cancellation,
+                format!("{ended}, while the ledger holds no accepted effect of it"),
+            ));
+        } else if !claims_an_effect && !effects.is_empty() {
+            let named: Vec<String> =
+                effects.iter().map(|(effect, action)| format!("`{effect}` for action `{action}`")).collect();
+            violations.push(violation(
+                Oracle::Cancellation,
+                format!(
+                    "{ended}, while the ledger holds {} accepted effect(s) of it: {}",
+                    effects.len(),
+                    named.join(", ")
+                ),
+            ));
         }
     }
 }

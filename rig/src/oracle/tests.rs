@@ -529,3 +529,32 @@ fn ledger_and_calls_closed_read_actions_kept_in_a_scope_of_their_own() {
         Some(json!({"count": 1, "done": 1, "failed": 0, "held": 0, "unsettled": 0}))
     );
 }
+
+#[test]
+fn cancellation_holds_a_cancelled_turns_account_of_its_effects_to_the_ledger() {
+    let cancelled = |claim: &str| {
+        commit(
+            5,
+            json!({"turn_id": "t1", "status": "cancelled", "cancellation": claim, "calls": {"a1": {"status": "complete"}}}),
+        )
+    };
+    let ticket = send(1, "harness", true, "created");
+    let none = StateStore::new();
+    let claims = |events: &[Event]| judge(events, &none);
+    assert!(claims(&flat(&[&ticket, &[cancelled("completed-before-cancellation")]])).is_empty());
+    assert!(claims(&[cancelled("cancelled-with-no-effect")]).is_empty());
+    assert_eq!(claims(&flat(&[&ticket, &[cancelled("cancelled-with-no-effect")]])), vec![Oracle::Cancellation]);
+    assert_eq!(
+        claims(&[cancelled("completed-before-cancellation")]),
+        vec![Oracle::Cancellation],
+        "an effect nobody saw"
+    );
+    // A refused request is no effect; an unresolved effect claims nothing either way.
+    assert!(claims(&flat(&[&send(1, "harness", false, "stale token"), &[cancelled("cancelled-with-no-effect")]]))
+        .is_empty());
+    assert!(claims(&flat(&[&ticket, &[cancelled("unresolved-effect")]])).is_empty());
+    // The last record of the turn is its account.
+    let corrected =
+        flat(&[&ticket, &[cancelled("cancelled-with-no-effect"), cancelled("completed-before-cancellation")]]);
+    assert!(claims(&corrected).is_empty());
+}

@@ -57,6 +57,12 @@ fn is_held_for_a_person(entry: &Value) -> bool {
     status(entry) == "held" && !is_held_by_a_hook(entry)
 }
 
+/// Whether a call of `tool` is an external effect: every tool is, but the queries its own service
+/// answers about actions (`{service}::status`, `{service}::lookup`), which only read.
+pub(super) fn is_effect(tool: &Tool) -> bool {
+    !["status", "lookup"].iter().any(|query| tool.function == format!("{}::{query}", tool.service))
+}
+
 /// Actions of a record, in action-id order, by how far along they are: confirmed outcomes
 /// (`complete`), not yet done and safe to continue (`resumable`), held for a person (`held`),
 /// and possibly executed (`unsettled`).

@@ -18,6 +18,7 @@
 //! a compare-and-set on the paused record that bumps its epoch and names its owner, then a new
 //! lease (a newer fencing token); of two resumes at once, one wins.
 
+use super::actions::is_effect;
 use super::{error_body, is_terminal, Policy, Stop, TurnRequest, Worker, TURN_SCOPE};
 use crate::bus::{Bus, ErrorBody};
 use crate::layout::CONTROL_SCOPE;
@@ -233,10 +234,15 @@ impl Worker {
                 .hold_record(bus, &request, record, &format!("cancelled with an unresolved effect: {reason}"))
                 .await;
         }
-        let completed_since = self.actions_completed_since(&record, requested_at);
+        // How it ended follows from the evidence: what the turn's effects did, however their
+        // outcome became known, not when the button was pressed.
+        let effect_happened = match self.policy {
+            Policy::CancelByClock => self.actions_completed_since(&record, requested_at),
+            _ => self.effect_completed(&record),
+        };
         record["status"] = json!("cancelled");
         record["cancellation"] =
-            json!(if completed_since { "completed-before-cancellation" } else { "cancelled-with-no-effect" });
+            json!(if effect_happened { "completed-before-cancellation" } else { "cancelled-with-no-effect" });
         self.note(
             "turn_cancelled",
             json!({ "session_id": session_id, "turn_id": request.turn_id, "cancellation": record["cancellation"] }),
@@ -347,8 +353,19 @@ impl Worker {
         Ok(last)
     }
 
-    /// Whether an action of `record` completed after `since` (an effect that was in flight when
-    /// a cancellation was requested).
+    /// Whether an effect of `record` happened: an action of an effect tool recorded complete,
+    /// whether its service answered or reconciliation found it.
+    fn effect_completed(&self, record: &Value) -> bool {
+        record["calls"].as_object().is_some_and(|calls| {
+            calls.values().any(|c| {
+                let tool = c["tool"].as_str().and_then(|name| self.tool(name));
+                c["status"] == json!("complete") && tool.is_some_and(|tool| is_effect(&tool))
+            })
+        })
+    }
+
+    /// The `cancel-by-clock` bug: whether an action of `record` completed after `since`, by its
+    /// recorded completion time (which an action settled by reconciliation does not have).
     fn actions_completed_since(&self, record: &Value, since: u64) -> bool {
         record["calls"].as_object().is_some_and(|calls| {
             calls.values().any(|c| {

@@ -40,6 +40,11 @@
 //! - `resume-without-cas`: a resume claims the paused turn with a plain write.
 //! - `arrival-order-stream`: a streamed reply is assembled in the order its frames arrived,
 //!   not by their sequence numbers.
+//! - `readmit-consumed-input`: input whose entry could not be removed after it was admitted is
+//!   admitted again by the next finalisation.
+//! - `cancel-by-clock`: how a cancellation ended is judged by the clock: an effect counts only
+//!   if its recorded completion came after the cancel was requested (an action settled by
+//!   reconciliation carries no completion time, so it never counts).
 
 mod actions;
 mod budget;
@@ -90,10 +95,11 @@ pub enum Policy {
     ResumeWithoutCas,
     ReadmitConsumedInput,
     ArrivalOrderStream,
+    CancelByClock,
 }
 
 impl Policy {
-    pub const ALL: [Policy; 20] = [
+    pub const ALL: [Policy; 21] = [
         Policy::Swallow,
         Policy::Propagate,
         Policy::Reference,
@@ -114,6 +120,7 @@ impl Policy {
         Policy::ResumeWithoutCas,
         Policy::ReadmitConsumedInput,
         Policy::ArrivalOrderStream,
+        Policy::CancelByClock,
     ];
 
     pub fn name(self) -> &'static str {
@@ -138,6 +145,7 @@ impl Policy {
             Policy::ResumeWithoutCas => "resume-without-cas",
             Policy::ReadmitConsumedInput => "readmit-consumed-input",
             Policy::ArrivalOrderStream => "arrival-order-stream",
+            Policy::CancelByClock => "cancel-by-clock",
         }
     }
 
