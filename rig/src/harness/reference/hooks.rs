@@ -149,7 +149,7 @@ impl Worker {
         let lock = self.session_lock(session_id);
         let _guard = lock.lock().await;
         if let Err(not_owner) = self.ensure_ownership(bus, session_id).await {
-            return Ok(not_owner);
+            return not_owner.answer(session_id);
         }
         let result = self.owned_resolve(bus, session_id, id, execute).await;
         self.hand_back(bus, session_id).await;
@@ -175,6 +175,19 @@ impl Worker {
         };
         let id = id.as_str();
         let entry = record["calls"][id].clone();
+        let request = TurnRequest {
+            session_id: session_id.to_string(),
+            turn_id: record["turn_id"].as_str().unwrap_or_default().to_string(),
+            step: record["step"].as_u64().unwrap_or(0),
+        };
+        if entry["status"] == json!("released") && record["status"] == json!("running") {
+            // Released by an earlier call whose write was never answered, and run by nobody since
+            // (this worker holds the session): this release runs it, once.
+            self.note("release_resumed", json!({ "action_id": id }));
+            let mut result = self.finish(bus, &request, record).await?;
+            result["resolved"] = json!(true);
+            return Ok(result);
+        }
         if entry["status"] != json!("held") || entry["hold"].is_null() {
             return Ok(json!({ "resolved": false, "reason": format!("call {id} is not held by a hook") }));
         }
@@ -207,16 +220,48 @@ impl Worker {
         }
         record["status"] = json!("running");
         record["held_reason"] = Value::Null;
-        if self.write(bus, &record).await.is_err() {
-            return Err(ErrorBody::new("unavailable", "could not record the release"));
+        match self.write(bus, &record).await {
+            Ok(()) => {}
+            Err(Stop::FencedOut) => return self.fenced_out(&request),
+            Err(_) => {
+                // The store may have recorded it all the same: then nobody else would run the call.
+                self.finish_release_later(bus, &request, id);
+                return Err(ErrorBody::new("unavailable", "could not record the release"));
+            }
         }
         self.note("call_released", json!({ "action_id": id, "execute": execute }));
-        let turn_id = record["turn_id"].as_str().unwrap_or_default().to_string();
-        let request =
-            TurnRequest { session_id: session_id.to_string(), turn_id, step: record["step"].as_u64().unwrap_or(0) };
         let mut result = self.finish(bus, &request, record).await?;
         result["resolved"] = json!(true);
         Ok(result)
+    }
+}
+
+impl Worker {
+    /// A release whose write got no good answer: once the store answers again, if it says the
+    /// call was released (the write landed), the turn is driven on and the call runs; if it says
+    /// the call is still held, the release never happened and its caller was told so. Tried a
+    /// bounded number of times, after a backoff each.
+    fn finish_release_later(self: &Rc<Self>, bus: &Bus, request: &TurnRequest, action_id: &str) {
+        let (worker, bus, request, action_id) = (Rc::clone(self), bus.clone(), request.clone(), action_id.to_string());
+        tokio::task::spawn_local(async move {
+            for attempt in 1..=worker.env.config.terminalize_attempts {
+                worker.env.clock.sleep(worker.deferred_backoff(attempt)).await;
+                let record = match worker.get_turn(&bus, &request.session_id).await {
+                    Ok(Some(record)) => record,
+                    Ok(None) => return,
+                    Err(_) => continue,
+                };
+                let released = record["turn_id"] == json!(request.turn_id)
+                    && record["status"] == json!("running")
+                    && record["calls"][&action_id]["status"] == json!("released");
+                if released {
+                    worker.note("release_confirmed", json!({ "action_id": action_id, "attempt": attempt }));
+                    let _ = worker.turn(&bus, request).await;
+                }
+                return;
+            }
+            worker.note("release_unconfirmed", json!({ "action_id": action_id }));
+        });
     }
 }
 

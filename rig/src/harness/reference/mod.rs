@@ -305,7 +305,7 @@ impl Worker {
         let lock = self.session_lock(&request.session_id);
         let _guard = if self.policy.locks_sessions() { Some(lock.lock().await) } else { None };
         if let Err(not_owner) = self.ensure_ownership(bus, &request.session_id).await {
-            return Ok(not_owner);
+            return not_owner.answer(&request.session_id);
         }
         let result = self.owned_turn(bus, request.clone()).await;
         self.hand_back(bus, &request.session_id).await;
@@ -518,10 +518,7 @@ impl Worker {
         let lock = self.session_lock(session_id);
         let _guard = lock.lock().await;
         if let Err(not_owner) = self.ensure_ownership(bus, session_id).await {
-            return Err(ErrorBody::new(
-                "not_owner",
-                not_owner["reason"].as_str().unwrap_or("not the owner").to_string(),
-            ));
+            return Err(ErrorBody::new("not_owner", not_owner.reason()));
         }
         let result = match self.hold_dead_letter(bus, session_id, turn_id, letter).await {
             // The turn this dead letter holds (now, or on an earlier offer whose answer was lost)

@@ -7,13 +7,42 @@
 //! commit once its replacement holds a newer token.
 
 use super::{Policy, Worker};
-use crate::bus::Bus;
+use crate::bus::{Bus, ErrorBody};
 use serde_json::{json, Value};
 use std::rc::Rc;
 use tokio::task::JoinHandle;
 
 /// The scope of ownership records in the store; the key is the session id.
 pub const OWNER_SCOPE: &str = "harness_owner";
+
+/// Why this worker may not work on a session.
+pub(super) enum NotOwner {
+    /// Another worker holds the session's lease: who, and until when.
+    Refused(String),
+    /// The store did not say (the grant timed out, was refused with an error, or was granted
+    /// with its answer lost, so this worker may even hold it).
+    Unknown(String),
+}
+
+impl NotOwner {
+    pub(super) fn reason(&self) -> &str {
+        match self {
+            NotOwner::Refused(reason) | NotOwner::Unknown(reason) => reason,
+        }
+    }
+
+    /// The answer to a call asking for work on the session: while another worker holds it, a
+    /// skip (the owner does the work); while ownership is unknown, an error, so whoever asked (a
+    /// queue, a person) asks again: nobody else may be doing it.
+    pub(super) fn answer(self, session_id: &str) -> Result<Value, ErrorBody> {
+        match self {
+            NotOwner::Refused(reason) => Ok(
+                json!({ "session_id": session_id, "status": "held", "skipped": true, "next_step": null, "reason": reason }),
+            ),
+            NotOwner::Unknown(reason) => Err(ErrorBody::new("unavailable", reason)),
+        }
+    }
+}
 
 /// A lease this worker holds on one session, renewed in the background.
 pub(super) struct HeldLease {
@@ -32,12 +61,11 @@ impl Worker {
     }
 
     /// Makes sure this worker owns the session; otherwise answers why it may not work on it.
-    pub(super) async fn ensure_ownership(self: &Rc<Self>, bus: &Bus, session_id: &str) -> Result<(), Value> {
+    pub(super) async fn ensure_ownership(self: &Rc<Self>, bus: &Bus, session_id: &str) -> Result<(), NotOwner> {
         if !self.ownership_enabled() || self.leases.borrow().contains_key(session_id) {
             return Ok(());
         }
         let request = json!({ "scope": OWNER_SCOPE, "key": session_id, "owner": self.env.host, "ttl_ms": self.env.config.lease_ttl_ms });
-        let held = |reason: String| json!({ "session_id": session_id, "status": "held", "skipped": true, "next_step": null, "reason": reason });
         match bus.invoke("state::acquire-lease", request, self.env.config.session_timeout_ms).await {
             Ok(grant) if grant["granted"] == json!(true) => {
                 let token = grant["token"].as_u64().unwrap_or(0);
@@ -48,8 +76,10 @@ impl Worker {
                 self.tokens.borrow_mut().insert(session_id.to_string(), token);
                 Ok(())
             }
-            Ok(refusal) => Err(held(format!("owned by {} until {} ms", refusal["owner"], refusal["expires_at_ms"]))),
-            Err(error) => Err(held(format!("ownership unknown: {error}"))),
+            Ok(refusal) => {
+                Err(NotOwner::Refused(format!("owned by {} until {} ms", refusal["owner"], refusal["expires_at_ms"])))
+            }
+            Err(error) => Err(NotOwner::Unknown(format!("ownership unknown: {error}"))),
         }
     }
 

@@ -96,8 +96,7 @@ impl Worker {
                 let lock = self.session_lock(session_id);
                 let _guard = lock.lock().await;
                 if let Err(not_owner) = self.ensure_ownership(bus, session_id).await {
-                    let reason = not_owner["reason"].as_str().unwrap_or("not the owner").to_string();
-                    return Err(ErrorBody::new("not_owner", reason));
+                    return Err(ErrorBody::new("not_owner", not_owner.reason()));
                 }
                 // A turn may have started while this worker waited for the session.
                 let reply = match self.queue_behind(bus, session_id, data, true).await {

@@ -45,7 +45,7 @@ impl Worker {
         if let Err(not_owner) = self.ensure_ownership(bus, session_id).await {
             // An error, not a skip: whoever asked for the switch (a queue, an operator) must try
             // again once the session's owner has let go.
-            let reason = not_owner["reason"].as_str().unwrap_or("another worker owns the session");
+            let reason = not_owner.reason();
             return Err(ErrorBody::new("not_owner", format!("cannot import {session_id}: {reason}")));
         }
         let result = self.owned_import(bus, session_id, data).await;
