@@ -23,6 +23,7 @@ mod harness;
 mod layout;
 mod live;
 mod oracle;
+mod panics;
 mod queue;
 pub mod report;
 mod run;

@@ -178,7 +178,15 @@ pub fn run_with(harness: &Arc<dyn HarnessFactory>, scenario: &Scenario, run: &Po
     let mut runner = Runner::new(Rc::clone(&world), scenario.world.network.clone());
     add_hosts(&mut runner, &topology, scenario, harness, &run.policy);
     let mut failures = Vec::new();
-    let settled = run_script(&mut runner, &topology, scenario, seed, &mut failures);
+    // A task that panics is dropped by its runtime, leaving only a deadline to show for it.
+    let (settled, panics, more) =
+        crate::panics::capture(|| run_script(&mut runner, &topology, scenario, seed, &mut failures));
+    let harness_hosts: Vec<String> =
+        topology.hosts().iter().filter(|h| h.role == Role::Harness).map(|h| h.name.clone()).collect();
+    failures.extend(panics.iter().map(|panic| crate::panics::failure(panic, &harness_hosts)));
+    if more > 0 {
+        failures.push(format!("{more} more panic(s) during the run"));
+    }
     let ended = Ended { at_ms: runner.now_ms(), steps: runner.steps(), settled, started };
     drop(runner);
     let judged = Judged {

@@ -53,7 +53,13 @@ fn mutated_scenarios_never_panic() {
                     runs += 1;
                     for policy_run in &scenario.runs {
                         let outcome = catch_unwind(AssertUnwindSafe(|| run(&scenario, policy_run, 0)));
-                        assert!(outcome.is_ok(), "running panicked on a mutant of {}:\n{mutant}", file.display());
+                        let outcome = outcome.unwrap_or_else(|_| {
+                            panic!("running panicked on a mutant of {}:\n{mutant}", file.display())
+                        });
+                        // Whatever durable data the mutant seeds, the harness's own tasks never panic.
+                        let panicked: Vec<&String> =
+                            outcome.failures.iter().filter(|f| f.contains("panicked")).collect();
+                        assert!(panicked.is_empty(), "{panicked:?} on a mutant of {}:\n{mutant}", file.display());
                     }
                 }
                 Ok(_) => {}
@@ -61,4 +67,40 @@ fn mutated_scenarios_never_panic() {
         }
     }
     assert!(errors > 0 && runs > 0, "the mutations exercised both paths ({errors} errors, {runs} runs)");
+}
+
+/// A harness whose worker panics on every turn, as any harness's code may.
+struct Panicking;
+
+struct PanickingWorker;
+
+impl rig::HarnessFactory for Panicking {
+    fn name(&self) -> &str {
+        "panicking"
+    }
+
+    fn start(&self, _policy: &str, _env: rig::HarnessEnv) -> std::rc::Rc<dyn rig::Provider> {
+        std::rc::Rc::new(PanickingWorker)
+    }
+}
+
+impl rig::Provider for PanickingWorker {
+    fn invoke(
+        self: std::rc::Rc<Self>,
+        call: rig::Invocation,
+        _bus: rig::Bus,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = rig::Answer>>> {
+        Box::pin(async move { panic!("the worker cannot serve {}", call.function_id) })
+    }
+}
+
+#[test]
+fn a_harness_that_panics_is_reported_as_such_with_its_message() {
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/smoke/healthy-turn.toml");
+    let scenario = Scenario::load(&file).unwrap();
+    let harness: std::sync::Arc<dyn rig::HarnessFactory> = std::sync::Arc::new(Panicking);
+    let outcome = rig::run_with(&harness, &scenario, scenario.run_of("reference").unwrap(), 0);
+    assert!(!outcome.passed);
+    let line = "the harness panicked on `harness`: the worker cannot serve harness::turn (at ";
+    assert!(outcome.failures.iter().any(|f| f.starts_with(line)), "{:#?}", outcome.failures);
 }

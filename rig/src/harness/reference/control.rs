@@ -55,6 +55,10 @@ impl Worker {
         } else {
             found["value"].clone()
         };
+        if let Some(flaw) = super::shape::control_record_flaw(&record) {
+            // Nothing is recorded over it: a person must look at it first.
+            return Err(ErrorBody::new("malformed_record", format!("the control record of {session_id}: {flaw}")));
+        }
         Ok((record, version))
     }
 
@@ -112,6 +116,8 @@ impl Worker {
         let (record, version) = (turn["value"].clone(), turn["version"].as_u64().unwrap_or(0));
         let refusal = if record.is_null() {
             Some("the session has no turn".to_string())
+        } else if let Some(to) = self.handed_to(&session_id, Some(&record)) {
+            Some(format!("the session was handed over to {to}"))
         } else if data["expected_version"].as_u64().is_some_and(|expected| expected != version) {
             Some(format!(
                 "the turn changed: version {version}, not the {} the command expected",
@@ -130,7 +136,15 @@ impl Worker {
             "command": kind, "turn_id": record["turn_id"], "reason": data["reason"], "requested_at_ms": self.now(),
             "state": if refusal.is_some() { "rejected" } else { "accepted" }, "why": refusal,
         });
-        let recorded = self.update_command(bus, &session_id, &key, &|c| *c = entry.clone()).await?;
+        let recorded = match self.update_command(bus, &session_id, &key, &|c| *c = entry.clone()).await {
+            Ok(recorded) => recorded,
+            Err(error) => {
+                if refusal.is_none() {
+                    self.apply_if_recorded_later(bus, &session_id, kind, &key);
+                }
+                return Err(error);
+            }
+        };
         if refusal.is_some() {
             return Ok(Self::answer(&session_id, &key, &recorded));
         }
@@ -164,6 +178,31 @@ impl Worker {
             }
             _ => Ok(Self::answer(&session_id, &key, &recorded)),
         }
+    }
+
+    /// A command whose write got no good answer may be recorded all the same, and then nobody
+    /// would apply it: a held turn reaches no safe point. Once the store answers again, a command
+    /// it holds `accepted` is applied as one accepted while the turn was busy; one it does not
+    /// hold was never recorded, and its caller was told so. Tried a bounded number of times.
+    fn apply_if_recorded_later(self: &Rc<Self>, bus: &Bus, session_id: &str, kind: &str, key: &str) {
+        // A resume is a claim of its own, and the known-bad policies keep their bugs.
+        if kind == "resume" || !self.policy.recovers() || self.policy == Policy::InMemoryCancel {
+            return;
+        }
+        let (worker, bus, session_id, kind, key) =
+            (Rc::clone(self), bus.clone(), session_id.to_string(), kind.to_string(), key.to_string());
+        tokio::task::spawn_local(async move {
+            for attempt in 1..=worker.env.config.terminalize_attempts {
+                worker.env.clock.sleep(worker.deferred_backoff(attempt)).await;
+                let Ok((control, _)) = worker.control_record(&bus, &session_id).await else { continue };
+                if control["commands"][&key]["state"] == json!("accepted") {
+                    worker.note("command_found_recorded", json!({ "session_id": session_id, "command": key }));
+                    worker.apply_when_free(&bus, &session_id, &kind, &key).await;
+                }
+                return;
+            }
+            worker.note("command_unconfirmed", json!({ "session_id": session_id, "command": key }));
+        });
     }
 
     /// Applies a command accepted while its turn was busy, once the session is free, unless the
@@ -202,6 +241,9 @@ impl Worker {
         key: &str,
     ) -> Result<Value, ErrorBody> {
         let record = self.get_turn(bus, session_id).await.map_err(|e| error_body("get_turn", &e))?;
+        if let Some(to) = self.handed_to(session_id, record.as_ref()) {
+            return Err(ErrorBody::new("not_owner", format!("the session was handed over to {to}")));
+        }
         let Some(mut record) = record.filter(|r| !is_terminal(r)) else {
             return self.settle_commands(bus, session_id, None).await;
         };

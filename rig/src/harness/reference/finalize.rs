@@ -341,6 +341,10 @@ impl Worker {
                 outcome = Some((attempt, "the turn is no longer current"));
                 break;
             }
+            if self.handed_to(&request.session_id, Some(&record)).is_some() {
+                outcome = Some((attempt, "the session was handed over"));
+                break;
+            }
             let mut terminal = match &intent {
                 Intent::Record(terminal) => terminal.clone(),
                 Intent::Failed { cause } => failed_record(record, cause, self.now()),
@@ -519,6 +523,7 @@ impl Worker {
             "created_at": self.now(), "updated_at": self.now(),
         });
         let mut turn = turn;
+        super::switch::carry_hand_over(Some(predecessor), &mut turn);
         if !spent_keys.is_empty() {
             turn[SPENT_KEYS] = json!(spent_keys);
         }
@@ -636,7 +641,7 @@ impl Worker {
     /// died: input still queued after the turn ended is admitted, and a successor whose record
     /// was written but which never reached the turn queue is enqueued.
     pub(super) async fn finish_admission(self: &Rc<Self>, bus: &Bus, request: &TurnRequest, record: Option<&Value>) {
-        let Some(record) = record else { return };
+        let Some(record) = record.filter(|r| self.handed_to(&request.session_id, Some(r)).is_none()) else { return };
         let delivered = json!(request.turn_id);
         if record["turn_id"] == delivered && is_terminal(record) {
             if let Some(reseed) = self.reseed_queued_input(bus, record).await {
@@ -724,6 +729,16 @@ impl Worker {
             let waiting = commands.is_some_and(|c| c.values().any(|c| c["state"] == json!("accepted")));
             let (true, Some(session_id)) = (waiting, control["key"].as_str()) else { continue };
             let turn = turns.iter().find(|t| t["key"] == json!(session_id)).map(|t| &t["value"]);
+            if turn.is_some_and(|t| t["status"] == json!("held")) {
+                // A held turn reaches no safe point: a cancel or stop waiting on it is applied here.
+                let lock = self.session_lock(session_id);
+                let _guard = lock.lock().await;
+                if self.ensure_ownership(bus, session_id).await.is_ok() {
+                    let _ = self.apply_waiting_cancellations(bus, session_id).await;
+                    self.hand_back(bus, session_id).await;
+                    continue;
+                }
+            }
             self.settle_commands_or_retry(bus, session_id, turn).await;
         }
     }
@@ -756,6 +771,9 @@ impl Worker {
                 continue;
             };
             let Some(intent) = record.get(TERMINAL_PENDING).and_then(Intent::from_json) else { continue };
+            if self.handed_to(session_id, Some(record)).is_some() {
+                continue;
+            }
             {
                 let lock = self.session_lock(session_id);
                 let _guard = lock.lock().await;

@@ -164,6 +164,9 @@ impl Worker {
         execute: bool,
     ) -> Result<Value, ErrorBody> {
         let record = self.get_turn(bus, session_id).await.map_err(|e| error_body("get_turn", &e))?;
+        if let Some(to) = self.handed_to(session_id, record.as_ref()) {
+            return Err(ErrorBody::new("not_owner", format!("the session was handed over to {to}")));
+        }
         let Some(mut record) = record else { return Ok(json!({ "resolved": false, "reason": "no turn record" })) };
         // The call of the current round the transcript knows by this id.
         let rounds = record["reply"]["tool_calls"].as_array().map_or(0, Vec::len);

@@ -54,6 +54,7 @@ mod generation;
 mod hooks;
 mod ownership;
 mod public;
+mod shape;
 mod switch;
 mod transcript;
 
@@ -259,6 +260,8 @@ struct Worker {
     /// How many command writes this worker has sent to the store: a check before an effect
     /// that saw this change while it read knows a command may have been recorded meanwhile.
     control_writes: Cell<u64>,
+    /// Sessions this worker exported and has not imported again: it starts nothing for them.
+    exported: RefCell<std::collections::BTreeSet<String>>,
 }
 
 impl Worker {
@@ -274,6 +277,7 @@ impl Worker {
             controls: RefCell::default(),
             control_locks: RefCell::default(),
             control_writes: Cell::new(0),
+            exported: RefCell::default(),
         })
     }
 
@@ -324,6 +328,13 @@ impl Worker {
             };
         }
         let record = self.get_turn(bus, &request.session_id).await.map_err(|e| error_body("get_turn", &e))?;
+        if let Some(to) = self.handed_to(&request.session_id, record.as_ref()) {
+            self.note(
+                "handed_over_skipped",
+                json!({ "session_id": request.session_id, "turn_id": request.turn_id, "to": to }),
+            );
+            return Ok(self.skipped(&request, &format!("the session was handed over to {to}")));
+        }
         let record = match (self.policy, record) {
             (Policy::Unguarded, Some(record)) => Some(self.resume_as_delivered(bus, &request, record).await?),
             (_, record) => record,
@@ -412,11 +423,25 @@ impl Worker {
         Ok(record)
     }
 
+    /// The session's turn record. One of the wrong shape, unless it has ended, is first set aside
+    /// for a person ([`shape::set_aside`]); until that is written, reading it is an error.
     async fn get_turn(&self, bus: &Bus, session_id: &str) -> Result<Option<Value>, InvokeError> {
         let record = bus
             .invoke("state::get", json!({ "scope": TURN_SCOPE, "key": session_id }), self.env.config.session_timeout_ms)
             .await?;
-        Ok(Some(record).filter(|r| !r.is_null()))
+        if record.is_null() || is_terminal(&record) {
+            return Ok(Some(record).filter(|r| !r.is_null()));
+        }
+        let Some(flaw) = shape::turn_record_flaw(&record) else { return Ok(Some(record)) };
+        let aside = shape::set_aside(session_id, &record, &flaw, self.now());
+        self.note("malformed_record_set_aside", json!({ "session_id": session_id, "flaw": flaw }));
+        match self.put_turn(bus, &aside).await {
+            Ok(()) => Ok(Some(aside)),
+            Err(error) => Err(InvokeError::Rejected(ErrorBody::new(
+                "malformed_record",
+                format!("the turn record of {session_id} is malformed ({flaw}) and could not be set aside: {error}"),
+            ))),
+        }
     }
 
     /// Writes a turn record, once more with the identical record if the first write's outcome
@@ -557,6 +582,10 @@ impl Worker {
             Ok(None) => return Ok(json!({ "held": false, "reason": "no turn record" })),
             Err(error) => return Err(error_body("get_turn", &error)),
         };
+        if let Some(to) = self.handed_to(session_id, Some(&record)) {
+            // Its new harness holds what it must: this one changes nothing.
+            return Ok(json!({ "held": false, "reason": format!("the session was handed over to {to}") }));
+        }
         let carried = turn_id.is_none_or(|turn_id| record["turn_id"] == json!(turn_id));
         if !carried || record["status"] != json!("running") {
             return Ok(json!({ "held": false, "reason": "the turn it carried is no longer running" }));

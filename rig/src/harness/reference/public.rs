@@ -84,9 +84,15 @@ impl Worker {
         if let Some(key) = &remembered {
             let earlier = bus.invoke("state::get", json!({ "scope": SEND_SCOPE, "key": key }), timeout).await;
             let mut earlier = earlier.map_err(|e| error_body("state::get", &e))?;
-            if !earlier.is_null() {
+            if earlier.is_object() {
                 earlier["deduplicated"] = json!(true);
                 return Ok(earlier);
+            }
+            if !earlier.is_null() {
+                return Err(ErrorBody::new(
+                    "malformed_record",
+                    format!("the reply remembered for {key} is `{earlier}`"),
+                ));
             }
         }
         // Queueing behind a running turn takes no lock: the running turn holds it to its end.
@@ -126,6 +132,9 @@ impl Worker {
         locked: bool,
     ) -> Result<Option<Value>, ErrorBody> {
         let current = self.get_turn(bus, session_id).await.map_err(|e| error_body("get_turn", &e))?;
+        if let Some(to) = self.handed_to(session_id, current.as_ref()) {
+            return Err(ErrorBody::new("not_owner", format!("the session was handed over to {to}")));
+        }
         let Some(record) = current.filter(|record| !is_terminal(record)) else { return Ok(None) };
         let entry = json!({ "session_id": session_id, "message": data["message"] });
         let key = format!("{session_id}:{}", self.env.new_id());
@@ -160,11 +169,12 @@ impl Worker {
         // Like a turn admitted from queued input, it names the turn it follows (itself when it
         // follows none), so a worker's recovery sweep enqueues it if this worker dies first.
         let predecessor = previous.as_ref().map_or_else(|| json!(turn_id), |r| r["turn_id"].clone());
-        let turn = json!({
+        let mut turn = json!({
             "session_id": session_id, "turn_id": turn_id, "status": "running", "step": 0, "turn_count": turn_count,
             "depth": 0, "abort": false, "calls": {}, "predecessor": predecessor,
             "created_at": self.now(), "updated_at": self.now(),
         });
+        super::switch::carry_hand_over(previous.as_ref(), &mut turn);
         self.create_turn_record(bus, &turn).await.map_err(|e| error_body("put_turn", &e))?;
         let admitted = self.admit(bus, turn).await;
         if admitted["admitted"] != json!(true) {

@@ -6,17 +6,37 @@
 
 use super::actions::classify;
 use super::ownership::OWNER_SCOPE;
-use super::{error_body, Stop, TurnRequest, Worker};
+use super::{error_body, is_terminal, Stop, TurnRequest, Worker};
 use crate::bus::{Bus, ErrorBody};
 use serde_json::{json, Value};
 use std::rc::Rc;
 
+/// The field of a turn record naming the harness a switch handed the session to (the host of
+/// the worker that imported it); carried into every later turn of the session.
+pub(super) const HARNESS_FIELD: &str = "harness";
+
 impl Worker {
+    /// To whom the session was handed over, when that is not this worker: the harness its turn
+    /// record names, or, after this worker exported it and before anyone imported it, whoever
+    /// will import it. Such a worker starts and retries nothing for the session.
+    pub(super) fn handed_to(&self, session_id: &str, record: Option<&Value>) -> Option<String> {
+        let named = record.and_then(|r| r[HARNESS_FIELD].as_str()).filter(|host| *host != self.env.host);
+        if let Some(host) = named {
+            return Some(host.to_string());
+        }
+        self.exported.borrow().contains(session_id).then(|| "the harness that imports it".to_string())
+    }
+
     /// The session as a bundle another harness can import: the task record, the actions not
     /// yet settled with their ids and keys, and the owner.
     pub(super) async fn export(&self, bus: &Bus, session_id: &str) -> Result<Value, ErrorBody> {
         let record = self.get_turn(bus, session_id).await.map_err(|e| ErrorBody::new("unavailable", e.to_string()))?;
         let record = record.ok_or_else(|| ErrorBody::new("not_found", format!("no task for session {session_id}")))?;
+        if let Some(to) = self.handed_to(session_id, Some(&record)) {
+            return Err(ErrorBody::new("not_owner", format!("the session was handed over to {to}")));
+        }
+        // From here on this worker starts nothing for the session: a hand-over stops new work.
+        self.exported.borrow_mut().insert(session_id.to_string());
         let lease = bus
             .invoke(
                 "state::get-lease",
@@ -64,6 +84,9 @@ impl Worker {
         if record.is_null() {
             return Err(ErrorBody::new("not_found", format!("no task for session {session_id}")));
         }
+        if let Some(flaw) = super::shape::turn_record_flaw(&record) {
+            return Err(ErrorBody::new("bad_request", format!("the bundle's task is malformed: {flaw}")));
+        }
         let request = TurnRequest {
             session_id: session_id.to_string(),
             turn_id: record["turn_id"].as_str().unwrap_or_default().to_string(),
@@ -77,10 +100,21 @@ impl Worker {
             // Held actions are reconciled again on every import; the turn resumes if they settle.
             record["status"] = json!("running");
         }
+        // The hand-over, durably: the session is this harness's now (recorded with the
+        // reconciliation below, or on its own for an ended turn), and any other worker that
+        // finds it so starts nothing for it.
+        let ended = is_terminal(&record);
+        if !ended {
+            record[HARNESS_FIELD] = json!(self.env.host);
+        }
+        self.exported.borrow_mut().remove(session_id);
         match self.recover(bus, &mut record).await {
             Err(Stop::FencedOut) => return self.fenced_out(&request),
             Err(Stop::Failed(failure)) => return Err(error_body(&failure.during, &failure.error)),
             _ => {}
+        }
+        if ended {
+            self.record_hand_over(bus, &mut record).await?;
         }
         let actions = classify(&record, &self.env.host);
         let held = actions["held"].as_array().map_or(0, Vec::len);
@@ -101,5 +135,34 @@ impl Worker {
         let mut result = self.finish(bus, &request, record).await?;
         result["imported"] = json!(true);
         Ok(result)
+    }
+}
+
+impl Worker {
+    /// Names this harness in an ended turn's record. The store's guard refuses any change to an
+    /// ended record, so this write goes without it, under this worker's fence: the one change
+    /// an ended turn's record ever gets, and its status stays as it was.
+    async fn record_hand_over(&self, bus: &Bus, record: &mut Value) -> Result<(), ErrorBody> {
+        if record[HARNESS_FIELD] == json!(self.env.host) {
+            return Ok(());
+        }
+        record[HARNESS_FIELD] = json!(self.env.host);
+        let mut write = self.turn_write(record);
+        if let Some(fields) = write.as_object_mut() {
+            fields.remove("guard");
+        }
+        let timeout = self.env.config.session_timeout_ms;
+        let written = match bus.invoke("state::set", write.clone(), timeout).await {
+            Err(error) if error.outcome_unknown() => bus.invoke("state::set", write, timeout).await,
+            other => other,
+        };
+        written.map(drop).map_err(|error| error_body("recording the hand-over", &error))
+    }
+}
+
+/// Carries the session's hand-over from the turn before into a new turn record.
+pub(super) fn carry_hand_over(before: Option<&Value>, turn: &mut Value) {
+    if let Some(harness) = before.and_then(|r| r[HARNESS_FIELD].as_str()) {
+        turn[HARNESS_FIELD] = json!(harness);
     }
 }

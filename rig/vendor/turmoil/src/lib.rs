@@ -299,6 +299,13 @@ pub fn since_epoch() -> Option<Duration> {
     World::try_current(|world| world.try_current_host().map(|host| host.timer.since_epoch()).ok()).ok().flatten()
 }
 
+/// The name of the host whose software is running now, if any (rig patch: a panic hook names
+/// the host that panicked). Never panics: outside a simulation, or while the world is borrowed,
+/// it is `None`.
+pub fn current_host_name() -> Option<String> {
+    World::try_current(|world| world.try_current_host().ok().map(|host| host.nodename.clone())).ok().flatten()
+}
+
 /// Lookup an IP address by host name.
 ///
 /// Must be called from within a Turmoil simulation.
