@@ -234,8 +234,14 @@ pub(crate) fn judge(
     let unused = world.unused_script();
     let queues = world.queues.borrow();
     let layout = &harness.layout;
+    let (replies, unjudged) = world.replies();
+    if unjudged > 0 {
+        failures
+            .push(format!("{unjudged} replies to the queue or to workers were too many to keep, and went unjudged"));
+    }
     let violations = oracle::check(&Evidence {
         events: trace.events(),
+        replies: &replies,
         store: &store,
         sessions: &sessions,
         layout,

@@ -51,7 +51,8 @@ pub enum Oracle {
     /// No turn, and no tree of a turn and the turns it delegated to, consumes more than the hard
     /// limits of its budget (model rounds, tool calls, effects, child turns, wall time).
     Budget,
-    /// No two workers own a turn in the same epoch.
+    /// No two workers own a turn in the same epoch, and no worker writes a turn after a newer
+    /// owner of its session has.
     OneOwner,
 }
 
@@ -102,9 +103,25 @@ pub struct Violation {
     pub detail: String,
 }
 
+/// A worker's answer to a caller other than the scenario's driver (a queue delivery, another
+/// worker), as the engine received it; the driver's are its `rpc` events.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reply {
+    /// How many trace events came before it: it is judged against the store as of then.
+    pub position: usize,
+    pub at_ms: u64,
+    /// The worker that answered, and who the answer was for.
+    pub from: String,
+    pub to: String,
+    pub function: String,
+    pub result: Value,
+}
+
 /// What the oracles need to know about a finished run.
 pub struct Evidence<'a> {
     pub events: &'a [Event],
+    /// Replies to callers other than the driver, in the order the engine received them.
+    pub replies: &'a [Reply],
     pub store: &'a StateStore,
     /// The session service: the transcripts, as the harness left them.
     pub sessions: &'a SessionService,
@@ -138,6 +155,7 @@ pub fn check(evidence: &Evidence<'_>) -> Vec<Violation> {
     cancellation_claims(evidence, &mut violations);
     budget(evidence, &mut violations);
     one_owner(evidence, &mut violations);
+    one_writer(evidence, &mut violations);
     violations
 }
 
@@ -517,59 +535,76 @@ fn claimed_command(result: &Value) -> Option<(&str, &str, &str)> {
 }
 
 fn truthful_reply(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
-    let layout = evidence.layout;
-    let mut durable: BTreeMap<&str, &Value> = BTreeMap::new();
-    let mut controls: BTreeMap<&str, &Value> = BTreeMap::new();
-    for event in evidence.events {
+    let mut stores = StoresSoFar::default();
+    let mut replies = evidence.replies.iter().peekable();
+    for (position, event) in evidence.events.iter().enumerate() {
+        // A reply to a queue or a worker, judged against the store as the engine received it.
+        while let Some(reply) = replies.next_if(|r| r.position <= position) {
+            let who = format!("the reply of `{}` to `{}`", reply.function, reply.to);
+            stores.judge(evidence.layout, &who, reply.at_ms, &reply.result, violations);
+        }
         match &event.kind {
-            EventKind::Commit { scope, key, value, .. } if *scope == layout.turn_scope => {
-                durable.insert(key.as_str(), value);
-            }
-            EventKind::Commit { scope, key, value, .. } if scope == CONTROL_SCOPE => {
-                controls.insert(key.as_str(), value);
-            }
-            EventKind::Rpc { name, outcome, .. }
-                if outcome["outcome"] == "ok" && claimed_command(&outcome["result"]).is_some() =>
-            {
-                // "Accepted" is never reported as "applied": a command is applied only once the
-                // store says so.
-                let Some((session, key, state)) = claimed_command(&outcome["result"]) else { continue };
-                let stored =
-                    controls.get(session).and_then(|c| c["commands"][key]["state"].as_str()).unwrap_or("absent");
-                if state != "accepted" && state != stored {
-                    violations.push(violation(
-                        Oracle::TruthfulReply,
-                        format!(
-                            "reply `{name}` at {} ms says command {key} of session {session} is `{state}`, while the store held it `{stored}`",
-                            event.at_ms
-                        ),
-                    ));
-                }
-            }
+            EventKind::Commit { scope, key, value, .. } => stores.commit(evidence.layout, scope, key, value),
             EventKind::Rpc { name, outcome, .. } if outcome["outcome"] == "ok" => {
-                let Some((session, turn, status)) = claimed_status(&outcome["result"]) else { continue };
-                let Some(record) = durable.get(session).filter(|r| layout.turn_id(r) == turn) else { continue };
-                let stored = layout.status(record);
-                let unconfirmed = outcome["result"]["finalized"] == Value::Bool(false);
-                let claims_terminal = layout.terminal_statuses.iter().any(|s| s == status);
-                let lie = if status == "running" {
-                    layout.is_terminal(record)
-                } else if claims_terminal && !unconfirmed {
-                    stored != status
-                } else {
-                    false
-                };
-                if lie {
-                    violations.push(violation(
-                        Oracle::TruthfulReply,
-                        format!(
-                            "reply `{name}` at {} ms says turn {turn} is `{status}`, while the store held it `{stored}`",
-                            event.at_ms
-                        ),
-                    ));
-                }
+                stores.judge(evidence.layout, &format!("reply `{name}`"), event.at_ms, &outcome["result"], violations);
             }
             _ => {}
+        }
+    }
+    for reply in replies {
+        let who = format!("the reply of `{}` to `{}`", reply.function, reply.to);
+        stores.judge(evidence.layout, &who, reply.at_ms, &reply.result, violations);
+    }
+}
+
+/// The turn and control records as committed so far, for judging a reply at that moment.
+#[derive(Default)]
+struct StoresSoFar<'a> {
+    turns: BTreeMap<&'a str, &'a Value>,
+    controls: BTreeMap<&'a str, &'a Value>,
+}
+
+impl<'a> StoresSoFar<'a> {
+    fn commit(&mut self, layout: &RecordLayout, scope: &'a str, key: &'a str, value: &'a Value) {
+        if scope == layout.turn_scope {
+            self.turns.insert(key, value);
+        } else if scope == CONTROL_SCOPE {
+            self.controls.insert(key, value);
+        }
+    }
+
+    /// Judges what one reply (`who`, at `at_ms`) says against the store as it is now.
+    fn judge(&self, layout: &RecordLayout, who: &str, at_ms: u64, result: &Value, violations: &mut Vec<Violation>) {
+        if let Some((session, key, state)) = claimed_command(result) {
+            // "Accepted" is never reported as "applied": a command is applied only once the
+            // store says so.
+            let stored =
+                self.controls.get(session).and_then(|c| c["commands"][key]["state"].as_str()).unwrap_or("absent");
+            if state != "accepted" && state != stored {
+                violations.push(violation(
+                    Oracle::TruthfulReply,
+                    format!(
+                        "{who} at {at_ms} ms says command {key} of session {session} is `{state}`, while the store held it `{stored}`"
+                    ),
+                ));
+            }
+            return;
+        }
+        let Some((session, turn, status)) = claimed_status(result) else { return };
+        let Some(record) = self.turns.get(session).filter(|r| layout.turn_id(r) == turn) else { return };
+        let stored = layout.status(record);
+        let unconfirmed = result["finalized"] == Value::Bool(false);
+        let claims_terminal = layout.terminal_statuses.iter().any(|s| s == status);
+        let lie = if status == "running" {
+            layout.is_terminal(record)
+        } else {
+            claims_terminal && !unconfirmed && stored != status
+        };
+        if lie {
+            violations.push(violation(
+                Oracle::TruthfulReply,
+                format!("{who} at {at_ms} ms says turn {turn} is `{status}`, while the store held it `{stored}`"),
+            ));
         }
     }
 }
@@ -883,6 +918,70 @@ fn one_owner(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
             Oracle::OneOwner,
             format!("turn {turn} had {} owners in epoch {epoch}: {}", owners.len(), owners.join(", ")),
         ));
+    }
+}
+
+/// Ownership as the store saw it: every lease grant (a new token) and every commit that raises a
+/// turn's epoch is a claim on the session by the worker that sent it (the caller of the store
+/// call). Once a worker has written the session's turn under its claim, a commit there by a
+/// worker whose own latest claim is older means two workers ran the turn, whatever the commits
+/// carried. The scenario's own writes (the driver's) claim nothing and are not judged.
+fn one_writer(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
+    let layout = evidence.layout;
+    let lease_prefix = format!("{}/", layout.owner_scope);
+    let mut claims = 0u64;
+    // The newest claim of each worker per session, and per session the newest claim whose
+    // worker has written the turn since.
+    let mut latest: BTreeMap<(&str, &str), u64> = BTreeMap::new();
+    let mut exercised: BTreeMap<&str, (u64, &str)> = BTreeMap::new();
+    let mut tokens: BTreeSet<(&str, u64)> = BTreeSet::new();
+    let mut epochs: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut reported: BTreeSet<(&str, &str, &str)> = BTreeSet::new();
+    // The store handles one call at a time: what it commits or grants follows that call.
+    let mut caller: Option<&str> = None;
+    for event in evidence.events {
+        match &event.kind {
+            EventKind::Call { function, caller: sender, .. } if function.starts_with("state::") => {
+                caller = sender.as_deref();
+            }
+            EventKind::Lease { domain, token, .. } => {
+                let (Some(session), Some(worker)) = (domain.strip_prefix(&lease_prefix), caller) else { continue };
+                if tokens.insert((domain.as_str(), *token)) {
+                    claims += 1;
+                    latest.insert((session, worker), claims);
+                }
+            }
+            EventKind::Commit { scope, key, value, .. } if *scope == layout.turn_scope && !value.is_null() => {
+                let Some(writer) = caller.filter(|w| *w != crate::topology::DRIVER) else { continue };
+                if let Some(epoch) = value[&layout.epoch_field].as_u64() {
+                    if epochs.insert(key.as_str(), epoch).is_none_or(|before| epoch > before) && epoch > 0 {
+                        claims += 1;
+                        latest.insert((key.as_str(), writer), claims);
+                    }
+                }
+                let mine = latest.get(&(key.as_str(), writer)).copied();
+                match exercised.get(key.as_str()).copied() {
+                    Some((newest, owner)) if owner != writer && mine.is_none_or(|claim| claim < newest) => {
+                        if reported.insert((key.as_str(), writer, owner)) {
+                            violations.push(violation(
+                                Oracle::OneOwner,
+                                format!(
+                                    "turn {key}/{} was written by `{writer}` at {} ms after `{owner}`, which took the session over later, had written it: two workers ran the turn",
+                                    layout.turn_id(value),
+                                    event.at_ms
+                                ),
+                            ));
+                        }
+                    }
+                    newest => {
+                        if let Some(claim) = mine.filter(|&claim| newest.is_none_or(|(n, _)| claim >= n)) {
+                            exercised.insert(key.as_str(), (claim, writer));
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
     }
 }
 

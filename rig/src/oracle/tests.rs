@@ -92,8 +92,19 @@ fn judge_with_layout(
     sessions: &doubles::SessionService,
     layout: &RecordLayout,
 ) -> Vec<Oracle> {
+    judge_everything(events, &[], store, sessions, layout)
+}
+
+fn judge_everything(
+    events: &[Event],
+    replies: &[Reply],
+    store: &StateStore,
+    sessions: &doubles::SessionService,
+    layout: &RecordLayout,
+) -> Vec<Oracle> {
     let evidence = Evidence {
         events,
+        replies,
         store,
         sessions,
         layout,
@@ -247,6 +258,7 @@ fn stranded_catches_input_never_admitted_and_dead_letters_nobody_took() {
     let sessions = doubles::SessionService::new();
     let evidence = Evidence {
         events: &[],
+        replies: &[],
         store: &store,
         sessions: &sessions,
         layout: &layout,
@@ -557,4 +569,78 @@ fn cancellation_holds_a_cancelled_turns_account_of_its_effects_to_the_ledger() {
     let corrected =
         flat(&[&ticket, &[cancelled("cancelled-with-no-effect"), cancelled("completed-before-cancellation")]]);
     assert!(claims(&corrected).is_empty());
+}
+
+#[test]
+fn truthful_reply_judges_replies_to_the_queue_against_the_store_as_they_arrived() {
+    let reply = |position: usize, status: &str| Reply {
+        position,
+        at_ms: 3,
+        from: "harness".into(),
+        to: "queue".into(),
+        function: "harness::turn".into(),
+        result: json!({"session_id": "s1", "turn_id": "t1", "status": status, "skipped": true}),
+    };
+    let events = [
+        commit(1, json!({"turn_id": "t1", "status": "running"})),
+        commit(2, json!({"turn_id": "t1", "status": "failed"})),
+    ];
+    let judged = |replies: &[Reply]| {
+        judge_everything(
+            &events,
+            replies,
+            &StateStore::new(),
+            &doubles::SessionService::new(),
+            &RecordLayout::default(),
+        )
+    };
+    assert!(judged(&[reply(2, "failed")]).is_empty());
+    assert_eq!(judged(&[reply(2, "running")]), vec![Oracle::TruthfulReply], "`running` over a durable `failed`");
+    // Before the failed record was committed, `running` was the truth.
+    assert!(judged(&[reply(1, "running")]).is_empty());
+    assert_eq!(judged(&[reply(1, "failed")]), vec![Oracle::TruthfulReply], "a terminal state not yet recorded");
+}
+
+#[test]
+fn one_owner_catches_a_worker_writing_a_turn_after_its_newer_owner_did() {
+    let store_call = |at_ms: u64, caller: &str, function: &str| {
+        event(
+            at_ms,
+            EventKind::Call {
+                service: "store".into(),
+                function: function.into(),
+                payload: json!({}),
+                caller: Some(caller.into()),
+                invocation_id: Some(format!("s{at_ms}")),
+            },
+        )
+    };
+    let grant = |at_ms: u64, worker: &str, token: u64| {
+        [store_call(at_ms, worker, "state::acquire-lease"), lease(at_ms, worker, token)]
+    };
+    let write =
+        |at_ms: u64, worker: &str, value: Value| [store_call(at_ms, worker, "state::set"), commit(at_ms, value)];
+    let running = || json!({"turn_id": "t1", "status": "running"});
+    let switched = flat(&[
+        &grant(1, "harness", 1),
+        &write(2, "harness", running()),
+        &grant(3, "replacement", 2),
+        &write(4, "replacement", running()),
+    ]);
+    let none = StateStore::new();
+    assert!(judge(&switched, &none).is_empty(), "a hand-over");
+    // The old worker writes after its successor did: two workers ran the turn.
+    let stale = flat(&[&switched, &write(5, "harness", running())]);
+    assert_eq!(judge(&stale, &none), vec![Oracle::OneOwner]);
+    // Taking the session back first (a newer grant) makes it the owner again: a rollback.
+    let rollback = flat(&[&switched, &grant(5, "harness", 3), &write(6, "harness", running())]);
+    assert!(judge(&rollback, &none).is_empty());
+    // A renewal is no new claim; the scenario's own writes are not judged.
+    let renewed = flat(&[&switched, &grant(5, "harness", 1), &write(6, "harness", running())]);
+    assert_eq!(judge(&renewed, &none), vec![Oracle::OneOwner]);
+    assert!(judge(&flat(&[&switched, &write(5, "driver", running())]), &none).is_empty());
+    // A claim by epoch (a resume's compare-and-set) is a claim too.
+    let claimed = json!({"turn_id": "t1", "status": "running", "epoch": 1, "owner": "harness"});
+    let resumed = flat(&[&switched, &write(5, "harness", claimed)]);
+    assert!(judge(&resumed, &none).is_empty());
 }

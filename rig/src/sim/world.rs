@@ -5,6 +5,7 @@ use crate::bus::{BusObserver, Frame, FrameDirection};
 use crate::clock::Clock;
 use crate::cut::{CutTable, Interrupt, ProcessCutTable};
 use crate::harness::ProcessControl;
+use crate::oracle::Reply;
 use crate::queue::Queues;
 use crate::services::SharedDouble;
 use crate::streams::component_stream;
@@ -20,6 +21,9 @@ use tokio::sync::Notify;
 
 /// How many invocation ids the world remembers the caller of; older ones are forgotten first.
 const CALLERS_MAX: usize = 65_536;
+/// How many replies of harness workers to callers other than the driver the world keeps for the
+/// oracles; later ones are counted, not kept.
+const REPLIES_MAX: usize = 65_536;
 
 /// Everything one run shares.
 pub struct World {
@@ -51,6 +55,11 @@ pub struct World {
     isolations: RefCell<Vec<(String, u64)>>,
     /// How often each worker reached each named interruption point: where process cuts can go.
     arrivals: RefCell<BTreeMap<(String, String), u64>>,
+    /// What workers other than the doubles answered to callers other than the driver (a queue,
+    /// another worker), as the engine received it: `truthful-reply` judges every reply about a
+    /// turn, whoever gets it. The driver's own are in the trace already.
+    replies: RefCell<Vec<Reply>>,
+    replies_dropped: Cell<u64>,
 }
 
 /// The live connections between hosts, and which links are cut.
@@ -105,6 +114,8 @@ impl World {
             bounces: RefCell::default(),
             isolations: RefCell::default(),
             arrivals: RefCell::default(),
+            replies: RefCell::default(),
+            replies_dropped: Cell::new(0),
         })
     }
 
@@ -298,6 +309,34 @@ impl World {
         self.arrivals.borrow().clone()
     }
 
+    /// The replies kept for the oracles ([`World::keep_reply`]), and how many were not kept.
+    pub fn replies(&self) -> (std::cell::Ref<'_, Vec<Reply>>, u64) {
+        (self.replies.borrow(), self.replies_dropped.get())
+    }
+
+    /// Keeps a worker's result that says something about a session (it names one), when neither
+    /// a double gave it nor the driver receives it.
+    fn keep_reply(&self, peer: &str, frame: &Frame) {
+        let Frame::InvocationResult { invocation_id, function_id, result: Some(result), .. } = frame else { return };
+        if result["session_id"].as_str().is_none() || self.services.iter().any(|(host, _)| host == peer) {
+            return;
+        }
+        let Some(to) = self.caller_of(invocation_id).filter(|to| to != crate::topology::DRIVER) else { return };
+        let mut replies = self.replies.borrow_mut();
+        if replies.len() >= REPLIES_MAX {
+            self.replies_dropped.set(self.replies_dropped.get() + 1);
+            return;
+        }
+        replies.push(Reply {
+            position: self.trace.borrow().events().len(),
+            at_ms: self.clock.now_ms(),
+            from: peer.to_string(),
+            to,
+            function: function_id.clone(),
+            result: result.clone(),
+        });
+    }
+
     /// The worker an invocation came from, as the engine saw it arrive.
     pub fn caller_of(&self, invocation_id: &str) -> Option<String> {
         self.callers.borrow().by_invocation.get(invocation_id).cloned()
@@ -318,8 +357,10 @@ impl World {
 
 impl BusObserver for World {
     fn frame(&self, direction: FrameDirection, peer: &str, frame: &Frame) {
-        if let (FrameDirection::In, Frame::InvokeFunction { invocation_id: Some(id), .. }) = (direction, frame) {
-            self.note_caller(id, peer);
+        match (direction, frame) {
+            (FrameDirection::In, Frame::InvokeFunction { invocation_id: Some(id), .. }) => self.note_caller(id, peer),
+            (FrameDirection::In, Frame::InvocationResult { .. }) => self.keep_reply(peer, frame),
+            _ => {}
         }
         let direction = match direction {
             FrameDirection::In => "in",

@@ -45,6 +45,10 @@
 //! - `cancel-by-clock`: how a cancellation ended is judged by the clock: an effect counts only
 //!   if its recorded completion came after the cancel was requested (an action settled by
 //!   reconciliation carries no completion time, so it never counts).
+//! - `stale-reply`: a turn delivery is answered with the status the turn had when it began
+//!   (`running`), however it ended.
+//! - `fence-effects-only`: the lease's token goes with effect requests but not with the
+//!   harness's own turn writes, so a worker whose lease ran out still writes the turn.
 
 mod actions;
 mod budget;
@@ -97,10 +101,12 @@ pub enum Policy {
     ReadmitConsumedInput,
     ArrivalOrderStream,
     CancelByClock,
+    StaleReply,
+    FenceEffectsOnly,
 }
 
 impl Policy {
-    pub const ALL: [Policy; 21] = [
+    pub const ALL: [Policy; 23] = [
         Policy::Swallow,
         Policy::Propagate,
         Policy::Reference,
@@ -122,6 +128,8 @@ impl Policy {
         Policy::ReadmitConsumedInput,
         Policy::ArrivalOrderStream,
         Policy::CancelByClock,
+        Policy::StaleReply,
+        Policy::FenceEffectsOnly,
     ];
 
     pub fn name(self) -> &'static str {
@@ -147,6 +155,8 @@ impl Policy {
             Policy::ReadmitConsumedInput => "readmit-consumed-input",
             Policy::ArrivalOrderStream => "arrival-order-stream",
             Policy::CancelByClock => "cancel-by-clock",
+            Policy::StaleReply => "stale-reply",
+            Policy::FenceEffectsOnly => "fence-effects-only",
         }
     }
 
@@ -311,8 +321,14 @@ impl Worker {
         if let Err(not_owner) = self.ensure_ownership(bus, &request.session_id).await {
             return not_owner.answer(&request.session_id);
         }
-        let result = self.owned_turn(bus, request.clone()).await;
+        let mut result = self.owned_turn(bus, request.clone()).await;
         self.hand_back(bus, &request.session_id).await;
+        if let (Policy::StaleReply, Ok(reply)) = (self.policy, &mut result) {
+            // The known-bad answer: what the turn was when the delivery came, not what it became.
+            if reply["status"].as_str().is_some_and(|status| TERMINAL.contains(&status)) {
+                reply["status"] = json!("running");
+            }
+        }
         result
     }
 

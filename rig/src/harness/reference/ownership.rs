@@ -129,9 +129,11 @@ impl Worker {
         self.tokens.borrow().get(session_id).copied()
     }
 
-    /// The fence a protected store write carries (none under `no-fencing`).
+    /// The fence a protected store write carries (none under `no-fencing` and
+    /// `fence-effects-only`).
     pub(super) fn store_fence(&self, session_id: &str) -> Option<Value> {
-        let token = self.lease_token(session_id).filter(|_| self.policy != Policy::NoFencing)?;
+        let unfenced = matches!(self.policy, Policy::NoFencing | Policy::FenceEffectsOnly);
+        let token = self.lease_token(session_id).filter(|_| !unfenced)?;
         Some(json!({ "scope": OWNER_SCOPE, "key": session_id, "token": token }))
     }
 
