@@ -203,19 +203,27 @@ impl Requirements {
     pub fn unmet(&self, harness: &str, declared: &Capabilities) -> Option<Skip> {
         let missing: Vec<(Capability, String)> =
             self.iter().filter(|(c, _)| !declared.contains(*c)).map(|(c, why)| (c, why.to_string())).collect();
-        (!missing.is_empty()).then(|| Skip { harness: harness.to_string(), missing })
+        (!missing.is_empty()).then(|| Skip { harness: harness.to_string(), missing, cannot: Vec::new() })
     }
 }
 
-/// A run not made: its scenario needs capabilities its harness does not declare.
+/// A run not made: its scenario needs capabilities its harness does not declare, or something
+/// the way it would be run cannot do (live mode cannot stop a process at a point in its code).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Skip {
     pub harness: String,
     /// Each capability lacking, with the place in the file that asks for it.
     pub missing: Vec<(Capability, String)>,
+    /// What the mode of the run (`live`) cannot do of the file, each in a sentence.
+    pub cannot: Vec<String>,
 }
 
 impl Skip {
+    /// A run `harness` is not given because live mode cannot do what the file asks: `reasons`.
+    pub fn not_live(harness: &str, reasons: Vec<String>) -> Self {
+        Self { harness: harness.to_string(), missing: Vec::new(), cannot: reasons }
+    }
+
     /// The names of the capabilities lacking.
     pub fn capabilities(&self) -> Vec<&'static str> {
         self.missing.iter().map(|(c, _)| c.name()).collect()
@@ -224,11 +232,18 @@ impl Skip {
 
 impl fmt::Display for Skip {
     /// `needs switch (step #3: invoke.function = "replacement::import"), which harness `naive`
-    /// does not declare`.
+    /// does not declare`; `cannot run live: ...`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let needs: Vec<String> = self.missing.iter().map(|(c, why)| format!("{c} ({why})")).collect();
-        let it = if self.missing.len() == 1 { "it" } else { "them" };
-        write!(f, "needs {}, and harness `{}` does not declare {it}", needs.join(", "), self.harness)
+        if !self.missing.is_empty() {
+            let needs: Vec<String> = self.missing.iter().map(|(c, why)| format!("{c} ({why})")).collect();
+            let it = if self.missing.len() == 1 { "it" } else { "them" };
+            write!(f, "needs {}, and harness `{}` does not declare {it}", needs.join(", "), self.harness)?;
+        }
+        if !self.cannot.is_empty() {
+            let and = if self.missing.is_empty() { "" } else { "; and " };
+            write!(f, "{and}cannot run live: {}", self.cannot.join("; "))?;
+        }
+        Ok(())
     }
 }
 

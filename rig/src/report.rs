@@ -93,6 +93,7 @@ pub fn skip_json(run: &SkippedRun) -> Value {
         "passed": null,
         "skipped": run.skip.to_string(),
         "missing": run.skip.capabilities(),
+        "cannot": run.skip.cannot,
     })
 }
 

@@ -78,12 +78,18 @@ struct Live {
 }
 
 fn start_live(paths: &[&str], extra: &[&str]) -> Live {
+    start_live_with(paths, extra, &[])
+}
+
+/// [`start_live`] with `envs` set for `rig live`, and so for the processes it starts.
+fn start_live_with(paths: &[&str], extra: &[&str], envs: &[(&str, PathBuf)]) -> Live {
     let mut child = Command::new(env!("CARGO_BIN_EXE_rig"))
         .current_dir(workspace())
         .arg("live")
         .args(paths)
         .args(["--listen", "127.0.0.1:0", "--json"])
         .args(extra)
+        .envs(envs.iter().map(|(name, value)| (*name, value)))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -103,7 +109,15 @@ fn start_live(paths: &[&str], extra: &[&str]) -> Live {
 
 impl Live {
     /// Waits (bounded) for `rig live` to finish; its exit code and verdicts.
-    fn finish(mut self) -> (Option<i32>, Vec<Verdict>) {
+    fn finish(self) -> (Option<i32>, Vec<Verdict>) {
+        let (code, runs) = self.finish_runs();
+        let mut verdicts: Vec<Verdict> = runs.iter().map(verdict).collect();
+        verdicts.sort();
+        (code, verdicts)
+    }
+
+    /// Waits (bounded) for `rig live` to finish; its exit code and its JSON line per run made.
+    fn finish_runs(mut self) -> (Option<i32>, Vec<serde_json::Value>) {
         let started = Instant::now();
         let status = loop {
             if let Some(status) = self.running.child.try_wait().expect("wait for rig live") {
@@ -115,25 +129,48 @@ impl Live {
             }
             std::thread::sleep(Duration::from_millis(100));
         };
-        let mut verdicts: Vec<Verdict> = self
+        let runs = self
             .stdout
             .iter()
-            .map(|line| {
-                let run: serde_json::Value = serde_json::from_str(&line).expect("one JSON object per line");
-                assert!(run["live"]["replay"].as_str().is_some_and(|r| r.contains("cannot be replayed")), "{run}");
-                let text = |field: &str| run[field].as_str().unwrap_or_default().to_string();
-                let oracles = run["violations"].as_array().into_iter().flatten();
-                Verdict {
-                    scenario: text("scenario"),
-                    policy: text("policy"),
-                    passed: run["passed"].as_bool().unwrap_or(false),
-                    oracles: oracles.map(|o| o.as_str().unwrap_or_default().to_string()).collect(),
-                }
+            .map(|line| serde_json::from_str::<serde_json::Value>(&line).expect("one JSON object per line"))
+            .filter(|run| run["skipped"].is_null())
+            .inspect(|run| {
+                assert!(run["live"]["replay"].as_str().is_some_and(|r| r.contains("cannot be replayed")), "{run}")
             })
             .collect();
-        verdicts.sort();
-        (status.code(), verdicts)
+        (status.code(), runs)
     }
+}
+
+fn verdict(run: &serde_json::Value) -> Verdict {
+    let text = |field: &str| run[field].as_str().unwrap_or_default().to_string();
+    let oracles = run["violations"].as_array().into_iter().flatten();
+    Verdict {
+        scenario: text("scenario"),
+        policy: text("policy"),
+        passed: run["passed"].as_bool().unwrap_or(false),
+        oracles: oracles.map(|o| o.as_str().unwrap_or_default().to_string()).collect(),
+    }
+}
+
+/// The simulated verdicts of `files` under `policy`, seed 0.
+fn simulated_of(files: &[&str], policy: &str) -> Vec<Verdict> {
+    let mut verdicts: Vec<Verdict> = files
+        .iter()
+        .map(|file| {
+            let scenario = rig::Scenario::load(&workspace().join(file)).expect("a valid scenario");
+            let outcome = rig::run(&scenario, scenario.run_of(policy).expect("the file declares the policy"), 0);
+            let fired = outcome.violations.iter().map(|v| v.oracle.name().to_string()).collect::<BTreeSet<_>>();
+            Verdict {
+                scenario: file.to_string(),
+                policy: policy.into(),
+                passed: outcome.passed,
+                oracles: fired.into_iter().collect(),
+            }
+        })
+        .collect();
+    verdicts.sort();
+    verdicts
 }
 
 /// The simulated verdicts of the suite under `policy`, seed 0.
@@ -196,19 +233,31 @@ fn sdk() -> &'static installs::Venv {
     })
 }
 
-/// The Python worker connected to `url`; `--swallow` for the variant with incident 001's bug.
-fn python_worker(url: &str, swallow: bool) -> Running {
+/// The command that starts the Python worker (`--swallow`: the variant with incident 001's bug),
+/// for `rig live --spawn`, and the environment it needs.
+fn python_worker(swallow: bool) -> (String, Vec<(&'static str, PathBuf)>) {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests").join("live").join("harness_worker.py");
-    let mut command = sdk().command();
-    command.arg(script).args(["--url", url]);
-    if swallow {
-        command.arg("--swallow");
-    }
+    let command =
+        format!("{} {}{}", sdk().python().display(), script.display(), if swallow { " --swallow" } else { "" });
     // The SDK leaves a marker file under ~/.iii when it is killed: keep it in the target dir.
     let home = Path::new(env!("CARGO_TARGET_TMPDIR")).join("live-python-home");
     std::fs::create_dir_all(&home).expect("a home for the worker");
-    let child = command.env("HOME", home).stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("start python");
-    Running { child, what: format!("the Python worker{}", if swallow { " (swallowing)" } else { "" }) }
+    (command, vec![("HOME", home)])
+}
+
+/// `rig live --spawn` on `paths` with the Python worker; the runs' JSON lines.
+fn live_python(paths: &[&str], extra: &[&str], swallow: bool) -> Vec<serde_json::Value> {
+    let (spawn, envs) = python_worker(swallow);
+    let extra: Vec<&str> = extra.iter().copied().chain(["--spawn", &spawn]).collect();
+    let (code, runs) = start_live_with(paths, &extra, &envs).finish_runs();
+    assert!(matches!(code, Some(0 | 1)), "rig live against the Python worker exited {code:?}: {runs:#?}");
+    runs
+}
+
+fn verdicts(runs: &[serde_json::Value]) -> Vec<Verdict> {
+    let mut verdicts: Vec<Verdict> = runs.iter().map(verdict).collect();
+    verdicts.sort();
+    verdicts
 }
 
 fn assert_same(live: Vec<Verdict>, simulated: Vec<Verdict>, against: &str) {
@@ -251,10 +300,11 @@ fn the_reference_harness_as_a_process_gives_the_simulated_verdicts() {
     }
 }
 
-/// A harness in another language, on the real iii SDK: it passes the suite with the simulated
-/// verdicts; its swallowing variant gives the known-bad policy's simulated verdicts, and is
-/// caught by `liveness` when judged as a correct harness. (The swallowing variant runs on the
-/// cases that exercise its bug, not the whole suite: each of them waits out a liveness bound.)
+/// A harness in another language, on the real iii SDK, started by the rig: it passes the suite
+/// with the simulated verdicts; its swallowing variant gives the known-bad policy's simulated
+/// verdicts, and is caught by `liveness` when judged as a correct harness, as soon as the world
+/// is provably quiet (the worker says how long it may wait by itself) rather than at the end of
+/// the liveness bound. (The swallowing variant runs on the cases that exercise its bug.)
 #[test]
 fn a_python_harness_on_the_real_iii_sdk_gives_the_simulated_verdicts() {
     sdk();
@@ -262,23 +312,24 @@ fn a_python_harness_on_the_real_iii_sdk_gives_the_simulated_verdicts() {
         ["scenarios/incident-001/finalization/lost-ack.toml", "scenarios/incident-001/finalization/read-timeout.toml"];
     std::thread::scope(|scope| {
         let correct = scope.spawn(|| {
-            let live = live_against(&SUITE, &["--policy", "reference"], |url| python_worker(url, false));
+            let live = verdicts(&live_python(&SUITE, &["--policy", "reference"], false));
             assert!(live.iter().all(|v| v.passed), "{live:#?}");
             assert_same(live, simulated("reference"), "the Python worker");
         });
         let swallowing = scope.spawn(|| {
             let scaled = ["--policy", "swallow", "--time-scale", TIME_SCALE];
-            let live = live_against(&BUGGY, &scaled, |url| python_worker(url, true));
-            let expected: Vec<Verdict> =
-                simulated("swallow").into_iter().filter(|v| BUGGY.contains(&v.scenario.as_str())).collect();
-            assert_same(live, expected, "the swallowing Python worker");
+            let live = verdicts(&live_python(&BUGGY, &scaled, true));
+            assert_same(live, simulated_of(&BUGGY, "swallow"), "the swallowing Python worker");
         });
         let caught = scope.spawn(|| {
             let file = ["scenarios/incident-001/finalization/write-rejected.toml"];
             let scaled = ["--policy", "reference", "--time-scale", TIME_SCALE];
-            let live = live_against(&file, &scaled, |url| python_worker(url, true));
+            let runs = live_python(&file, &scaled, true);
+            let live = verdicts(&runs);
             assert_eq!(live.len(), 1, "{live:#?}");
             assert!(!live[0].passed && live[0].oracles.contains(&"liveness".to_string()), "{live:#?}");
+            let liveness = runs[0]["violation_details"].to_string();
+            assert!(liveness.contains("the world went quiet"), "judged at the liveness bound: {liveness}");
         });
         for check in [correct, swallowing, caught] {
             check.join().expect("a check");
@@ -287,13 +338,15 @@ fn a_python_harness_on_the_real_iii_sdk_gives_the_simulated_verdicts() {
 }
 
 /// Without a worker, a live run waits a bounded time and says what is missing and where to
-/// connect; a scenario that needs the simulation is refused, naming the step.
+/// connect; a process the rig started that ends by itself fails its run at once, quoting its
+/// output; a scenario that needs the simulation is skipped, naming the step, and a command that
+/// could run nothing else says so.
 #[test]
-fn a_missing_worker_and_a_simulation_only_step_are_reported_clearly() {
+fn a_missing_worker_a_dead_process_and_a_simulation_only_step_are_reported_clearly() {
     let rig_live = |args: &[&str]| {
         let mut command = Command::new(env!("CARGO_BIN_EXE_rig"));
         command.current_dir(workspace()).arg("live").args(args).args(["--listen", "127.0.0.1:0"]);
-        // Bounded by --connect-timeout-ms; a refusal comes before anything runs.
+        // Bounded by --connect-timeout-ms; a skip comes before anything runs.
         command.output().expect("rig live runs")
     };
     let alone = rig_live(&["scenarios/smoke/healthy-turn.toml", "--connect-timeout-ms", "1000"]);
@@ -301,44 +354,116 @@ fn a_missing_worker_and_a_simulation_only_step_are_reported_clearly() {
     let stdout = String::from_utf8_lossy(&alone.stdout);
     assert!(stdout.contains("no worker registered harness::turn within 1000 ms"), "{stdout}");
     assert!(stdout.contains("no worker connected as `harness`") && stdout.contains("ws://127.0.0.1:"), "{stdout}");
+    let dead = rig_live(&["scenarios/smoke/healthy-turn.toml", "--spawn", "echo about to go; exit 3"]);
+    assert_eq!(dead.status.code(), Some(1));
+    let stdout = String::from_utf8_lossy(&dead.stdout);
+    assert!(stdout.contains("the harness process of `harness` ended by itself"), "{stdout}");
+    assert!(stdout.contains("exit status 3") && stdout.contains("about to go"), "{stdout}");
     let refused = rig_live(&["scenarios/harness-switch/stale-worker.toml"]);
     assert_eq!(refused.status.code(), Some(2));
-    let stderr = String::from_utf8_lossy(&refused.stderr);
-    assert!(stderr.contains("cannot be run live") && stderr.contains("[[interrupt]] #1"), "{stderr}");
+    let stdout = String::from_utf8_lossy(&refused.stdout);
+    assert!(
+        stdout.contains("SKIP scenarios/harness-switch/stale-worker.toml [reference]: cannot run live"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("[[interrupt]] #1"), "{stdout}");
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("every run was skipped"));
 }
 
-/// Cuts that crash a host crash it live too: the rig's own store and engine lose their software
-/// and start afresh, and the harness process has its connections dropped (`rig harness` then
-/// starts afresh, as after a crash). The verdicts are the simulated ones.
+/// Whether the process `pid` is gone (or a zombie nobody has reaped yet, which runs nothing),
+/// waiting a little for a SIGKILL to be delivered.
+fn gone(pid: u64) -> bool {
+    let dead = || match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with('Z')),
+    };
+    let started = Instant::now();
+    while !dead() {
+        if started.elapsed() > Duration::from_secs(5) {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    true
+}
+
+/// With `--spawn` the rig owns the harness process: cuts and steps that crash a host kill it
+/// (its group) and start it again, as a supervisor would, and a pause stops and continues it;
+/// the rig's own store and engine crash as before. The verdicts are the simulated ones; each
+/// process start has its own output file, and none is left running.
 #[test]
-fn cuts_that_crash_a_host_crash_it_live() {
+fn a_spawned_harness_is_killed_restarted_and_paused_as_a_host_is() {
     let files = [
         "scenarios/regressions/child-turn-store-crash.toml",
         "scenarios/regressions/successor-enqueued-across-an-engine-restart.toml",
         "scenarios/regressions/owed-terminal-state-not-recorded.toml",
+        "scenarios/regressions/crash-mid-turn-redelivered.toml",
+        "scenarios/restarts/paused-worker-does-nothing.toml",
     ];
-    let trace = Path::new(env!("CARGO_TARGET_TMPDIR")).join("live-crash-cuts.jsonl");
-    let live = live_against(&files, &["--trace", trace.to_str().unwrap()], |url| rig_harness(url, "reference"));
-    let mut simulated: Vec<Verdict> = files
-        .iter()
-        .map(|file| {
-            let scenario = rig::Scenario::load(&workspace().join(file)).expect("a valid scenario");
-            let outcome = rig::run(&scenario, scenario.run_of("reference").expect("reference"), 0);
-            let fired = outcome.violations.iter().map(|v| v.oracle.name().to_string()).collect::<BTreeSet<_>>();
-            Verdict {
-                scenario: file.to_string(),
-                policy: "reference".into(),
-                passed: outcome.passed,
-                oracles: fired.into_iter().collect(),
-            }
-        })
-        .collect();
-    simulated.sort();
-    assert_same(live, simulated, "rig harness --policy reference");
+    let trace = Path::new(env!("CARGO_TARGET_TMPDIR")).join("live-spawned.jsonl");
+    let rig = format!("{} harness", env!("CARGO_BIN_EXE_rig"));
+    let live = start_live(&files, &["--spawn", &rig, "--trace", trace.to_str().unwrap()]);
+    let (code, live) = live.finish();
+    assert!(matches!(code, Some(0 | 1)), "{live:#?}");
+    assert_same(live, simulated_of(&files, "reference"), "a spawned rig harness");
     let trace = std::fs::read_to_string(&trace).expect("the trace was written");
     for host in ["store", "engine", "harness"] {
         let restarted = format!("\"action\":\"crash and restart\",\"target\":\"{host}\"");
         assert!(trace.contains(&restarted), "no crash of `{host}` in the live trace");
+    }
+    let notes: Vec<serde_json::Value> = trace
+        .lines()
+        .map(|line| serde_json::from_str::<serde_json::Value>(line).expect("a JSON line"))
+        .filter(|line| line["event"]["what"].as_str().is_some_and(|what| what.starts_with("process_")))
+        .collect();
+    let count = |scenario: &str, what: &str| {
+        notes.iter().filter(|n| n["scenario"].as_str() == Some(scenario) && n["event"]["what"] == what).count()
+    };
+    let redelivered = "scenarios/regressions/crash-mid-turn-redelivered.toml";
+    assert_eq!((count(redelivered, "process_killed"), count(redelivered, "process_started")), (1, 2));
+    let paused = "scenarios/restarts/paused-worker-does-nothing.toml";
+    assert_eq!((count(paused, "process_stopped"), count(paused, "process_continued")), (1, 1));
+    for started in notes.iter().filter(|n| n["event"]["what"] == "process_started") {
+        let detail = &started["event"]["detail"];
+        let output = detail["output"].as_str().expect("an output file");
+        assert!(Path::new(output).is_file(), "no output file {output}");
+        let pid = detail["pid"].as_u64().expect("a pid");
+        assert!(gone(pid), "process {pid} ({output}) outlived its run");
+    }
+}
+
+/// Ctrl-C stops `rig live` and every process it started, their children included.
+#[test]
+fn no_harness_process_outlives_rig_live_stopped_by_ctrl_c() {
+    let pids = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("live-ctrl-c-{}.pids", std::process::id()));
+    let _ = std::fs::remove_file(&pids);
+    // The harness, and a child of its own that would outlive it if only the first were killed.
+    let spawn = format!(
+        "echo $$ >> {pids}; sleep 600 & echo $! >> {pids}; exec {} harness",
+        env!("CARGO_BIN_EXE_rig"),
+        pids = pids.display()
+    );
+    // A healed world settles only after --quiet-ms of quiet: the run is still going when stopped.
+    let live = start_live(&["scenarios/smoke/healthy-turn.toml"], &["--spawn", &spawn, "--quiet-ms", "600000"]);
+    let started = Instant::now();
+    let written = loop {
+        let written: Vec<u64> = std::fs::read_to_string(&pids)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|line| line.trim().parse().ok())
+            .collect();
+        if written.len() == 2 {
+            break written;
+        }
+        assert!(started.elapsed() < STARTUP_MAX, "the harness process never started");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let rig = live.running.child.id().to_string();
+    assert!(Command::new("kill").args(["-INT", &rig]).status().expect("kill").success());
+    let (code, _) = live.finish_runs();
+    assert_eq!(code, Some(130), "rig live stopped by SIGINT");
+    for pid in written {
+        assert!(gone(pid), "process {pid} outlived rig live");
     }
 }
 

@@ -96,6 +96,12 @@ impl Engine {
         self.owners.borrow_mut().extend(owners);
     }
 
+    /// How many invocations the engine has routed and not seen answered: a caller is waiting
+    /// for each (live mode's quiet judgement needs to know).
+    pub fn invocations_pending(&self) -> usize {
+        self.state.borrow().pending.len()
+    }
+
     /// How many connections have been numbered so far (the last number given).
     pub fn connections_numbered(&self) -> u64 {
         self.state.borrow().next_connection

@@ -3,12 +3,16 @@
 use super::{
     bad_input, load_scenarios, output, selected_runs, trace_lines, trace_sink, Harness, EXIT_BAD_INPUT, EXIT_FAILED,
 };
-use crate::capability::Capabilities;
-use crate::report;
-use crate::{prepare_live, run_live, LiveListener, LiveOptions};
+use crate::capability::{Capabilities, Skip};
+use crate::live::check_time_scale;
+use crate::report::{self, SkippedRun};
+use crate::{prepare_live, run_live, LiveListener, LiveOptions, Processes, SpawnOptions};
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+
+/// The harness skip lines name: whatever process connects.
+const LIVE: &str = "live";
 
 /// What every live run says about replaying it.
 const NO_REPLAY: &str = "live runs depend on real time and on an external process: the trace is recorded as in \
@@ -20,9 +24,20 @@ pub struct LiveArgs {
     #[arg(required = true)]
     pub paths: Vec<PathBuf>,
     /// Where the engine listens for harness workers: a worker connects at ws://ADDRESS/ as the
-    /// `harness` host (the iii SDKs' default engine URL is ws://127.0.0.1:49134).
-    #[arg(long, default_value = "127.0.0.1:49134")]
-    pub listen: String,
+    /// `harness` host (the iii SDKs' default engine URL is ws://127.0.0.1:49134, the default;
+    /// with --spawn, a free port).
+    #[arg(long)]
+    pub listen: Option<String>,
+    /// Start the harness yourself: this shell command, once per harness host of each run, with
+    /// III_URL set to the engine's URL for the host and RIG_HOST to the host. A crash kills its
+    /// process group (SIGKILL), a restart runs the command again, a pause stops it (SIGSTOP)
+    /// and continues it (SIGCONT).
+    #[arg(long, value_name = "CMD")]
+    pub spawn: Option<String>,
+    /// Where the started processes' output goes, a file per process start (default: beside the
+    /// --trace file, in STEM.processes/; else a fresh folder in the system's temporary folder).
+    #[arg(long, requires = "spawn")]
+    pub logs: Option<PathBuf>,
     /// Listen on an address other than loopback (the bus has no authentication).
     #[arg(long)]
     pub allow_remote: bool,
@@ -63,34 +78,49 @@ pub fn command(args: LiveArgs, rig: &Harness) -> ExitCode {
         Ok(selected) => selected,
         Err(message) => return bad_input(&message),
     };
-    // Everything is checked before anything runs: one refusal stops the whole command.
+    if let Some(Err(why)) = args.time_scale.map(check_time_scale) {
+        return bad_input(&why);
+    }
+    // Everything is checked before anything runs: what live mode cannot run, or the harness
+    // does not serve, is skipped with the reason, and the rest runs.
+    let processes = if args.spawn.is_some() { Processes::Owned } else { Processes::Connected };
     let mut prepared = Vec::new();
-    let mut refused = false;
     let declared = args.capabilities.clone().unwrap_or_else(Capabilities::all);
     let mut skipped = 0u64;
     for super::Pair { scenario, policy_run: run, .. } in selected {
-        if let Some(skip) = scenario.requirements(&run.policy).unmet("live", &declared) {
-            out!("{}", report::skip_line(&scenario.path.display().to_string(), &run.policy, &skip));
-            skipped += 1;
-            continue;
+        let skip = match scenario.requirements(&run.policy).unmet(LIVE, &declared) {
+            Some(skip) => skip,
+            None => match prepare_live(scenario, args.time_scale, processes) {
+                Ok(ready) => {
+                    prepared.push((ready, run));
+                    continue;
+                }
+                Err(reasons) => Skip::not_live(LIVE, reasons),
+            },
+        };
+        let skipped_run = SkippedRun {
+            scenario: scenario.path.display().to_string(),
+            policy: run.policy.clone(),
+            seed: args.seed,
+            skip,
+        };
+        if args.json {
+            out!("{}", report::skip_json(&skipped_run));
+        } else {
+            out!("{}", report::skip_line(&skipped_run.scenario, &skipped_run.policy, &skipped_run.skip));
         }
-        match prepare_live(scenario, args.time_scale) {
-            Ok(ready) => prepared.push((ready, run)),
-            Err(why) => {
-                err!("error: {why}");
-                refused = true;
-            }
-        }
-    }
-    if refused {
-        return ExitCode::from(EXIT_BAD_INPUT);
+        skipped += 1;
     }
     if prepared.is_empty() {
-        return bad_input("every run was skipped: the harness lacks what they need, so nothing was tested");
+        return bad_input("every run was skipped (see why above), so nothing was tested");
     }
-    let address: SocketAddr = match args.listen.parse() {
+    let listen = args
+        .listen
+        .clone()
+        .unwrap_or_else(|| if args.spawn.is_some() { "127.0.0.1:0" } else { "127.0.0.1:49134" }.to_string());
+    let address: SocketAddr = match listen.parse() {
         Ok(address) => address,
-        Err(_) => return bad_input(&format!("--listen `{}`: expected IP:PORT, such as 127.0.0.1:49134", args.listen)),
+        Err(_) => return bad_input(&format!("--listen `{listen}`: expected IP:PORT, such as 127.0.0.1:49134")),
     };
     if !address.ip().is_loopback() && !args.allow_remote {
         return bad_input(&format!(
@@ -106,14 +136,26 @@ pub fn command(args: LiveArgs, rig: &Harness) -> ExitCode {
         Ok(sink) => sink,
         Err(code) => return code,
     };
+    let spawn = match args.spawn.as_ref().map(|command| spawn_options(command, &args)).transpose() {
+        Ok(spawn) => spawn,
+        Err(message) => return bad_input(&message),
+    };
     let scale = args.time_scale.unwrap_or(1.0);
     // The first line on stderr, so a script starting `rig live` on port 0 can read the address.
     err!("rig live: listening on {}", listener.url("harness"));
-    err!(
-        "rig live: connect the harness there (ws://{}/HOST for another harness host); real time{}; {NO_REPLAY}",
-        listener.address(),
-        if scale == 1.0 { String::new() } else { format!(", every scenario timing scaled by {scale}") }
-    );
+    let timing = if scale == 1.0 { String::new() } else { format!(", every scenario timing scaled by {scale}") };
+    match &spawn {
+        Some(spawn) => err!(
+            "rig live: starting `{}` for each harness host of each run (III_URL, RIG_HOST), its output in {}; real \
+             time{timing}; {NO_REPLAY}",
+            spawn.command,
+            spawn.logs.display()
+        ),
+        None => err!(
+            "rig live: connect the harness there (ws://{}/HOST for another harness host); real time{timing}; {NO_REPLAY}",
+            listener.address()
+        ),
+    }
     let (mut passed, mut failed) = (0u64, 0u64);
     let total = prepared.len();
     for (index, (ready, run)) in prepared.iter().enumerate() {
@@ -130,6 +172,7 @@ pub fn command(args: LiveArgs, rig: &Harness) -> ExitCode {
             connect_timeout_ms: args.connect_timeout_ms,
             quiet_ms: args.quiet_ms,
             command: rerun_command(&args, &rig.program, &ready.scenario.path.display().to_string(), address),
+            spawn: spawn.clone(),
         };
         let outcome = match run_live(&listener, ready, run, &options) {
             Ok(outcome) => outcome,
@@ -143,9 +186,14 @@ pub fn command(args: LiveArgs, rig: &Harness) -> ExitCode {
             let mut line = report::json_line(&outcome);
             line["live"] =
                 serde_json::json!({ "listen": address.to_string(), "time_scale": scale, "replay": NO_REPLAY });
+            if let Some(spawn) = &spawn {
+                line["live"]["spawn"] = serde_json::json!({ "command": spawn.command, "output": spawn.logs });
+            }
             out!("{line}");
         } else {
-            out!("{}\n    live: time scale {scale}; no bit-for-bit replay", report::human(&outcome));
+            let output =
+                spawn.as_ref().map(|s| format!("; process output in {}", s.logs.display())).unwrap_or_default();
+            out!("{}\n    live: time scale {scale}; no bit-for-bit replay{output}", report::human(&outcome));
         }
         if let Some(sink) = trace_out.as_mut() {
             sink.write(trace_lines(&outcome).as_bytes());
@@ -178,9 +226,40 @@ pub fn command(args: LiveArgs, rig: &Harness) -> ExitCode {
 
 /// The command that runs a scenario live again, as this run did (not a replay).
 fn rerun_command(args: &LiveArgs, program: &str, scenario: &str, address: SocketAddr) -> String {
-    let mut command = format!("{program} live {scenario} --listen {address} --policy {}", args.policy);
+    let mut command = match &args.spawn {
+        Some(spawn) => format!("{program} live {scenario} --spawn {} --policy {}", shell_quoted(spawn), args.policy),
+        None => format!("{program} live {scenario} --listen {address} --policy {}", args.policy),
+    };
     if let Some(scale) = args.time_scale {
         command.push_str(&format!(" --time-scale {scale}"));
     }
     command
+}
+
+/// `text` as one word for a POSIX shell.
+fn shell_quoted(text: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "-_./=:@%+,".contains(c);
+    if !text.is_empty() && text.chars().all(plain) {
+        return text.to_string();
+    }
+    format!("'{}'", text.replace('\'', "'\\''"))
+}
+
+/// How to start the harness processes; their output folder, made now, so a bad one is bad
+/// input before anything runs.
+fn spawn_options(command: &str, args: &LiveArgs) -> Result<SpawnOptions, String> {
+    if command.trim().is_empty() {
+        return Err("--spawn: expected the command that starts your harness".into());
+    }
+    let logs = match (&args.logs, &args.trace) {
+        (Some(folder), _) => folder.clone(),
+        (None, Some(trace)) if trace != Path::new("-") => {
+            let stem = trace.file_stem().map_or_else(|| "trace".into(), |s| s.to_string_lossy().into_owned());
+            trace.with_file_name(format!("{stem}.processes"))
+        }
+        _ => std::env::temp_dir().join(format!("rig-live-{}", std::process::id())),
+    };
+    std::fs::create_dir_all(&logs)
+        .map_err(|e| format!("cannot write the processes' output to {}: {e}", logs.display()))?;
+    Ok(SpawnOptions { command: command.to_string(), logs })
 }

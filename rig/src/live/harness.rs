@@ -73,8 +73,11 @@ pub fn serve_harness(process: &HarnessProcess) -> Result<(), String> {
         request: process.clone(),
         authority: url.authority(),
         path,
-        // One stream for the process's life: ids drawn by later incarnations never repeat earlier ones.
-        rng: Rc::new(RefCell::new(component_stream(0, &process.host))),
+        // One stream for the process's life: ids drawn by later incarnations never repeat earlier
+        // ones. Seeded afresh for every process, as the simulation's stream survives a host's
+        // restarts: a process started again after a crash (`rig live --spawn`) must not draw the
+        // idempotency keys of the one before it, which the services would take for repeats.
+        rng: Rc::new(RefCell::new(component_stream(process_seed(), &process.host))),
         current: RefCell::new(None),
     };
     LocalSet::new().block_on(&runtime, async {
@@ -91,6 +94,13 @@ pub fn serve_harness(process: &HarnessProcess) -> Result<(), String> {
             backoff_ms = (backoff_ms * 2).min(RECONNECT_MS_MAX);
         }
     })
+}
+
+/// A seed no other process draws: a live process is not seeded by the rig, and two processes
+/// of one host must never draw the same ids.
+fn process_seed() -> u64 {
+    let since_epoch = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    (since_epoch.as_nanos() as u64).rotate_left(20) ^ u64::from(std::process::id())
 }
 
 fn check_policy(policy: &str) -> Result<Policy, String> {

@@ -19,10 +19,12 @@ mod net;
 mod plan;
 mod rigfns;
 mod runner;
+mod spawn;
 
 pub use harness::{serve_harness, HarnessProcess};
-pub use plan::{prepare_live, LiveScenario};
+pub use plan::{check_time_scale, prepare_live, LiveScenario, Processes};
 pub use rigfns::{config_json, RIG_CONFIG, RIG_NOTE};
+pub use spawn::{SpawnOptions, HOST_VARIABLE, URL_VARIABLE};
 
 use crate::bus::Bus;
 use crate::layout::RecordLayout;
@@ -36,7 +38,8 @@ use crate::trace::EventKind;
 use net::{InMemory, Net};
 use rigfns::{RigFunctions, RunInfo, RIG};
 use runner::{Bounds, LiveRunner, Software};
-use std::cell::Cell;
+use spawn::Supervisor;
+use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -89,6 +92,8 @@ pub struct LiveOptions {
     pub quiet_ms: u64,
     /// The command line that runs the same again, for the report.
     pub command: String,
+    /// Start the harness processes, one per external host, instead of waiting for them.
+    pub spawn: Option<SpawnOptions>,
 }
 
 /// Runs one policy run of a prepared scenario live, against whatever workers connect to
@@ -119,8 +124,10 @@ pub fn run_live(
     let socket = listener.listener.try_clone().map_err(|e| format!("cannot share the listening socket: {e}"))?;
     let net = Net::new(Rc::clone(&world), socket, hosts, external.clone(), rig_owned(&topology), proxy_worker);
     let reference_particulars = Rc::new(Cell::new(false));
+    let declared_quiet: Rc<RefCell<BTreeMap<String, u64>>> = Rc::default();
+    let run_number = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let info = RunInfo {
-        run_id: format!("{}:{}", std::process::id(), RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)),
+        run_id: format!("{}:{run_number}", std::process::id()),
         scenario: scenario.path.display().to_string(),
         policy: run.policy.clone(),
         time_scale: options.time_scale,
@@ -132,6 +139,7 @@ pub fn run_live(
         net: Rc::clone(&net),
         run: info,
         reference_particulars: Rc::clone(&reference_particulars),
+        declared_quiet: Rc::clone(&declared_quiet),
     };
     let rig = rig_host(&world, &net, functions);
     let layout = RecordLayout::default();
@@ -143,13 +151,23 @@ pub fn run_live(
     let mut runner =
         LiveRunner::start(Rc::clone(&world), net, &topology, vec![(RIG.to_string(), rig)], layout.clone(), bounds)
             .map_err(|e| format!("cannot start the live runtime: {e}"))?;
+    runner.watch_quiet(declared_quiet);
+    if let Some(spawn) = &options.spawn {
+        let urls = external.iter().map(|host| (host.clone(), listener.url(host))).collect();
+        let label = format!("{}.{}.run{run_number}", scenario.name(), run.policy);
+        runner.own_processes(Supervisor::new(spawn.clone(), label, urls))?;
+    }
     let mut failures = Vec::new();
     let missing = wait_for_workers(&mut runner, &topology, listener, options.connect_timeout_ms);
     let settled = match &missing {
         Some(_) => Settled { healed_at_ms: runner.now_ms(), quiescent: false },
         None => run_script(&mut runner, &topology, scenario, options.seed, &mut failures),
     };
-    failures.extend(gone_workers(&world, &external));
+    if runner.process_failed() {
+        failures.extend(runner.process_failures());
+    } else {
+        failures.extend(gone_workers(&world, &external));
+    }
     let ended = Ended { at_ms: runner.now_ms(), steps: 0, settled, started };
     drop(runner);
     let name = worker_name(&world, HARNESS).map_or_else(|| "live".to_string(), |name| format!("live:{name}"));
@@ -218,8 +236,13 @@ fn wait_for_workers(
     let mut everything = topology.registered_after_restart(ENGINE, &BTreeSet::new());
     everything.extend([RIG_CONFIG.to_string(), RIG_NOTE.to_string()]);
     let within = std::time::Duration::from_millis(within_ms);
-    if runner.wait_until_up(within, |r| r.driver_connected() && registered_since(r.world(), 0, &everything)) {
+    let up = |r: &LiveRunner| r.driver_connected() && registered_since(r.world(), 0, &everything);
+    // A process of the rig's that ended before registering will not register later.
+    if runner.wait_until_up(within, |r| up(r) || r.process_failed()) && !runner.process_failed() {
         return None;
+    }
+    if runner.process_failed() {
+        return Some(runner.process_failures().join("; "));
     }
     let registered = registered_functions(runner.world(), 0);
     let mut lines = Vec::new();
@@ -238,12 +261,25 @@ fn wait_for_workers(
             }
             None => format!("no worker connected as `{}`", host.name),
         };
-        lines.push(format!(
-            "no worker registered {} within {within_ms} ms ({seen}): start your harness process with its engine URL set to {} and have it register {}",
-            missing.join(", "),
-            listener.url(&host.name),
-            missing.join(", ")
-        ));
+        let line = match runner.process_output(&host.name) {
+            Some(log) => format!(
+                "no worker registered {} within {within_ms} ms ({seen}), though the rig started its process with \
+                 {} set to {}; its output ({}) ends:\n{}",
+                missing.join(", "),
+                spawn::URL_VARIABLE,
+                listener.url(&host.name),
+                log.display(),
+                spawn::tail(&log, 12)
+            ),
+            None => format!(
+                "no worker registered {} within {within_ms} ms ({seen}): start your harness process with its engine URL \
+                 set to {} and have it register {}",
+                missing.join(", "),
+                listener.url(&host.name),
+                missing.join(", ")
+            ),
+        };
+        lines.push(line);
     }
     if lines.is_empty() {
         let missing: Vec<&str> = everything.iter().filter(|f| !registered.contains(*f)).map(String::as_str).collect();

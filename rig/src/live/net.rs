@@ -66,7 +66,8 @@ impl Net {
         owners: BTreeMap<String, String>,
         proxied: Option<String>,
     ) -> Rc<Self> {
-        let observer = Rc::new(LiveObserver { world: Rc::clone(&world), external: external.clone() });
+        let observer =
+            Rc::new(LiveObserver { world: Rc::clone(&world), external: external.clone(), open: RefCell::default() });
         Rc::new(Self {
             world,
             observer,
@@ -97,6 +98,16 @@ impl Net {
         self.crashed.borrow_mut().insert(host.to_string());
         *self.crashes.borrow_mut().entry(host.to_string()).or_default() += 1;
         self.world.sever(self.dials(host), host);
+    }
+
+    /// How many invocations the running engine has routed and not seen answered.
+    pub fn invocations_pending(&self) -> usize {
+        self.current_engine().map_or(0, |engine| engine.invocations_pending())
+    }
+
+    /// Whether an external worker of `host` has a connection to the engine open now.
+    pub fn connected(&self, host: &str) -> bool {
+        self.observer.open.borrow().get(host).is_some_and(|open| *open > 0)
     }
 
     /// How many times the script crashed `host` so far.
@@ -282,6 +293,8 @@ async fn drain_telemetry<S: AsyncRead + AsyncWrite + Unpin>(stream: S, hello: pr
 struct LiveObserver {
     world: Rc<World>,
     external: BTreeSet<String>,
+    /// The connections each external host has open.
+    open: RefCell<BTreeMap<String, u64>>,
 }
 
 impl BusObserver for LiveObserver {
@@ -302,12 +315,16 @@ impl BusObserver for LiveObserver {
 
     fn connected(&self, peer: &str, worker_id: &str) {
         if self.external.contains(peer) {
+            *self.open.borrow_mut().entry(peer.to_string()).or_default() += 1;
             self.world.note_event(ENGINE, "worker_connected", json!({ "peer": peer, "worker_id": worker_id }));
         }
     }
 
     fn disconnected(&self, peer: &str, why: &str) {
         if self.external.contains(peer) {
+            if let Some(open) = self.open.borrow_mut().get_mut(peer) {
+                *open = open.saturating_sub(1);
+            }
             self.world.note_event(ENGINE, "worker_disconnected", json!({ "peer": peer, "why": why }));
         }
     }

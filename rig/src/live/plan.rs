@@ -18,6 +18,15 @@ pub const WAIT_MS_MAX: u64 = 120_000;
 /// a loaded machine) would decide the run rather than the scenario.
 pub const DEADLINE_MS_MIN: u64 = 50;
 
+/// Whose the harness processes of a live run are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Processes {
+    /// Someone else started them; they connect. The rig can drop their connections, no more.
+    Connected,
+    /// The rig starts them (`--spawn`): it can kill, restart, stop and continue them.
+    Owned,
+}
+
 /// A scenario ready to run live, and what of it the real world does not honour.
 pub struct LiveScenario {
     pub scenario: Scenario,
@@ -40,23 +49,34 @@ enum TimingKind {
     Deadline,
 }
 
-/// Checks that `scenario` can run live and applies `time_scale` (1 when not given) to every
-/// timing in it. The error names the scenario, what cannot be done live and what to do instead.
-pub fn prepare_live(scenario: &Scenario, time_scale: Option<f64>) -> Result<LiveScenario, String> {
-    let path = scenario.path.display();
-    let scale = time_scale.unwrap_or(1.0);
-    if !(scale.is_finite() && scale > 0.0) {
-        return Err(format!("--time-scale {scale}: expected a positive number (0.25 runs every timing 4x faster)"));
+/// Whether `time_scale` is one live mode can apply: a positive number.
+pub fn check_time_scale(time_scale: f64) -> Result<(), String> {
+    if time_scale.is_finite() && time_scale > 0.0 {
+        Ok(())
+    } else {
+        Err(format!("--time-scale {time_scale}: expected a positive number (0.25 runs every timing 4x faster)"))
     }
-    let unsupported = unsupported(scenario);
+}
+
+/// Checks that `scenario` can run live with its harness `processes` and applies `time_scale`
+/// (1 when not given; see [`check_time_scale`]) to every timing in it. When it cannot, why,
+/// each reason a sentence saying what cannot be done live and what to do instead.
+pub fn prepare_live(
+    scenario: &Scenario,
+    time_scale: Option<f64>,
+    processes: Processes,
+) -> Result<LiveScenario, Vec<String>> {
+    let scale = time_scale.unwrap_or(1.0);
+    check_time_scale(scale).map_err(|why| vec![why])?;
+    let unsupported = unsupported(scenario, processes);
     if !unsupported.is_empty() {
-        return Err(format!("{path} cannot be run live:\n  - {}", unsupported.join("\n  - ")));
+        return Err(unsupported);
     }
     if scale != 1.0 {
         if let Some(place) = timed_expectation(scenario) {
-            return Err(format!(
-                "{path}: {place} tests the time of an event, which --time-scale would move; run it unscaled"
-            ));
+            return Err(vec![format!(
+                "{place} tests the time of an event, which --time-scale would move; run it unscaled"
+            )]);
         }
     }
     let timings = timings(scenario);
@@ -66,12 +86,12 @@ pub fn prepare_live(scenario: &Scenario, time_scale: Option<f64>) -> Result<Live
         let fits = WAIT_MS_MAX as f64 / longest as f64;
         let listed: Vec<String> =
             too_long.iter().map(|t| format!("{} = {} ms (live: {} ms)", t.place, t.ms, scaled(t.ms, scale))).collect();
-        return Err(format!(
-            "{path}: timings impractical in real time (live mode waits them out, at most {WAIT_MS_MAX} ms each):\n  - {}\n  \
-             run with --time-scale {} or less to scale every timing of the scenario, or shorten them in the file",
-            listed.join("\n  - "),
+        return Err(vec![format!(
+            "timings impractical in real time (live mode waits them out, at most {WAIT_MS_MAX} ms each): {}; run with \
+             --time-scale {} or less to scale every timing of the scenario, or shorten them in the file",
+            listed.join(", "),
             floor_3(fits)
-        ));
+        )]);
     }
     let too_short: Vec<String> = timings
         .iter()
@@ -79,21 +99,24 @@ pub fn prepare_live(scenario: &Scenario, time_scale: Option<f64>) -> Result<Live
         .map(|t| format!("{} = {} ms becomes {} ms", t.place, t.ms, scaled(t.ms, scale)))
         .collect();
     if !too_short.is_empty() {
-        return Err(format!(
-            "{path}: --time-scale {scale} makes deadlines shorter than live mode can keep on real sockets ({DEADLINE_MS_MIN} ms):\n  - {}",
-            too_short.join("\n  - ")
-        ));
+        return Err(vec![format!(
+            "--time-scale {scale} makes deadlines shorter than live mode can keep on real sockets ({DEADLINE_MS_MIN} \
+             ms): {}",
+            too_short.join(", ")
+        )]);
     }
     Ok(LiveScenario { scenario: scale_scenario(scenario, scale), ignored: ignored(scenario) })
 }
 
-/// What the scenario needs that only the simulation can do, one sentence each.
-fn unsupported(scenario: &Scenario) -> Vec<String> {
+/// What the scenario needs that live mode cannot do with `processes`, one sentence each.
+fn unsupported(scenario: &Scenario, processes: Processes) -> Vec<String> {
+    const OWN: &str = "which needs the rig to own the harness process: run with --spawn CMD";
+    let owned = processes == Processes::Owned;
     let mut found = Vec::new();
     for (index, cut) in scenario.interrupts.iter().enumerate() {
         found.push(format!(
-            "[[interrupt]] #{} ({} `{}` at `{}`) stops a harness worker at a point inside its own code; an external \
-             process cannot be stopped there from outside",
+            "[[interrupt]] #{} ({} `{}` at `{}`) stops a harness worker at a point inside its own code, which a process \
+             does not show from outside (its calls go through the engine; the point between them does not)",
             index + 1,
             cut.interrupt.name(),
             cut.worker,
@@ -102,12 +125,14 @@ fn unsupported(scenario: &Scenario) -> Vec<String> {
     }
     for (index, cut) in scenario.cuts.iter().enumerate() {
         let why = match cut.fault {
-            crate::cut::ServiceFault::PauseCaller { .. } => {
-                "stops the calling worker's whole process for a while, which needs the process inside the simulation"
+            crate::cut::ServiceFault::PauseCaller { .. } if !owned => {
+                format!("stops the calling worker's whole process for a while, {OWN}")
             }
             crate::cut::ServiceFault::IsolateCaller { .. } => {
-                "cuts the calling worker off from the engine for a while and then repairs the link, which only the \
-                 simulation's runner times; live, script it with `partition` and `repair` steps"
+                "cuts the calling worker off from the engine for a while \
+                 and then repairs the link, which only the simulation's runner times; live, script it with `partition` \
+                 and `repair` steps"
+                    .to_string()
             }
             _ => continue,
         };
@@ -115,10 +140,9 @@ fn unsupported(scenario: &Scenario) -> Vec<String> {
     }
     for (index, step) in scenario.steps.iter().enumerate() {
         let why = match step {
-            Step::Pause { host, .. } => format!(
-                "`pause = {{ host = \"{host}\", ... }}` stops a worker's whole process for a while, which needs the \
-                 process inside the simulation"
-            ),
+            Step::Pause { host, .. } if !owned => {
+                format!("`pause = {{ host = \"{host}\", ... }}` stops a worker's whole process for a while, {OWN}")
+            }
             Step::Hold(a, b) | Step::Release(a, b) => format!(
                 "`{} = [\"{a}\", \"{b}\"]` holds a link's bytes in flight, which needs the simulated network; live mode \
                  can cut a link (`partition`) or delay frames (a `[[proxy.rule]]`)",
@@ -294,17 +318,17 @@ mod tests {
     fn steps_only_the_simulation_can_do_are_refused_by_name() {
         let paused =
             scenario(&format!("{TURN}[[step]]\npause = {{ host = \"harness\", ms = 100 }}\n[policy.reference]\n"));
-        let error = prepare_live(&paused, None).err().expect("refused");
+        let error = prepare_live(&paused, None, Processes::Connected).err().expect("refused").join("\n");
         assert!(error.contains("step 2") && error.contains("pause"), "{error}");
         let pause_caller = scenario(&format!(
             "{TURN}[[cut]]\nfunction = \"state::set\"\naction = \"pause-caller\"\npause_ms = 100\n[policy.reference]\n"
         ));
-        let error = prepare_live(&pause_caller, None).err().expect("refused");
+        let error = prepare_live(&pause_caller, None, Processes::Connected).err().expect("refused").join("\n");
         assert!(error.contains("[[cut]] #1 (pause-caller on `state::set`)"), "{error}");
         let isolate_caller = scenario(&format!(
             "{TURN}[[cut]]\nfunction = \"state::set\"\naction = \"isolate-caller\"\nisolate_ms = 100\n[policy.reference]\n"
         ));
-        let error = prepare_live(&isolate_caller, None).err().expect("refused");
+        let error = prepare_live(&isolate_caller, None, Processes::Connected).err().expect("refused").join("\n");
         assert!(
             error.contains("[[cut]] #1 (isolate-caller on `state::set`)") && error.contains("partition"),
             "{error}"
@@ -312,16 +336,30 @@ mod tests {
     }
 
     #[test]
+    fn pauses_of_a_harness_process_run_when_the_rig_owns_it() {
+        let paused =
+            scenario(&format!("{TURN}[[step]]\npause = {{ host = \"harness\", ms = 100 }}\n[policy.reference]\n"));
+        let error = prepare_live(&paused, None, Processes::Connected).err().expect("refused").join("\n");
+        assert!(error.contains("--spawn"), "{error}");
+        assert!(prepare_live(&paused, None, Processes::Owned).is_ok());
+        let pause_caller = scenario(&format!(
+            "{TURN}[[cut]]\nfunction = \"state::set\"\naction = \"pause-caller\"\npause_ms = 100\n[policy.reference]\n"
+        ));
+        assert!(prepare_live(&pause_caller, None, Processes::Owned).is_ok());
+    }
+
+    #[test]
     fn impractical_timings_are_refused_unless_scaled_and_a_scale_is_applied_everywhere() {
         let slow =
             scenario(&format!("[world]\nliveness_ms = 600000\nsession_timeout_ms = 1000\n{TURN}[policy.reference]\n"));
-        let error = prepare_live(&slow, None).err().expect("refused");
+        let error = prepare_live(&slow, None, Processes::Connected).err().expect("refused").join("\n");
         assert!(error.contains("liveness_ms = 600000") && error.contains("--time-scale 0.2"), "{error}");
-        let scaled = prepare_live(&slow, Some(0.1)).expect("fits when scaled").scenario;
+        let scaled = prepare_live(&slow, Some(0.1), Processes::Connected).expect("fits when scaled").scenario;
         assert_eq!((scaled.world.liveness_ms, scaled.world.harness.session_timeout_ms), (60_000, 100));
         let Step::Invoke { call, .. } = &scaled.steps[0] else { panic!("an invoke") };
         assert_eq!(call.timeout_ms, 1_000, "the invoke's default 10 s deadline is scaled too");
-        let error = prepare_live(&slow, Some(0.01)).err().expect("deadlines too short");
+        let error =
+            prepare_live(&slow, Some(0.01), Processes::Connected).err().expect("deadlines too short").join("\n");
         assert!(error.contains("session_timeout_ms = 1000 ms becomes 10 ms"), "{error}");
     }
 }

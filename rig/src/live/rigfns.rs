@@ -13,16 +13,19 @@ use crate::harness::HarnessConfig;
 use crate::sim::world::World;
 use crate::topology::HARNESS;
 use serde_json::{json, Value};
-use std::cell::Cell;
-use std::collections::BTreeSet;
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
 
 /// The host the rig's functions are served from.
 pub const RIG: &str = "rig";
-/// Answers the run's harness settings: `{host?, notes?}` →
-/// `{scenario, policy, time_scale, incarnation, config}`.
+/// Answers the run's harness settings: `{host?, notes?, quiet_after_ms?}` →
+/// `{scenario, policy, time_scale, incarnation, config}`. A worker that passes
+/// `quiet_after_ms` promises that, with nothing reaching it for that long, it does nothing more
+/// by itself (every timer of its own is shorter), which lets a run whose turn never ends be
+/// judged as soon as it is quiet that long instead of at the end of its liveness bound.
 pub const RIG_CONFIG: &str = "rig::config";
 /// Records a harness's account of a decision: `{host, what, detail}`, best sent fire-and-forget.
 pub const RIG_NOTE: &str = "rig::note";
@@ -49,6 +52,8 @@ pub struct RigFunctions {
     /// Set when a harness said it is the reference harness (it reports its decisions as the
     /// reference harness does), so its particulars apply.
     pub reference_particulars: Rc<Cell<bool>>,
+    /// Each host's latest `quiet_after_ms`.
+    pub declared_quiet: Rc<RefCell<BTreeMap<String, u64>>>,
 }
 
 impl RigFunctions {
@@ -59,6 +64,9 @@ impl RigFunctions {
         // One life of the host: this run, and no crash of the host since. A worker that keeps
         // state across reconnections should start afresh when it changes.
         let host = data["host"].as_str().unwrap_or(HARNESS);
+        if let Some(quiet_after_ms) = data["quiet_after_ms"].as_u64() {
+            self.declared_quiet.borrow_mut().insert(host.to_string(), quiet_after_ms);
+        }
         let incarnation = format!("{}/{host}/{}", self.run.run_id, self.net.crashes(host));
         Ok(json!({
             "incarnation": incarnation,

@@ -9,6 +9,8 @@
 //! there, as in the simulation, however long an external process took to connect.
 
 use super::net::{engine_host, InMemory, Net};
+use super::rigfns::RIG;
+use super::spawn::{tail, Supervisor};
 use crate::bus::Bus;
 use crate::layout::RecordLayout;
 use crate::script::WorldDriver;
@@ -17,6 +19,8 @@ use crate::sim::hosts::{queue_host, service_host};
 use crate::sim::world::World;
 use crate::sim::{Stop, WaitEnd};
 use crate::topology::{Role, Topology, ENGINE};
+use serde_json::json;
+use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::pin::Pin;
@@ -42,6 +46,9 @@ pub struct Bounds {
     pub duration_ms_max: u64,
 }
 
+/// How many lines of a process's output a failure quotes.
+const OUTPUT_LINES: usize = 12;
+
 /// A live world and the hosts the rig runs in it.
 pub struct LiveRunner {
     /// Declared before the runtime: dropped first, inside it (see `Drop`).
@@ -59,6 +66,13 @@ pub struct LiveRunner {
     driver: (Bus, mpsc::UnboundedSender<DriverCall>),
     /// When the world's clock started (`None`: it stands at 0 until the world is up).
     clock_started: Option<Instant>,
+    /// The external hosts' processes, when the rig owns them (`--spawn`).
+    processes: RefCell<Option<Supervisor>>,
+    /// What went wrong with those processes (one ended by itself, one could not start).
+    process_failures: RefCell<Vec<String>>,
+    /// How long each external worker said it may stay quiet before doing something by itself
+    /// (`quiet_after_ms` to `rig::config`); see [`Self::provably_quiet`].
+    declared_quiet: Rc<RefCell<BTreeMap<String, u64>>>,
 }
 
 impl LiveRunner {
@@ -115,6 +129,9 @@ impl LiveRunner {
             crashed: BTreeSet::new(),
             driver: (bus, sender),
             clock_started: None,
+            processes: RefCell::new(None),
+            process_failures: RefCell::default(),
+            declared_quiet: Rc::default(),
         };
         let names: Vec<String> = runner.software.keys().cloned().collect();
         names.iter().for_each(|name| runner.start_host(name));
@@ -127,6 +144,90 @@ impl LiveRunner {
     /// Real milliseconds since the world's clock started.
     fn elapsed_ms(&self) -> u64 {
         self.clock_started.map_or(0, |started| u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX))
+    }
+
+    /// Owns the external hosts' processes from now on: starts one for each, which the run's
+    /// crashes kill, its restarts start again and its pauses stop.
+    pub fn own_processes(&mut self, supervisor: Supervisor) -> Result<(), String> {
+        let hosts: Vec<String> = supervisor.hosts().cloned().collect();
+        *self.processes.get_mut() = Some(supervisor);
+        hosts.iter().try_for_each(|host| self.start_process(host))
+    }
+
+    /// Reads the external workers' declarations of how long they may stay quiet.
+    pub fn watch_quiet(&mut self, declared: Rc<RefCell<BTreeMap<String, u64>>>) {
+        self.declared_quiet = declared;
+    }
+
+    /// Whether some owned process ended by itself (or could not start).
+    pub fn process_failed(&self) -> bool {
+        !self.process_failures.borrow().is_empty()
+    }
+
+    /// What went wrong with the owned processes, one sentence each.
+    pub fn process_failures(&self) -> Vec<String> {
+        self.process_failures.borrow().clone()
+    }
+
+    /// Hosts whose owned process ended by itself.
+    pub fn process_output(&self, host: &str) -> Option<std::path::PathBuf> {
+        self.processes.borrow().as_ref().and_then(|p| p.log(host))
+    }
+
+    fn start_process(&self, host: &str) -> Result<(), String> {
+        let mut processes = self.processes.borrow_mut();
+        let Some(processes) = processes.as_mut() else { return Ok(()) };
+        match processes.start(host) {
+            Ok((pid, log)) => {
+                let detail = json!({ "host": host, "pid": pid, "group": pid, "output": log.display().to_string() });
+                self.world.note_event(RIG, "process_started", detail);
+                Ok(())
+            }
+            Err(why) => {
+                self.process_failures.borrow_mut().push(why.clone());
+                Err(why)
+            }
+        }
+    }
+
+    fn kill_process(&self, host: &str) {
+        let mut processes = self.processes.borrow_mut();
+        if processes.as_mut().is_some_and(|p| p.kill(host)) {
+            self.world.note_event(RIG, "process_killed", json!({ "host": host, "signal": "SIGKILL" }));
+        }
+    }
+
+    /// Keeps the owned processes in step with the world: stopped while the world has their
+    /// host paused, continued when the pause ends; one that ended by itself is reported.
+    fn supervise(&self) {
+        let mut processes = self.processes.borrow_mut();
+        let Some(processes) = processes.as_mut() else { return };
+        let now = self.world.clock.now_ms();
+        let paused: BTreeSet<String> = self.world.pauses_after(now).into_iter().map(|(host, _)| host).collect();
+        for host in processes.stopped().difference(&paused) {
+            if processes.set_stopped(host, false) {
+                self.world.note_event(RIG, "process_continued", json!({ "host": host, "signal": "SIGCONT" }));
+            }
+        }
+        for host in paused.iter().filter(|h| self.external.contains(*h)) {
+            if processes.set_stopped(host, true) {
+                self.world.note_event(RIG, "process_stopped", json!({ "host": host, "signal": "SIGSTOP" }));
+            }
+        }
+        for exit in processes.reap() {
+            let output = exit.log.display().to_string();
+            self.world.note_event(
+                RIG,
+                "process_exited",
+                json!({ "host": exit.host, "status": exit.status, "output": output }),
+            );
+            self.process_failures.borrow_mut().push(format!(
+                "the harness process of `{}` ended by itself at {now} ms ({}); its output ({output}) ends:\n{}",
+                exit.host,
+                exit.status,
+                tail(&exit.log, OUTPUT_LINES)
+            ));
+        }
     }
 
     /// Waits, the clock standing at 0, until `ready` holds (then starts the clock) or `within`
@@ -178,6 +279,7 @@ impl LiveRunner {
         self.local.block_on(&self.runtime, async {
             loop {
                 self.world.clock.advance_to(self.elapsed_ms());
+                self.supervise();
                 if self.world.has_bounces() {
                     return None;
                 }
@@ -191,17 +293,20 @@ impl LiveRunner {
 
     /// Crashes and at once restarts each host a cut asked for (`crash-service`, `crash-engine`,
     /// `crash-caller-*`): the rig's own hosts lose their software and start afresh; an external
-    /// worker, whose process the rig cannot kill, has its connections dropped and may connect
-    /// again at once, as for a `crash` and `restart` of its host.
+    /// worker has its connections dropped and may connect again at once, as for a `crash` and
+    /// `restart` of its host, and a process the rig owns is killed and started again.
     fn bounce_requested_hosts(&mut self) {
         for host in self.world.take_bounces() {
             self.world.record(
                 "rig",
                 crate::trace::EventKind::Control { action: "crash and restart".into(), target: host.clone() },
             );
+            self.world.end_pause(&host);
             if self.external.contains(&host) {
                 self.net.crash_external(&host);
+                self.kill_process(&host);
                 self.net.restart_external(&host);
+                let _ = self.start_process(&host);
             } else {
                 self.stop_host(&host);
                 self.start_host(&host);
@@ -218,6 +323,25 @@ impl LiveRunner {
         })
     }
 
+    /// Whether nothing can happen any more, though a turn has not ended: no timer of the rig is
+    /// pending (the caller checks), no invocation is in flight (so nobody waits for an answer,
+    /// and no call's deadline is running anywhere), nothing has happened for `quiet_for`, and
+    /// every external worker is connected and said (`quiet_after_ms` to `rig::config`) that it
+    /// does nothing by itself after staying quiet that long: every wait of its own between two
+    /// of its calls (a backoff, a timer) is shorter. Without that word from every one of them
+    /// nothing is provable, as their timers cannot be seen from outside.
+    fn provably_quiet(&self, quiet_for: u64) -> bool {
+        if self.net.invocations_pending() > 0 {
+            return false;
+        }
+        let declared = self.declared_quiet.borrow();
+        self.external.iter().all(|host| {
+            !self.crashed.contains(host)
+                && self.net.connected(host)
+                && declared.get(host).is_some_and(|quiet_after_ms| quiet_for >= *quiet_after_ms)
+        })
+    }
+
     /// Whether every turn in the store has ended: terminal, or held with a reason.
     fn turns_settled(&self) -> bool {
         let store = self.world.store.borrow();
@@ -231,8 +355,10 @@ impl LiveRunner {
 }
 
 impl Drop for LiveRunner {
-    /// Ends the run: every task and socket is dropped inside the runtime that made them.
+    /// Ends the run: the processes it owns are killed, and every task and socket is dropped
+    /// inside the runtime that made them.
     fn drop(&mut self) {
+        drop(self.processes.get_mut().take());
         let _inside = self.runtime.enter();
         drop(std::mem::take(&mut self.local));
     }
@@ -279,9 +405,10 @@ impl WorldDriver for LiveRunner {
         self.run_until(Some(at_ms), |_| false).map(drop)
     }
 
-    /// Settled live means: every turn has ended, no timer of the rig is pending, and nothing has
-    /// happened for the quiet period. An external harness's own timers cannot be seen, so a turn
-    /// that has not ended is given the whole liveness bound.
+    /// Settled live means: no timer of the rig is pending, nothing has happened for the quiet
+    /// period, and either every turn has ended or the world is provably quiet (see
+    /// [`Self::provably_quiet`]). Otherwise a turn that has not ended is given the whole
+    /// liveness bound: an external harness's own timers cannot be seen.
     fn settle(&mut self, deadline_ms: u64) -> Result<bool, Stop> {
         let (mut seen, mut quiet_since) = (self.world.activity(), self.world.clock.now_ms());
         let quiet_ms = self.bounds.quiet_ms;
@@ -293,9 +420,10 @@ impl WorldDriver for LiveRunner {
             if now >= deadline_ms {
                 return Some(Ok(false));
             }
-            if now.saturating_sub(quiet_since) >= quiet_ms
+            let quiet_for = now.saturating_sub(quiet_since);
+            if quiet_for >= quiet_ms
                 && runner.world.clock.next_deadline().is_none()
-                && runner.turns_settled()
+                && (runner.turns_settled() || runner.provably_quiet(quiet_for))
             {
                 return Some(Ok(true));
             }
@@ -309,16 +437,22 @@ impl WorldDriver for LiveRunner {
 
     fn crash(&mut self, host: &str) {
         self.world.record_control("crash", host);
+        self.world.end_pause(host);
         if self.external.contains(host) {
             self.net.crash_external(host);
+            self.kill_process(host);
         } else {
             self.stop_host(host);
         }
         self.crashed.insert(host.to_string());
     }
 
+    /// A restart starts the host's software from scratch, running or not: an owned process is
+    /// killed first.
     fn restart(&mut self, host: &str) {
         self.world.record_control("restart", host);
+        self.world.end_pause(host);
+        self.kill_process(host);
         self.bring_back(host);
     }
 
@@ -354,6 +488,10 @@ impl LiveRunner {
     fn bring_back(&mut self, host: &str) {
         if self.external.contains(host) {
             self.net.restart_external(host);
+            let gone = self.processes.borrow().as_ref().is_some_and(|p| !p.is_running(host));
+            if gone {
+                let _ = self.start_process(host);
+            }
         } else if !self.running.contains_key(host) {
             self.start_host(host);
         }

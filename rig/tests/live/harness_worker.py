@@ -12,12 +12,18 @@ reply is taken as the turn's result.
 and nothing retries it, so the turn never ends. The rig's `liveness` oracle must catch it.
 
 The run's harness settings (the scenario's deadlines, attempts, backoff) come from the rig's
-`rig::config` function, asked at the start of every turn.
+`rig::config` function, asked at the start of every turn. The worker tells it, as
+`quiet_after_ms`, the longest it ever waits by itself (its longest deadline or backoff), so a
+run whose turn never ends is judged as soon as the world has been quiet that long.
+
+The engine's URL is `--url`, else `III_URL` (which `rig live --spawn` sets, and the SDK reads),
+else the SDK's default; the harness host it serves is `RIG_HOST`, else `harness`.
 
     python3 harness_worker.py [--url ws://127.0.0.1:49134] [--swallow]
 """
 
 import argparse
+import os
 import threading
 import time
 import uuid
@@ -28,6 +34,9 @@ TURN_SCOPE = "harness_turn"
 QUEUE_SCOPE = "harness_queue"
 TERMINAL = ("completed", "failed", "cancelled")
 DEFERRED_BACKOFF_MS_MAX = 5_000
+RIG_CONFIG_TIMEOUT_MS = 5_000
+# Beyond its longest wait, what scheduling a thread may take on a loaded machine.
+QUIET_SLACK_MS = 250
 # Error codes after which a call may still have taken effect.
 OUTCOME_UNKNOWN = ("TIMEOUT", "invocation_stopped")
 
@@ -37,9 +46,11 @@ def now_ms():
 
 
 class Harness:
-    def __init__(self, worker, swallow):
+    def __init__(self, worker, host, swallow):
         self.worker = worker
+        self.host = host
         self.swallow = swallow
+        self.declared = None
 
     def call(self, function_id, payload, timeout_ms, action=None):
         request = {"function_id": function_id, "payload": payload, "timeout_ms": timeout_ms}
@@ -82,8 +93,18 @@ class Harness:
             result.update(status="skipped", reason=reason)
         return result
 
+    def config(self):
+        """The run's settings; when they change, the rig is told the longest this worker waits by itself."""
+        answer = self.call("rig::config", {"host": self.host}, RIG_CONFIG_TIMEOUT_MS)
+        cfg = answer["config"]
+        quiet = quiet_after_ms(cfg)
+        if self.declared != (answer["incarnation"], quiet):
+            self.call("rig::config", {"host": self.host, "quiet_after_ms": quiet}, RIG_CONFIG_TIMEOUT_MS)
+            self.declared = (answer["incarnation"], quiet)
+        return cfg
+
     def turn(self, request):
-        cfg = self.call("rig::config", {"host": "harness"}, 5_000)["config"]
+        cfg = self.config()
         record = self.get_turn(request["session_id"], cfg)
         if record is None or not is_current(record, request):
             return self.skipped(request, "stale")
@@ -207,7 +228,7 @@ class Harness:
         attempts, last_error = cfg["enqueue_attempts"], ""
         for attempt in range(1, attempts + 1):
             try:
-                self.call("harness::turn", request, timeout, TriggerAction.Enqueue(queue=cfg["turn_queue"]))
+                self.call(f"{self.host}::turn", request, timeout, TriggerAction.Enqueue(queue=cfg["turn_queue"]))
                 return {"turn_id": turn_id, "admitted": True, "attempts": attempt}
             except InvocationError as error:
                 last_error = str(error)
@@ -223,6 +244,13 @@ class Harness:
         return {"turn_id": turn_id, "admitted": False, "attempts": attempts, "error": last_error, "held": held}
 
 
+def quiet_after_ms(cfg):
+    """The longest this worker waits by itself between two of its calls: a deferred retry's backoff.
+    (Waiting for a call's answer does not count: the rig sees the call in flight.)"""
+    attempts = max(cfg["terminalize_attempts"] - 1, 0)
+    return min(cfg["terminalize_backoff_ms"] * 2 ** attempts, DEFERRED_BACKOFF_MS_MAX) + QUIET_SLACK_MS
+
+
 def is_current(record, request):
     """Whether a delivery is for the turn the record says is running, at or past its step."""
     return (record.get("turn_id") == request["turn_id"] and record.get("status") == "running"
@@ -231,14 +259,16 @@ def is_current(record, request):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--url", default="ws://127.0.0.1:49134", help="the engine (what `rig live` prints)")
+    parser.add_argument("--url", help="the engine (what `rig live` prints); by default III_URL")
     parser.add_argument("--swallow", action="store_true", help="swallow finalisation errors (incident 001's bug)")
     args = parser.parse_args()
     name = "python-harness-swallow" if args.swallow else "python-harness"
+    host = os.environ.get("RIG_HOST") or "harness"
     worker = register_worker(args.url, InitOptions(worker_name=name))
-    harness = Harness(worker, args.swallow)
-    worker.register_function("harness::turn", harness.turn)
-    print(f"{name}: serving harness::turn at {args.url}", flush=True)
+    harness = Harness(worker, host, args.swallow)
+    worker.register_function(f"{host}::turn", harness.turn)
+    print(f"{name}: serving {host}::turn at {args.url or os.environ.get('III_URL') or 'the default URL'}", flush=True)
+    harness.config()
     # The SDK's event-loop thread keeps the process serving; wait here until it is stopped.
     threading.Event().wait()
 
