@@ -20,6 +20,7 @@ use serde_json::json;
 use std::cell::RefCell;
 use std::rc::Rc;
 
+pub(crate) use reference::longest_own_wait_ms;
 pub use reference::{Policy, ReferenceHarness};
 
 /// A harness implementation the rig can run scenarios against.

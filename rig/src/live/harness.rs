@@ -16,7 +16,7 @@ use super::rigfns::{config_from_json, REFERENCE_NOTES, RIG_CONFIG, RIG_NOTE};
 use crate::bus::{websocket, Bus, Connection, Frame, Provider};
 use crate::clock::Clock;
 use crate::cut::Interrupt;
-use crate::harness::{HarnessEnv, HarnessFactory, Policy, ProcessControl, ReferenceHarness};
+use crate::harness::{longest_own_wait_ms, HarnessEnv, HarnessFactory, Policy, ProcessControl, ReferenceHarness};
 use crate::streams::{component_stream, uuid};
 use crate::topology::{HARNESS, HARNESS_FUNCTIONS};
 use futures_util::{SinkExt, StreamExt};
@@ -38,6 +38,8 @@ const CONNECT_MS_MAX: u64 = 5_000;
 /// Backoff between connection attempts: from the first to the cap, doubling.
 const RECONNECT_MS_FIRST: u64 = 100;
 const RECONNECT_MS_MAX: u64 = 2_000;
+/// Beyond its longest wait, what scheduling may take on a loaded machine.
+const QUIET_SLACK_MS: u64 = 250;
 
 /// What `rig harness` is asked to be.
 #[derive(Debug, Clone)]
@@ -142,7 +144,13 @@ impl Process {
     /// One connection: connects, learns the run, serves until the connection ends.
     async fn serve_once(&self) -> Result<(), String> {
         let mut socket = self.connect().await?;
-        let run = bounded("the run's settings", config(&mut socket, &self.request.host, &self.rng)).await??;
+        let host = &self.request.host;
+        let run = bounded("the run's settings", config(&mut socket, host, &self.rng, None)).await??;
+        // Then the longest it waits by itself under those settings, so a quiet world is judged
+        // at once.
+        let settings = config_from_json(&run["config"]).map_err(|e| format!("{RIG_CONFIG} answered badly: {e}"))?;
+        let quiet = longest_own_wait_ms(&settings).saturating_add(QUIET_SLACK_MS);
+        bounded("declaring its waits", config(&mut socket, host, &self.rng, Some(quiet))).await??;
         let key = run["incarnation"].as_str().unwrap_or_default().to_string();
         let same = self.current.borrow().as_ref().is_some_and(|life| life.key == key && !key.is_empty());
         if !same {
@@ -235,13 +243,22 @@ async fn bounded<T>(what: &str, future: impl Future<Output = T>) -> Result<T, St
 }
 
 /// Asks `rig::config` on a fresh connection, before serving anything: which run, which
-/// incarnation of the host, and its settings.
-async fn config(socket: &mut Socket, host: &str, rng: &Rc<RefCell<ChaCha8Rng>>) -> Result<Value, String> {
+/// incarnation of the host, and its settings; with `quiet_after_ms`, it tells the rig too.
+async fn config(
+    socket: &mut Socket,
+    host: &str,
+    rng: &Rc<RefCell<ChaCha8Rng>>,
+    quiet_after_ms: Option<u64>,
+) -> Result<Value, String> {
     let invocation_id = uuid(&mut rng.borrow_mut());
+    let mut data = json!({ "host": host, "notes": REFERENCE_NOTES });
+    if let Some(quiet_after_ms) = quiet_after_ms {
+        data["quiet_after_ms"] = json!(quiet_after_ms);
+    }
     let ask = Frame::InvokeFunction {
         invocation_id: Some(invocation_id.clone()),
         function_id: RIG_CONFIG.to_string(),
-        data: json!({ "host": host, "notes": REFERENCE_NOTES }),
+        data,
         action: None,
     };
     let text = serde_json::to_string(&ask).expect("frames serialize");

@@ -96,11 +96,22 @@ fn presentation(terminal: &Value) -> (Value, &'static str) {
     }
 }
 
+/// The backoff before the `attempt`-th deferred retry (from 1).
+fn deferred_backoff(config: &crate::harness::HarnessConfig, attempt: u32) -> u64 {
+    config.terminalize_backoff_ms.saturating_mul(1 << (attempt - 1).min(16)).min(DEFERRED_BACKOFF_MS_MAX)
+}
+
+/// The longest a worker with `config` waits by itself between two of its calls: a deferred
+/// retry's backoff at its cap, or the pause between two renewals of a lease. (What a live run
+/// is told, so that it can judge a quiet world without waiting out its liveness bound.)
+pub(crate) fn longest_own_wait_ms(config: &crate::harness::HarnessConfig) -> u64 {
+    deferred_backoff(config, u32::MAX).max(config.lease_ttl_ms / 3)
+}
+
 impl Worker {
     /// The backoff before the `attempt`-th deferred retry (from 1).
     pub(super) fn deferred_backoff(&self, attempt: u32) -> u64 {
-        let config = &self.env.config;
-        config.terminalize_backoff_ms.saturating_mul(1 << (attempt - 1).min(16)).min(DEFERRED_BACKOFF_MS_MAX)
+        deferred_backoff(&self.env.config, attempt)
     }
 
     pub(super) async fn complete(

@@ -64,6 +64,7 @@ mod transcript;
 
 use crate::bus::{Answer, Bus, ErrorBody, Invocation, InvokeError, Provider};
 use crate::harness::{HarnessEnv, HarnessFactory};
+pub(crate) use finalize::longest_own_wait_ms;
 use ownership::HeldLease;
 use serde::Deserialize;
 use serde_json::{json, Value};
