@@ -21,6 +21,8 @@ mod installs;
 
 /// The SDK and the WebSocket library the Python worker was validated against.
 const PYTHON_PACKAGES: [&str; 2] = ["iii-sdk==0.25.0", "websockets==17.4"];
+/// The node worker's SDK: the newest `iii-sdk` on npm.
+const NODE_SDK: &str = "0.22.1";
 /// The most one `rig live` command may take: its runs wait out liveness bounds in real time.
 const LIVE_RUN_MAX: Duration = Duration::from_secs(600);
 const STARTUP_MAX: Duration = Duration::from_secs(30);
@@ -262,6 +264,35 @@ fn verdicts(runs: &[serde_json::Value]) -> Vec<Verdict> {
     let mut verdicts: Vec<Verdict> = runs.iter().map(verdict).collect();
     verdicts.sort();
     verdicts
+}
+
+/// Where the node worker runs: an npm prefix under the target directory with the pinned SDK,
+/// and the worker's script copied beside its `node_modules` (an ES module finds its packages
+/// from where it lies). Installed from npm when missing; fails, never skips, when it cannot be.
+fn node_worker() -> PathBuf {
+    static SCRIPT: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
+    let script = SCRIPT.get_or_init(|| {
+        let modules = installs::npm_prefix("live-node", "iii-sdk", NODE_SDK)?;
+        let prefix = modules.parent().expect("node_modules sits in its prefix");
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests").join("live").join("harness_worker.mjs");
+        let copy = prefix.join(format!("harness_worker.{}.mjs", std::process::id()));
+        std::fs::copy(&script, &copy).map_err(|e| format!("cannot copy {}: {e}", script.display()))?;
+        Ok(copy)
+    });
+    script.clone().unwrap_or_else(|why| panic!("the node iii SDK {NODE_SDK} could not be installed: {why}"))
+}
+
+/// A harness for node, on the newest `iii-sdk` on npm, started by the rig: it passes smoke and
+/// the finalisation suite with the simulated verdicts.
+#[test]
+fn a_node_harness_on_the_iii_sdk_from_npm_gives_the_simulated_verdicts() {
+    let spawn = format!("node {}", node_worker().display());
+    let (code, runs) = start_live(&SUITE, &["--policy", "reference", "--spawn", &spawn]).finish_runs();
+    assert!(matches!(code, Some(0 | 1)), "rig live against the node worker exited {code:?}: {runs:#?}");
+    for run in runs.iter().filter(|run| run["passed"] != true) {
+        eprintln!("{} against the node worker: {}", run["scenario"], run["failures"]);
+    }
+    assert_same(verdicts(&runs), simulated("reference"), "the node worker");
 }
 
 fn assert_same(live: Vec<Verdict>, simulated: Vec<Verdict>, against: &str) {
