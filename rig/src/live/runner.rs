@@ -29,7 +29,8 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tokio::task::{JoinHandle, LocalSet};
 
-/// How often the runner looks at the world while it waits, in real milliseconds.
+/// How often the runner looks at the world while it waits and nothing happens, in real
+/// milliseconds (it looks at once after every event).
 const LOOK_MS: u64 = 1;
 
 /// The software of one of the rig's own hosts, built afresh on every (re)start.
@@ -276,6 +277,7 @@ impl LiveRunner {
     /// [`Self::drive`] until `check` has an answer (`Some`) or a cut asks for a host to be
     /// crashed (`None`).
     fn drive_until_bounce<T>(&self, check: &mut impl FnMut(&Self) -> Option<T>) -> Option<T> {
+        let watched = self.world.watch();
         self.local.block_on(&self.runtime, async {
             loop {
                 self.world.clock.advance_to(self.elapsed_ms());
@@ -286,7 +288,12 @@ impl LiveRunner {
                 if let Some(answer) = check(self) {
                     return Some(answer);
                 }
-                tokio::time::sleep(Duration::from_millis(LOOK_MS)).await;
+                // At the next event, or a millisecond later for the clock.
+                tokio::select! {
+                    biased;
+                    () = watched.notified() => {}
+                    () = tokio::time::sleep(Duration::from_millis(LOOK_MS)) => {}
+                }
             }
         })
     }

@@ -31,6 +31,8 @@ pub struct World {
     pub clock: Rc<Clock>,
     trace: RefCell<Trace>,
     activity: Cell<u64>,
+    /// Told of every event, for a runner that waits on the world in real time (live mode).
+    watcher: RefCell<Option<Rc<Notify>>>,
     pub cuts: RefCell<CutTable>,
     pub process_cuts: RefCell<ProcessCutTable>,
     paused: RefCell<BTreeMap<String, u64>>,
@@ -99,6 +101,7 @@ impl World {
             clock: Clock::new(),
             trace: RefCell::default(),
             activity: Cell::new(0),
+            watcher: RefCell::default(),
             cuts: RefCell::new(cuts),
             process_cuts: RefCell::new(process_cuts),
             paused: RefCell::default(),
@@ -165,6 +168,16 @@ impl World {
         }
         self.trace.borrow_mut().push(event);
         self.activity.set(self.activity.get() + 1);
+        if let Some(watcher) = self.watcher.borrow().as_ref() {
+            watcher.notify_one();
+        }
+    }
+
+    /// What is notified of every event from now on: a runner in real time looks at the world
+    /// as soon as something happened, not a moment later (a crash after an event, say, lands
+    /// before the harness process can do more).
+    pub fn watch(&self) -> Rc<Notify> {
+        Rc::clone(self.watcher.borrow_mut().get_or_insert_with(Rc::default))
     }
 
     pub fn note_event(&self, host: &str, what: &str, detail: Value) {
