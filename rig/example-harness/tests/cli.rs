@@ -103,8 +103,9 @@ fn an_explored_finding_reruns_the_naive_harness_from_its_repro() {
 #[test]
 fn what_it_cannot_serve_is_skipped_everywhere_and_only_skips_exit_2() {
     let cancel = workspace().join("scenarios/control/cancel");
-    let smoke = workspace().join("scenarios/smoke/healthy-turn.toml");
-    let (cancel, smoke) = (cancel.to_str().unwrap(), smoke.to_str().unwrap());
+    // A file it runs and fails at the contract (it swallows the failed write: `liveness`).
+    let failing = workspace().join("scenarios/incident-001/finalization/write-timeout.toml");
+    let (cancel, failing) = (cancel.to_str().unwrap(), failing.to_str().unwrap());
 
     let only_skips = naive(&["run", cancel]);
     let stdout = String::from_utf8_lossy(&only_skips.stdout);
@@ -114,7 +115,7 @@ fn what_it_cannot_serve_is_skipped_everywhere_and_only_skips_exit_2() {
     );
     assert!(stdout.ends_with("0 passed, 0 failed, 4 skipped (harness naive)\n"), "{stdout}");
 
-    let json = naive(&["run", cancel, smoke, "--json", "--seeds", "0..2"]);
+    let json = naive(&["run", cancel, failing, "--json", "--seeds", "0..2"]);
     let lines: Vec<serde_json::Value> =
         String::from_utf8_lossy(&json.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     assert_eq!(lines.len(), 10, "one line per run, the skipped ones too");
@@ -123,7 +124,7 @@ fn what_it_cannot_serve_is_skipped_everywhere_and_only_skips_exit_2() {
     assert!(skipped.iter().all(|l| l["passed"].is_null() && l["missing"] == serde_json::json!(["cancel"])));
 
     let junit = scratch("junit").join("junit.xml");
-    let matrix = naive(&["matrix", cancel, smoke, "--seeds", "0..2", "--junit", junit.to_str().unwrap()]);
+    let matrix = naive(&["matrix", cancel, failing, "--seeds", "0..2", "--junit", junit.to_str().unwrap()]);
     let stdout = String::from_utf8_lossy(&matrix.stdout);
     assert!(stdout.contains("shard 1/1: 0 passed, 2 failed, 8 skipped (harness naive)"), "{stdout}");
     let xml = std::fs::read_to_string(&junit).unwrap();
