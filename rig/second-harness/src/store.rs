@@ -1,0 +1,192 @@
+//! The state store as this harness uses it: reads, whole-record writes confirmed by reading back,
+//! and the session's ownership lease, whose token fences every write and every effect.
+
+use crate::Worker;
+use rig::{Bus, ErrorBody, InvokeError};
+use serde_json::{json, Value};
+use std::rc::Rc;
+use tokio::task::JoinHandle;
+
+/// Where ownership leases are kept, keyed by session (the contract's).
+pub(crate) const OWNER_SCOPE: &str = "harness_owner";
+/// The statuses after which a turn never runs again (the contract's).
+pub(crate) const FINAL: [&str; 3] = ["completed", "failed", "cancelled"];
+/// How often an ordinary write or read is tried before the turn gives up on it.
+const TRIES: u32 = 3;
+
+/// A lease this worker holds on a session.
+pub(crate) struct Lease {
+    pub(crate) token: u64,
+    renewal: JoinHandle<()>,
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.renewal.abort();
+    }
+}
+
+/// Why a write did not land.
+#[derive(Debug)]
+pub(crate) enum WriteError {
+    /// A newer owner exists: this worker stops writing for the session.
+    Fenced,
+    /// The record's unit of work had already ended: the stored record.
+    Ended(Value),
+    /// Not taken, or not known to be, after every try.
+    Failed(String),
+}
+
+impl WriteError {
+    pub(crate) fn describe(&self) -> String {
+        match self {
+            WriteError::Fenced => "a newer owner holds the session".into(),
+            WriteError::Ended(_) => "the turn had already ended".into(),
+            WriteError::Failed(why) => why.clone(),
+        }
+    }
+}
+
+impl Worker {
+    pub(crate) async fn call(&self, bus: &Bus, function: &str, data: Value) -> Result<Value, InvokeError> {
+        bus.invoke(function, data, self.env.config.session_timeout_ms).await
+    }
+
+    /// The value at `scope/key` (null when there is none), trying a few times.
+    pub(crate) async fn get(&self, bus: &Bus, scope: &str, key: &str) -> Result<Value, String> {
+        let mut last = String::new();
+        for attempt in 0..TRIES {
+            match self.call(bus, "state::get", json!({ "scope": scope, "key": key })).await {
+                Ok(value) => return Ok(value),
+                Err(error) => last = format!("state::get {scope}/{key}: {error}"),
+            }
+            self.back_off(attempt).await;
+        }
+        Err(last)
+    }
+
+    pub(crate) async fn back_off(&self, attempt: u32) {
+        let ms = self.env.config.terminalize_backoff_ms.max(1).saturating_mul(1 << attempt.min(6));
+        self.env.clock.sleep(ms).await;
+    }
+
+    /// The fence every write of `session`'s records carries, when the world has ownership;
+    /// `Fenced` when this worker does not hold the session.
+    pub(crate) fn fence(&self, session: &str) -> Result<Option<u64>, WriteError> {
+        if self.env.config.lease_ttl_ms == 0 {
+            return Ok(None);
+        }
+        if self.exported.borrow().contains(session) {
+            return Err(WriteError::Fenced);
+        }
+        self.leases.borrow().get(session).map(|lease| Some(lease.token)).ok_or(WriteError::Fenced)
+    }
+
+    /// Writes `value` whole at `scope/key` for `session`: retried `tries` times, backing off, a
+    /// write of unknown outcome confirmed by reading it back. `guard` keeps it from reopening a
+    /// turn that ended (a turn record's write).
+    pub(crate) async fn put(
+        &self,
+        bus: &Bus,
+        (scope, key): (&str, &str),
+        value: &Value,
+        session: &str,
+        (guard, tries): (bool, u32),
+    ) -> Result<(), WriteError> {
+        let mut last = String::new();
+        for attempt in 0..tries.max(1) {
+            let mut request = json!({ "scope": scope, "key": key, "value": value });
+            if let Some(token) = self.fence(session)? {
+                request["fence"] = json!({ "scope": OWNER_SCOPE, "key": session, "token": token });
+            }
+            if guard {
+                request["guard"] = json!({ "key": "turn_id", "status": "status", "final": FINAL });
+            }
+            match self.call(bus, "state::set", request).await {
+                Ok(_) => return Ok(()),
+                Err(InvokeError::Rejected(body)) if body.code == "stale_token" => {
+                    self.lose(session);
+                    return Err(WriteError::Fenced);
+                }
+                Err(InvokeError::Rejected(body)) if body.code == "final_state" => {
+                    return Err(WriteError::Ended(self.get(bus, scope, key).await.unwrap_or(Value::Null)));
+                }
+                Err(error) => {
+                    last = format!("state::set {scope}/{key}: {error}");
+                    if error.outcome_unknown() && self.get(bus, scope, key).await.is_ok_and(|stored| &stored == value) {
+                        return Ok(());
+                    }
+                }
+            }
+            if attempt + 1 < tries {
+                self.back_off(attempt).await;
+            }
+        }
+        Err(WriteError::Failed(last))
+    }
+
+    /// Takes the session's lease (when the world has ownership) and renews it in the background.
+    /// A worker that exported the session takes no more work for it, until it imports it back
+    /// (`claim`).
+    pub(crate) async fn own(self: &Rc<Self>, bus: &Bus, session: &str, claim: bool) -> Result<(), ErrorBody> {
+        if claim {
+            self.exported.borrow_mut().remove(session);
+        }
+        self.not_exported(session)?;
+        let ttl_ms = self.env.config.lease_ttl_ms;
+        if ttl_ms == 0 || self.leases.borrow().contains_key(session) {
+            return Ok(());
+        }
+        let request = json!({ "scope": OWNER_SCOPE, "key": session, "owner": self.env.host, "ttl_ms": ttl_ms });
+        let reply = self.call(bus, "state::acquire-lease", request).await;
+        let reply = reply.map_err(|e| ErrorBody::new("unavailable", format!("state::acquire-lease: {e}")))?;
+        let Some(token) = reply["token"].as_u64().filter(|_| reply["granted"] == true) else {
+            return Err(ErrorBody::new("owned_elsewhere", format!("session {session} is owned by {}", reply["owner"])));
+        };
+        let renewal = tokio::task::spawn_local(Rc::clone(self).renew(bus.clone(), session.to_string(), token));
+        self.leases.borrow_mut().insert(session.to_string(), Lease { token, renewal });
+        Ok(())
+    }
+
+    /// `not_owner` for a session this worker handed over.
+    pub(crate) fn not_exported(&self, session: &str) -> Result<(), ErrorBody> {
+        if self.exported.borrow().contains(session) {
+            return Err(ErrorBody::new("not_owner", format!("session {session} was handed over to another worker")));
+        }
+        Ok(())
+    }
+
+    async fn renew(self: Rc<Self>, bus: Bus, session: String, token: u64) {
+        let ttl_ms = self.env.config.lease_ttl_ms;
+        loop {
+            self.env.clock.sleep((ttl_ms / 3).max(1)).await;
+            self.env.wait_while_paused().await;
+            let request = json!({ "scope": OWNER_SCOPE, "key": session, "owner": self.env.host, "token": token, "ttl_ms": ttl_ms });
+            if let Ok(reply) = self.call(&bus, "state::renew-lease", request).await {
+                if reply["renewed"] != true {
+                    // Dropping the lease aborts this very task: nothing may follow it.
+                    self.lose(&session);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Forgets a lease that a newer owner took.
+    fn lose(&self, session: &str) {
+        let lease = self.leases.borrow_mut().remove(session);
+        if let Some(lease) = lease {
+            // The renewal may be this very task: detach rather than abort it mid-poll.
+            std::mem::forget(lease);
+        }
+    }
+
+    /// Hands the session's lease back, once its turn needs no more work.
+    pub(crate) async fn release(&self, bus: &Bus, session: &str) {
+        let lease = self.leases.borrow_mut().remove(session);
+        let Some(lease) = lease else { return };
+        let request = json!({ "scope": OWNER_SCOPE, "key": session, "owner": self.env.host, "token": lease.token });
+        drop(lease);
+        let _ = self.call(bus, "state::release-lease", request).await;
+    }
+}

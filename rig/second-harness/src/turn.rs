@@ -1,0 +1,260 @@
+//! A turn: deliveries, model rounds, and the one recorded end.
+//!
+//! The turn record (scope `harness_turn`, key the session) is the contract's; this harness adds
+//! `plan`, the round of tool calls under way: `{step, calls: [{action_id, tool, args, call_id}]}`,
+//! written before the first of its effects is requested, so whoever continues the turn continues
+//! the same actions instead of asking the model again.
+
+use crate::actions::Settled;
+use crate::store::{WriteError, FINAL};
+use crate::{text, Worker};
+use rig::{Bus, ErrorBody};
+use serde_json::{json, Value};
+use std::rc::Rc;
+
+pub(crate) const TURN_SCOPE: &str = "harness_turn";
+/// The most model rounds one delivery runs before the turn fails.
+const ROUNDS_MAX: u32 = 16;
+
+/// How a delivery's work ended.
+pub(crate) enum Ended {
+    /// The turn reached an end (`completed`, `failed`, `held`) and the record says so (or will:
+    /// `durable` false when the write is still owed).
+    Recorded { status: String, durable: bool },
+    /// A newer owner took the session, or the turn ended elsewhere: this worker stops.
+    Superseded(Option<Value>),
+    /// Something it must record could not be: the delivery ends unfinished, to be delivered
+    /// again, and the turn stays running.
+    Unfinished(String),
+}
+
+impl Worker {
+    /// `{host}::turn`: runs the turn if the delivery is current.
+    pub(crate) async fn deliver(self: &Rc<Self>, bus: &Bus, data: &Value) -> Result<Value, ErrorBody> {
+        let session = text(data, "session_id")?;
+        let turn_id = text(data, "turn_id")?;
+        let step = data["step"].as_u64().unwrap_or(0);
+        let lock = self.session_lock(&session);
+        let _working = lock.lock().await;
+        let record = self.get(bus, TURN_SCOPE, &session).await.map_err(|e| ErrorBody::new("unavailable", e))?;
+        if !is_current(&record, &turn_id, step) {
+            return Ok(skipped(&session, &turn_id, "not the session's current turn at that step"));
+        }
+        self.own(bus, &session, false).await?;
+        // Read again as owner: the record may have moved while the lease was taken.
+        let record = self.get(bus, TURN_SCOPE, &session).await.map_err(|e| ErrorBody::new("unavailable", e))?;
+        if !is_current(&record, &turn_id, step) {
+            self.release(bus, &session).await;
+            return Ok(skipped(&session, &turn_id, "not the session's current turn at that step"));
+        }
+        self.continue_turn(bus, record).await
+    }
+
+    /// Runs a current turn from its record to an end, and answers the contract's turn reply.
+    pub(crate) async fn continue_turn(self: &Rc<Self>, bus: &Bus, record: Value) -> Result<Value, ErrorBody> {
+        let session = record["session_id"].as_str().unwrap_or_default().to_string();
+        let turn_id = record["turn_id"].clone();
+        match self.run(bus, record).await {
+            Ended::Recorded { status, durable } => {
+                if durable {
+                    self.admit(bus, &session).await;
+                    self.release(bus, &session).await;
+                    Ok(json!({ "session_id": session, "turn_id": turn_id, "status": status }))
+                } else {
+                    Ok(json!({ "session_id": session, "turn_id": turn_id, "status": status, "finalized": false }))
+                }
+            }
+            Ended::Unfinished(why) => {
+                self.release(bus, &session).await;
+                Err(ErrorBody::new("unavailable", why))
+            }
+            Ended::Superseded(stored) => {
+                let mut reply = skipped(&session, turn_id.as_str().unwrap_or_default(), "superseded");
+                if let Some(status) = stored.as_ref().and_then(|r| r["status"].as_str()).filter(|s| FINAL.contains(s)) {
+                    reply["status"] = json!(status);
+                }
+                Ok(reply)
+            }
+        }
+    }
+
+    /// Model rounds until the turn ends.
+    async fn run(self: &Rc<Self>, bus: &Bus, mut record: Value) -> Ended {
+        for _ in 0..ROUNDS_MAX {
+            if record["plan"].is_null() {
+                match self.generate(bus, &record).await {
+                    Ok(Generated::Answer(answer)) => return self.complete(bus, record, &answer).await,
+                    Ok(Generated::Calls(calls)) => {
+                        if let Err(ended) = self.plan(bus, &mut record, &calls).await {
+                            return ended;
+                        }
+                    }
+                    Err(why) => return self.end(bus, record, "failed", Some(why)).await,
+                }
+            }
+            let mut held = Vec::new();
+            for call in record["plan"]["calls"].as_array().cloned().unwrap_or_default() {
+                match self.settle(bus, &record, &call).await {
+                    Settled::Held(reason) => held.push(reason),
+                    Settled::Superseded => return Ended::Superseded(None),
+                    Settled::Unrecorded(why) => return Ended::Unfinished(why),
+                    Settled::Done | Settled::NotDone => {}
+                }
+            }
+            if !held.is_empty() {
+                return self.end(bus, record, "held", Some(held.join("; "))).await;
+            }
+            record["plan"] = Value::Null;
+            record["step"] = json!(record["step"].as_u64().unwrap_or(0) + 1);
+            if let Err(error) = self.put_turn(bus, &record, 3).await {
+                return self.stopped(bus, record, error).await;
+            }
+        }
+        self.end(bus, record, "failed", Some(format!("more than {ROUNDS_MAX} model rounds"))).await
+    }
+
+    /// Plans a round: ids for its calls, the round in the record, the calls in the transcript.
+    async fn plan(self: &Rc<Self>, bus: &Bus, record: &mut Value, calls: &[Value]) -> Result<(), Ended> {
+        let planned: Vec<Value> = calls
+            .iter()
+            .map(|call| {
+                json!({ "action_id": format!("act-{}", self.env.new_id()), "tool": call["tool"], "args": call["args"], "call_id": call["id"] })
+            })
+            .collect();
+        record["plan"] = json!({ "step": record["step"], "calls": planned });
+        if let Err(error) = self.put_turn(bus, record, 3).await {
+            return Err(self.stopped(bus, record.clone(), error).await);
+        }
+        let content: Vec<Value> = planned
+            .iter()
+            .map(|call| {
+                let id = if call["call_id"].is_string() { &call["call_id"] } else { &call["action_id"] };
+                json!({ "type": "function_call", "id": id, "function_id": call["tool"], "arguments": call["args"] })
+            })
+            .collect();
+        let key = format!("{}:{}:calls", record["turn_id"].as_str().unwrap_or_default(), record["step"]);
+        self.append(bus, record, json!({ "role": "assistant", "content": content, "entry_key": key })).await;
+        Ok(())
+    }
+
+    /// A completed turn: its answer into the transcript, then its end recorded.
+    async fn complete(self: &Rc<Self>, bus: &Bus, record: Value, answer: &Value) -> Ended {
+        let key = format!("{}:answer", record["turn_id"].as_str().unwrap_or_default());
+        self.append(bus, &record, json!({ "role": "assistant", "text": answer, "entry_key": key })).await;
+        self.end(bus, record, "completed", None).await
+    }
+
+    /// Records how the turn ended (`why` the reason of a failure or a hold), retrying as the
+    /// settings say; a write that never lands is still owed, and tried again in the background.
+    pub(crate) async fn end(self: &Rc<Self>, bus: &Bus, mut record: Value, status: &str, why: Option<String>) -> Ended {
+        record["status"] = json!(status);
+        match (status, why) {
+            ("held", Some(why)) => record["held_reason"] = json!(why),
+            (_, Some(why)) => record["error"] = json!(why),
+            _ => {}
+        }
+        if status != "held" {
+            record["plan"] = Value::Null;
+        }
+        let tries = self.env.config.terminalize_attempts.max(1);
+        match self.put_turn(bus, &record, tries).await {
+            Ok(()) => Ended::Recorded { status: status.into(), durable: true },
+            Err(WriteError::Failed(_)) => {
+                tokio::task::spawn_local(OwedEnd { record, tries }.write(Rc::clone(self), bus.clone()));
+                Ended::Recorded { status: status.into(), durable: false }
+            }
+            Err(error) => self.stopped(bus, record, error).await,
+        }
+    }
+
+    /// A write that could not land: a newer owner, or a turn that ended elsewhere, stops this
+    /// worker; anything else fails the turn.
+    async fn stopped(self: &Rc<Self>, bus: &Bus, record: Value, error: WriteError) -> Ended {
+        match error {
+            WriteError::Fenced => Ended::Superseded(None),
+            WriteError::Ended(stored) => Ended::Superseded(Some(stored)),
+            WriteError::Failed(why) => Box::pin(self.end(bus, record, "failed", Some(why))).await,
+        }
+    }
+
+    pub(crate) async fn put_turn(&self, bus: &Bus, record: &Value, tries: u32) -> Result<(), WriteError> {
+        let session = record["session_id"].as_str().unwrap_or_default();
+        self.put(bus, (TURN_SCOPE, session), record, session, (true, tries)).await
+    }
+
+    /// Appends an entry to the session's transcript; its `entry_key` makes a repeat harmless.
+    pub(crate) async fn append(&self, bus: &Bus, record: &Value, entry: Value) -> bool {
+        let request = json!({ "session_id": record["session_id"], "entry": entry });
+        for attempt in 0..3 {
+            if self.call(bus, "session::append", request.clone()).await.is_ok() {
+                return true;
+            }
+            self.back_off(attempt).await;
+        }
+        false
+    }
+
+    /// One generation for the turn, from the transcript as it stands.
+    async fn generate(&self, bus: &Bus, record: &Value) -> Result<Generated, String> {
+        let messages = self.call(bus, "session::messages", json!({ "session_id": record["session_id"] })).await;
+        let messages = messages.map_err(|e| format!("session::messages: {e}"))?;
+        let tools: Vec<Value> = self
+            .env
+            .config
+            .tools
+            .iter()
+            .map(|t| json!({ "name": t.name, "description": t.description, "parameters": t.parameters }))
+            .collect();
+        let request = json!({
+            "session_id": record["session_id"], "turn_id": record["turn_id"], "step": record["step"],
+            "messages": messages["entries"], "tools": tools, "system_prompt": self.env.config.system_prompt,
+        });
+        let reply = bus.invoke("model::generate", request, self.env.config.model_timeout_ms).await;
+        let reply = reply.map_err(|e| format!("model::generate: {e}"))?;
+        match reply["tool_calls"].as_array().filter(|calls| !calls.is_empty()) {
+            Some(calls) => Ok(Generated::Calls(calls.clone())),
+            None => Ok(Generated::Answer(reply["text"].clone())),
+        }
+    }
+}
+
+/// What a generation asked for.
+enum Generated {
+    Answer(Value),
+    Calls(Vec<Value>),
+}
+
+/// A turn's end that the store has not taken yet.
+struct OwedEnd {
+    record: Value,
+    tries: u32,
+}
+
+impl OwedEnd {
+    /// Tries again, further apart; once it lands, the session's queued input is admitted and
+    /// its lease handed back, as after any recorded end.
+    async fn write(self, worker: Rc<Worker>, bus: Bus) {
+        let session = self.record["session_id"].as_str().unwrap_or_default().to_string();
+        for round in 1..=self.tries {
+            worker.back_off(self.tries + round).await;
+            match worker.put_turn(&bus, &self.record, 1).await {
+                Ok(()) => {
+                    worker.admit(&bus, &session).await;
+                    worker.release(&bus, &session).await;
+                    return;
+                }
+                Err(WriteError::Failed(_)) => continue,
+                Err(_) => return,
+            }
+        }
+    }
+}
+
+/// Whether a delivery for `turn_id` at `step` is the session's current work.
+pub(crate) fn is_current(record: &Value, turn_id: &str, step: u64) -> bool {
+    record["turn_id"] == turn_id && record["status"] == "running" && record["step"].as_u64().unwrap_or(0) >= step
+}
+
+fn skipped(session: &str, turn_id: &str, reason: &str) -> Value {
+    json!({ "session_id": session, "turn_id": turn_id, "skipped": true, "reason": reason })
+}
