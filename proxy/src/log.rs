@@ -4,7 +4,8 @@
 //! in-memory buffer (no JSON tree, no allocation per field), and full buffers go to a thread
 //! that writes the file, so the forwarding thread never waits on the disk unless the disk
 //! falls more than a few buffers behind (then it waits: the log loses no line, and its memory
-//! stays bounded).
+//! stays bounded). A write that fails (a full disk) is not survived quietly: the proxy is told
+//! ([`Log::failed`]) and stops, since a log with lines missing would mislead whoever reads it.
 
 use crate::relay::FrameRecord;
 use serde_json::{json, Value};
@@ -14,6 +15,7 @@ use std::fs::File;
 use std::io::Write;
 use std::path::Path;
 use std::sync::mpsc::{sync_channel, SyncSender};
+use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Instant;
 use tokio_tungstenite::tungstenite::Message;
@@ -32,6 +34,15 @@ pub(crate) struct Log {
     writer: RefCell<Option<Writer>>,
     payloads: bool,
     start: Instant,
+    /// Why writing the file failed, once it has, and who to tell.
+    failure: Arc<Failure>,
+}
+
+/// The first write error of the log's thread, for the proxy's thread.
+#[derive(Default)]
+struct Failure {
+    why: OnceLock<String>,
+    told: tokio::sync::Notify,
 }
 
 impl Log {
@@ -40,24 +51,36 @@ impl Log {
         let mut file = File::create(path)?;
         let (sender, buffers) = sync_channel::<Vec<u8>>(BUFFERS_IN_FLIGHT);
         let shown = path.display().to_string();
+        let failure = Arc::new(Failure::default());
+        let told = Arc::clone(&failure);
         let thread = std::thread::Builder::new().name("proxy-log".into()).spawn(move || {
-            let mut failed = false;
             for buffer in buffers {
-                if let Err(e) = file.write_all(&buffer) {
-                    // A full disk must not stop the traffic: reported once, lines are lost.
-                    if !std::mem::replace(&mut failed, true) {
-                        eprintln!("proxy: writing the log {shown} failed: {e}");
+                // After a failure the buffers are still taken, so forwarding never waits on them.
+                if told.why.get().is_none() {
+                    if let Err(e) = file.write_all(&buffer).and_then(|()| file.flush()) {
+                        let _ = told.why.set(format!("writing the log {shown} failed: {e}"));
+                        told.told.notify_one();
                     }
                 }
             }
-            let _ = file.flush();
         })?;
         Ok(Log {
             buffer: RefCell::new(Vec::with_capacity(HANDOFF_BYTES)),
             writer: RefCell::new(Some((sender, thread))),
             payloads,
             start: Instant::now(),
+            failure,
         })
+    }
+
+    /// Waits until a write of the log has failed; why.
+    pub(crate) async fn failed(&self) -> String {
+        loop {
+            if let Some(why) = self.failure.why.get() {
+                return why.clone();
+            }
+            self.failure.told.notified().await;
+        }
     }
 
     /// When the proxy started, as `t_us` counts.

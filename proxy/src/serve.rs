@@ -13,7 +13,8 @@ use rand::RngCore;
 use rand_chacha::rand_core::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use serde_json::{json, Value};
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::io::Write;
 use std::net::SocketAddr;
@@ -21,7 +22,7 @@ use std::path::PathBuf;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::{watch, Notify};
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::WebSocketStream;
@@ -90,8 +91,9 @@ pub struct ProxyArgs {
     /// Most WebSocket connections at once; a client whose request arrives beyond it is answered 503.
     #[arg(long, default_value_t = 256)]
     pub max_connections: usize,
-    /// Most opening handshakes in progress at once; more clients wait to be accepted.
-    #[arg(long, default_value_t = 64)]
+    /// Most clients whose request is still being read at once; beyond it, the one that has been
+    /// at it longest (for at least a second) gives up its place (it is answered 503).
+    #[arg(long, default_value_t = 4096)]
     pub max_handshakes: usize,
     /// How long a client has to send its request, and then the upstream to answer it, in ms.
     #[arg(long, default_value_t = 5_000)]
@@ -104,7 +106,7 @@ pub enum ServeError {
     /// The arguments, a rule or the rules file are wrong: exit code 2.
     #[error("{0}")]
     Input(String),
-    /// Something outside the input failed (binding, the log file): exit code 1.
+    /// Something outside the input failed (binding, creating or writing the log): exit code 1.
     #[error("{0}")]
     Io(String),
 }
@@ -247,13 +249,10 @@ impl Proxy {
                 args.name
             )));
         }
-        let listener = TcpListener::bind(args.listen)
-            .await
-            .map_err(|e| ServeError::Io(format!("binding --listen {}: {e}", args.listen)))?;
+        let listener =
+            listen(args.listen).map_err(|e| ServeError::Io(format!("binding --listen {}: {e}", args.listen)))?;
         let admin = match args.admin {
-            Some(addr) => Some(
-                TcpListener::bind(addr).await.map_err(|e| ServeError::Io(format!("binding --admin {addr}: {e}")))?,
-            ),
+            Some(addr) => Some(listen(addr).map_err(|e| ServeError::Io(format!("binding --admin {addr}: {e}")))?),
             None => None,
         };
         let log = match &args.log {
@@ -263,7 +262,7 @@ impl Proxy {
             )),
             None => None,
         };
-        Ok(Proxy { args, upstream, listener, admin, rules: Rc::new(std::cell::RefCell::new(rules)), log })
+        Ok(Proxy { args, upstream, listener, admin, rules: Rc::new(RefCell::new(rules)), log })
     }
 
     /// Where clients connect.
@@ -320,8 +319,9 @@ impl Proxy {
             config: websocket_config(self.args.max_frame_bytes),
             handshake_timeout: Duration::from_millis(self.args.handshake_timeout_ms),
             max_connections: self.args.max_connections,
+            max_handshakes: self.args.max_handshakes,
             connections: Cell::new(0),
-            handshakes: Cell::new(0),
+            reading: RefCell::default(),
             changed: Notify::new(),
         });
         // Upstream handshake keys come from their own stream of the seeded generator, so they
@@ -330,22 +330,40 @@ impl Proxy {
         keys.set_stream(1);
         let mut next_conn = 0u64;
         let mut failures = AcceptFailures::new("clients");
-        let shutdown = shutdown_signal();
+        let log = self.log.clone();
+        // A log that can no longer be written stops the proxy as a signal would, and says why.
+        let shutdown = async move {
+            match &log {
+                Some(log) => tokio::select! {
+                    biased;
+                    () = shutdown_signal() => None,
+                    why = log.failed() => Some(why),
+                },
+                None => {
+                    shutdown_signal().await;
+                    None
+                }
+            }
+        };
         tokio::pin!(shutdown);
-        'serve: loop {
-            // A client beyond the handshake budget waits in the kernel's accept queue, in
-            // order, until a handshake ends: silent sockets cannot crowd out real clients
-            // for longer than the handshake deadline.
-            while limits.handshakes.get() >= self.args.max_handshakes {
+        let stopped_by = 'serve: loop {
+            // At the handshake budget, the client that has been sending its request longest
+            // gives up its place, once it has had [`EVICTABLE_AFTER`] to send it.
+            loop {
+                let wait = match limits.make_room() {
+                    Room::Made => break,
+                    Room::In(wait) => wait,
+                };
                 tokio::select! {
                     biased;
-                    _ = &mut shutdown => break 'serve,
+                    why = &mut shutdown => break 'serve why,
                     () = limits.changed.notified() => {}
+                    () = tokio::time::sleep(wait) => {}
                 }
             }
             let accepted = tokio::select! {
                 biased;
-                _ = &mut shutdown => break,
+                why = &mut shutdown => break why,
                 accepted = self.listener.accept() => accepted,
             };
             let (stream, peer) = match accepted {
@@ -354,6 +372,9 @@ impl Proxy {
                     accepted
                 }
                 Err(e) => {
+                    // Out of descriptors, perhaps to sockets that say nothing: every client that
+                    // has had its second to send its request gives its descriptor back.
+                    limits.shed_every_idle();
                     failures.failed(&e, |event| env.log(event)).await;
                     continue;
                 }
@@ -362,11 +383,12 @@ impl Proxy {
             let _ = stream.set_nodelay(true);
             let mut key = [0u8; 16];
             keys.fill_bytes(&mut key);
-            limits.handshakes.set(limits.handshakes.get() + 1);
-            let connection = Connection { conn: next_conn, peer, key, limits: limits.clone(), env: env.clone() };
+            let evicted = limits.start_reading(next_conn);
+            let connection =
+                Connection { conn: next_conn, peer, key, evicted, limits: limits.clone(), env: env.clone() };
             let (rules, upstream) = (self.rules.clone(), self.upstream.clone());
             tokio::task::spawn_local(async move { connection.serve(stream, &upstream, rules).await });
-        }
+        };
         // Every relay sees the signal, closes both peers with 1001 and logs its end.
         let _ = stop.send(true);
         let _ = tokio::time::timeout(SHUTDOWN_WAIT, async {
@@ -379,8 +401,26 @@ impl Proxy {
             log.event(json!({"event": "stop"}));
             log.close();
         }
-        Ok(())
+        match stopped_by {
+            None => Ok(()),
+            Some(why) => Err(ServeError::Io(format!("{why}; stopped rather than go on without the log"))),
+        }
     }
+}
+
+/// The most a listen backlog can be: the kernel caps the value `listen` is given at its own
+/// maximum (`net.core.somaxconn` on Linux, `kern.ipc.somaxconn` on BSD and macOS), so asking for
+/// the largest `int` gets the system's backlog, not the standard library's 128.
+const SYSTEM_BACKLOG: u32 = i32::MAX as u32;
+
+/// A listening socket with the system's backlog, so a burst of connections waits in the kernel
+/// for the accept loop instead of being dropped.
+fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() { TcpSocket::new_v4()? } else { TcpSocket::new_v6()? };
+    #[cfg(unix)]
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(SYSTEM_BACKLOG)
 }
 
 /// What every connection of one proxy shares: its settings and its counts.
@@ -388,12 +428,26 @@ struct Limits {
     config: WebSocketConfig,
     handshake_timeout: Duration,
     max_connections: usize,
+    max_handshakes: usize,
     /// Clients whose request was read and that hold a WebSocket slot.
     connections: Cell<usize>,
-    /// Accepted sockets whose handshakes are not finished.
-    handshakes: Cell<usize>,
-    /// Told whenever one of the counts goes down.
+    /// Clients whose request is still being read, oldest first: when each was accepted, and
+    /// what tells it to give up its place.
+    reading: RefCell<BTreeMap<u64, (tokio::time::Instant, Rc<Notify>)>>,
+    /// Told whenever a count goes down.
     changed: Notify,
+}
+
+/// How long a client has to send its request before a newer client may take its place: a
+/// request takes one round trip, so a socket that has said nothing for this long is idle, while
+/// the clients of a burst, accepted faster than they send, are not turned away for it.
+const EVICTABLE_AFTER: Duration = Duration::from_secs(1);
+
+/// Whether there is room for one more client to send its request.
+enum Room {
+    Made,
+    /// Not before this long (or before a client ends its request).
+    In(Duration),
 }
 
 impl Limits {
@@ -402,6 +456,50 @@ impl Limits {
         self.changed.notify_waiters();
         self.changed.notify_one();
     }
+
+    /// Room for one more client to send its request: under the budget there is; at it, the
+    /// client that has been at it longest is told to give up its place if it has had
+    /// [`EVICTABLE_AFTER`]. Sockets that connect and say nothing hold their places only until
+    /// newer clients need them, so however many there are, a real client waits at most that
+    /// long, not for their deadlines.
+    fn make_room(&self) -> Room {
+        if self.reading.borrow().len() < self.max_handshakes {
+            return Room::Made;
+        }
+        self.shed_oldest().map_or(Room::Made, Room::In)
+    }
+
+    /// Tells the client that has been sending its request longest to give up its place, if it
+    /// has had [`EVICTABLE_AFTER`]; otherwise how long until it has.
+    fn shed_oldest(&self) -> Option<Duration> {
+        let mut reading = self.reading.borrow_mut();
+        let mut oldest = reading.first_entry()?;
+        let age = oldest.get().0.elapsed();
+        if age < EVICTABLE_AFTER {
+            return Some(EVICTABLE_AFTER - age);
+        }
+        oldest.get_mut().1.notify_one();
+        oldest.remove();
+        None
+    }
+
+    /// Every client that has had [`EVICTABLE_AFTER`] to send its request gives up its place.
+    fn shed_every_idle(&self) {
+        while !self.reading.borrow().is_empty() && self.shed_oldest().is_none() {}
+    }
+
+    /// Client `conn` starts sending its request; what tells it to give up its place.
+    fn start_reading(&self, conn: u64) -> Rc<Notify> {
+        let evicted = Rc::new(Notify::new());
+        self.reading.borrow_mut().insert(conn, (tokio::time::Instant::now(), Rc::clone(&evicted)));
+        evicted
+    }
+
+    fn done_reading(&self, conn: u64) {
+        if self.reading.borrow_mut().remove(&conn).is_some() {
+            self.changed.notify_one();
+        }
+    }
 }
 
 /// One accepted client, from its handshake to the end of its relay.
@@ -409,6 +507,8 @@ struct Connection {
     conn: u64,
     peer: SocketAddr,
     key: [u8; 16],
+    /// Told when newer clients need this one's place among those still sending their request.
+    evicted: Rc<Notify>,
     limits: Rc<Limits>,
     env: Rc<RealEnv>,
 }
@@ -416,9 +516,10 @@ struct Connection {
 impl Connection {
     async fn serve(self, stream: TcpStream, upstream: &UpstreamUrl, rules: SharedRules) {
         let opened = self.handshake(stream, upstream).await;
-        self.limits.release(&self.limits.handshakes);
         let Some((client, upstream_ws)) = opened else { return };
-        let end: RelayEnd = relay(client, upstream_ws, rules, self.conn, &*self.env).await;
+        // Boxed, as the opening is: a task is as large as its largest state, and a client that
+        // has not sent its request yet should hold only what reading it takes.
+        let end: RelayEnd = Box::pin(relay(client, upstream_ws, rules, self.conn, &*self.env)).await;
         let mut line = serde_json::to_value(&end).unwrap_or(Value::Null);
         if let Value::Object(map) = &mut line {
             map.insert("event".into(), json!("end"));
@@ -436,7 +537,8 @@ impl Connection {
         self.env.log(json!({"event": event, "conn": self.conn, "peer": self.peer.to_string(), "error": error}));
     }
 
-    /// Both handshakes, each within the deadline; on success the connection holds a slot.
+    /// Both handshakes: the client's request within the deadline (or until newer clients need its
+    /// place), then [`Self::open`]; on success the connection holds a WebSocket slot.
     async fn handshake(
         &self,
         mut stream: TcpStream,
@@ -444,23 +546,46 @@ impl Connection {
     ) -> Option<(WebSocketStream<Wire<TcpStream>>, WebSocketStream<Wire<TcpStream>>)> {
         let limits = &*self.limits;
         let ms = limits.handshake_timeout.as_millis() as u64;
-        let hello = match tokio::time::timeout(limits.handshake_timeout, read_hello_or_reject(&mut stream)).await {
-            Ok(Ok(hello)) => hello,
-            Ok(Err(error)) => {
+        let read = tokio::select! {
+            biased;
+            () = self.evicted.notified() => None,
+            read = tokio::time::timeout(limits.handshake_timeout, read_hello_or_reject(&mut stream)) => Some(read),
+        };
+        limits.done_reading(self.conn);
+        let (status, error) = match read {
+            Some(Ok(Ok(hello))) => return Box::pin(self.open(stream, hello, upstream)).await,
+            Some(Ok(Err(error))) => {
                 self.error("handshake_error", &error.to_string());
                 return None;
             }
-            Err(_) => {
-                let error = format!("no complete request within {ms} ms");
-                let _ = tokio::time::timeout(
-                    Duration::from_secs(1),
-                    reject_client(&mut stream, 408, &format!("proxy: {error}")),
-                )
-                .await;
-                self.error("handshake_error", &error);
-                return None;
-            }
+            Some(Err(_)) => (408, format!("no complete request within {ms} ms")),
+            None => (
+                503,
+                format!(
+                    "more than {} clients sending their request at once, and this one had waited longest",
+                    limits.max_handshakes
+                ),
+            ),
         };
+        let _ = tokio::time::timeout(
+            Duration::from_secs(1),
+            reject_client(&mut stream, status, &format!("proxy: {error}")),
+        )
+        .await;
+        self.error("handshake_error", &error);
+        None
+    }
+
+    /// The rest of the opening, once the client's request is read: a WebSocket slot, then the
+    /// upstream's handshake and the client's answer.
+    async fn open(
+        &self,
+        mut stream: TcpStream,
+        hello: crate::handshake::ClientHello,
+        upstream: &UpstreamUrl,
+    ) -> Option<(WebSocketStream<Wire<TcpStream>>, WebSocketStream<Wire<TcpStream>>)> {
+        let limits = &*self.limits;
+        let ms = limits.handshake_timeout.as_millis() as u64;
         if limits.connections.get() >= limits.max_connections {
             let message = format!("proxy: more than {} clients at once", limits.max_connections);
             self.env
@@ -527,11 +652,16 @@ pub async fn serve(args: ProxyArgs) -> Result<(), ServeError> {
             let proxy = Proxy::bind(args).await?;
             // One line per address, printed and flushed before the first client is accepted,
             // so a script that asked for port 0 can read where to connect.
-            println!("proxy listening on {}", proxy.listen_addr());
+            let mut lines = format!("proxy listening on {}\n", proxy.listen_addr());
             if let Some(admin) = proxy.admin_addr() {
-                println!("admin listening on {admin}");
+                lines.push_str(&format!("admin listening on {admin}\n"));
             }
-            let _ = std::io::stdout().flush();
+            // A script reads where to connect here: if it cannot be said, the proxy is no use.
+            let mut stdout = std::io::stdout();
+            stdout
+                .write_all(lines.as_bytes())
+                .and_then(|()| stdout.flush())
+                .map_err(|e| ServeError::Io(format!("cannot write the listening address to standard output: {e}")))?;
             proxy.run().await
         })
         .await

@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{admin, http, read_log, start_proxy, start_proxy_with, temp_path, STARTUP_TIMEOUT};
+use common::{admin, http, read_log, start_proxy, start_proxy_with, temp_path, wait_exit, STARTUP_TIMEOUT};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::mpsc;
@@ -338,4 +338,83 @@ fn the_admin_accept_loop_backs_off_and_logs_once_when_descriptors_run_out() {
     let reports = stderr.lines().filter(|l| l.contains("admin") && l.contains("accept")).count();
     assert_eq!(reports, 1, "expected one report of the failing admin accept:\n{stderr}");
     assert!(busy < 0.25, "the proxy used {:.0}% of a core while out of descriptors", busy * 100.0);
+}
+
+/// Issue 21, item 16: sockets that connect and say nothing held the handshake slots until their
+/// deadline, so a real client waited about ceil(N / slots) deadlines. With a one-minute deadline
+/// and five times as many silent sockets as slots, the proxy before the fix could not answer the
+/// real client for at least a minute; now the silent sockets give up their places to newer
+/// clients once they have had their second, and the real client is served long before.
+#[test]
+fn silent_sockets_do_not_hold_a_real_client_back_until_their_deadline() {
+    let (port, _seen) = fake_upstream(Answer::Upgrade(""));
+    let log = temp_path("slowloris.jsonl");
+    let proxy = start_proxy(
+        &format!("ws://127.0.0.1:{port}"),
+        &["--max-handshakes", "8", "--handshake-timeout-ms", "60000", "--log", log.to_str().unwrap()],
+    );
+    let mut idle: Vec<TcpStream> = (0..40).map(|_| TcpStream::connect(&proxy.addr).unwrap()).collect();
+    let (_ws, head) = raw_client(&proxy.addr, "/real");
+    assert_eq!(status_of(&head), 101, "{head}");
+    // The first silent socket gave up its place first, and was told why.
+    idle[0].set_read_timeout(Some(STARTUP_TIMEOUT)).unwrap();
+    let told = read_head(&mut idle[0]);
+    assert_eq!(status_of(&told), 503, "{told}");
+    // At least the 32 silent sockets beyond the 8 places were told to go; their lines reach the
+    // file at the log's next flush, so it is read until they are all there (or the deadline).
+    let evictions = || {
+        read_log(&log, "had waited longest")
+            .iter()
+            .filter(|l| {
+                l["event"] == "handshake_error" && l["error"].as_str().is_some_and(|e| e.contains("had waited longest"))
+            })
+            .count()
+    };
+    let deadline = Instant::now() + STARTUP_TIMEOUT;
+    while evictions() < 32 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(evictions() >= 32, "every silent socket that gave up its place is in the log: {}", evictions());
+}
+
+/// Issue 21, item 15: the listen backlog was 128 and accepting stopped at the handshake slots,
+/// so beyond about 192 sockets that say nothing, connects timed out in the kernel, with nothing
+/// in the proxy's log. Every one of 600 now connects at once, and a real client is still served.
+#[test]
+fn a_burst_of_connections_is_taken_in_not_left_to_time_out_in_the_kernel() {
+    let (port, _seen) = fake_upstream(Answer::Upgrade(""));
+    let proxy = start_proxy(&format!("ws://127.0.0.1:{port}"), &["--handshake-timeout-ms", "60000"]);
+    let addr: std::net::SocketAddr = proxy.addr.parse().unwrap();
+    let held: Vec<TcpStream> = (0..600)
+        .map(|n| {
+            TcpStream::connect_timeout(&addr, Duration::from_secs(10))
+                .unwrap_or_else(|e| panic!("connection {n} of the burst was not taken: {e}"))
+        })
+        .collect();
+    let (_ws, head) = raw_client(&proxy.addr, "/real");
+    assert_eq!(status_of(&head), 101, "{head}");
+    drop(held);
+}
+
+/// Issue 21, item 12: `--log /dev/full` printed one line and went on with the log lost.
+#[test]
+fn a_log_that_cannot_be_written_stops_the_proxy_with_the_reason() {
+    let (port, _seen) = fake_upstream(Answer::Upgrade(""));
+    let mut proxy = start_proxy(&format!("ws://127.0.0.1:{port}"), &["--log", "/dev/full"]);
+    let code = wait_exit(&mut proxy.running.child, STARTUP_TIMEOUT);
+    assert_eq!(code, Some(1), "the documented exit for a log that fails: {}", proxy.stderr_text());
+    let stderr = proxy.stderr_text();
+    assert!(stderr.contains("writing the log /dev/full failed") && stderr.contains("No space left"), "{stderr}");
+}
+
+/// Silent sockets that take every file descriptor the proxy may have give them back once they
+/// have had their second, so a real client is not left waiting for their deadline either.
+#[test]
+fn silent_sockets_that_take_every_descriptor_give_them_back() {
+    let (port, _seen) = fake_upstream(Answer::Upgrade(""));
+    let proxy =
+        start_proxy_with("ulimit -n 64;", &format!("ws://127.0.0.1:{port}"), &["--handshake-timeout-ms", "60000"]);
+    let _idle: Vec<TcpStream> = (0..100).filter_map(|_| TcpStream::connect(&proxy.addr).ok()).collect();
+    let (_ws, head) = raw_client(&proxy.addr, "/real");
+    assert_eq!(status_of(&head), 101, "{head}");
 }

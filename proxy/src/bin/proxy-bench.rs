@@ -8,6 +8,10 @@
 //! would. Rounds alternate the paths, and the best round of each counts, which filters out noise
 //! from other work on the machine. Last, it opens idle connections through the plain proxy and
 //! reports the heap its thread holds per connection, counted by this binary's allocator.
+//!
+//! `--burst N` and `--slowloris N,N,...` measure instead how the proxy takes hostile load: how
+//! many of N clients connecting at once fail to open a WebSocket, and how long a real client
+//! waits to be served while N sockets that connect and say nothing are open.
 
 use futures_util::{FutureExt, SinkExt, StreamExt};
 use std::net::SocketAddr;
@@ -34,10 +38,23 @@ struct Options {
     only: Option<String>,
     /// Idle connections opened for the memory figure.
     idle: usize,
+    /// Clients connecting at once, for the burst figure (0: not measured).
+    burst: usize,
+    /// Silent sockets held open while a real client connects, one measurement each.
+    slowloris: Vec<usize>,
 }
 
 fn options() -> Result<Options, String> {
-    let mut options = Options { frames: 20_000, latency_frames: 5_000, size: 1024, rounds: 3, only: None, idle: 200 };
+    let mut options = Options {
+        frames: 20_000,
+        latency_frames: 5_000,
+        size: 1024,
+        rounds: 3,
+        only: None,
+        idle: 200,
+        burst: 0,
+        slowloris: Vec::new(),
+    };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         let value = args.next().ok_or_else(|| format!("{flag} needs a value"))?;
@@ -48,6 +65,12 @@ fn options() -> Result<Options, String> {
             options.only = Some(value);
             continue;
         }
+        if flag == "--slowloris" {
+            let counts: Result<Vec<usize>, _> = value.split(',').map(str::parse).collect();
+            options.slowloris =
+                counts.map_err(|_| format!("--slowloris: expected counts such as 150,193,260, not `{value}`"))?;
+            continue;
+        }
         let value: usize = value.parse().map_err(|_| format!("{flag}: `{value}` is not a positive integer"))?;
         let slot = match flag.as_str() {
             "--frames" => &mut options.frames,
@@ -55,9 +78,10 @@ fn options() -> Result<Options, String> {
             "--size" => &mut options.size,
             "--rounds" => &mut options.rounds,
             "--idle" => &mut options.idle,
+            "--burst" => &mut options.burst,
             _ => {
                 return Err(format!(
-                    "unknown flag {flag}; expected --frames, --latency-frames, --size, --rounds, --idle, --only"
+                    "unknown flag {flag}; expected --frames, --latency-frames, --size, --rounds, --idle, --only, --burst, --slowloris"
                 ))
             }
         };
@@ -246,6 +270,137 @@ async fn idle_bytes(through: SocketAddr, idle: usize, payload: &str) -> isize {
     held
 }
 
+/// How long one hostile-load client may take to be served before it counts as failed.
+const SERVED_WITHIN: Duration = Duration::from_secs(30);
+
+/// Opens a WebSocket through `addr` and has one frame echoed: how long that took.
+async fn served(addr: SocketAddr, payload: &str) -> Result<Duration, String> {
+    let started = Instant::now();
+    let open = async {
+        let stream = TcpStream::connect(addr).await.map_err(|e| format!("connect: {e}"))?;
+        let (mut ws, _) = tokio_tungstenite::client_async(format!("ws://{addr}/bench"), stream)
+            .await
+            .map_err(|e| format!("handshake: {e}"))?;
+        ws.send(Message::text(payload.to_string())).await.map_err(|e| format!("send: {e}"))?;
+        match ws.next().await {
+            Some(Ok(_)) => Ok(ws),
+            other => Err(format!("no echo: {other:?}")),
+        }
+    };
+    match tokio::time::timeout(SERVED_WITHIN, open).await {
+        Ok(Ok(ws)) => {
+            let took = started.elapsed();
+            // Held a while, as clients that stay would, so a burst's clients overlap.
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            drop(ws);
+            Ok(took)
+        }
+        Ok(Err(e)) => Err(e),
+        Err(_) => Err(format!("not served within {SERVED_WITHIN:?}")),
+    }
+}
+
+/// What a burst of clients met.
+struct Burst {
+    /// Failures by kind (`connect`, `handshake`, `not served within ...`).
+    failed: std::collections::BTreeMap<String, usize>,
+    /// How long each served client took to be served, sorted.
+    served: Vec<Duration>,
+}
+
+/// The kernel's count of connections dropped because a listener's accept queue was full
+/// (Linux: `ListenOverflows` in /proc/net/netstat), for every listener of the machine.
+fn listen_overflows() -> Option<u64> {
+    let netstat = std::fs::read_to_string("/proc/net/netstat").ok()?;
+    let mut tcp_ext = netstat.lines().filter(|line| line.starts_with("TcpExt:"));
+    let (names, values) = (tcp_ext.next()?, tcp_ext.next()?);
+    let at = names.split_whitespace().position(|name| name == "ListenOverflows")?;
+    values.split_whitespace().nth(at)?.parse().ok()
+}
+
+/// `clients` clients connecting at once through `addr`.
+async fn burst(addr: SocketAddr, clients: usize, payload: &str) -> Burst {
+    let attempts = (0..clients).map(|_| served(addr, payload));
+    let mut result = Burst { failed: Default::default(), served: Vec::new() };
+    for outcome in futures_util::future::join_all(attempts).await {
+        match outcome {
+            Ok(took) => result.served.push(took),
+            Err(error) => {
+                *result.failed.entry(error.split(':').next().unwrap_or_default().to_string()).or_insert(0) += 1
+            }
+        }
+    }
+    result.served.sort();
+    result
+}
+
+/// What a real client met while silent sockets were open.
+struct Slowloris {
+    /// Silent sockets whose connect completed (the others were not taken by the kernel).
+    connected: usize,
+    /// The proxy thread's heap per connected silent socket.
+    held: isize,
+    /// How long the real client took to be served, or why it was not.
+    served: Result<Duration, String>,
+}
+
+/// How long a real client waits to be served while `idle` silent sockets are open.
+async fn slowloris(addr: SocketAddr, idle: usize, payload: &str) -> Slowloris {
+    let before = counting_alloc::live_bytes();
+    let mut silent = Vec::with_capacity(idle);
+    for _ in 0..idle {
+        // A connect that does not complete soon is a socket the kernel's accept queue could not
+        // take: not counted as connected (it is what the real client would meet too).
+        if let Ok(Ok(stream)) = tokio::time::timeout(Duration::from_millis(200), TcpStream::connect(addr)).await {
+            silent.push(stream);
+        }
+    }
+    // Let the proxy take them in before the real client comes.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let connected = silent.len();
+    let held = (counting_alloc::live_bytes() - before) / connected.max(1) as isize;
+    let served = served(addr, payload).await;
+    drop(silent);
+    Slowloris { connected, held, served }
+}
+
+/// `--burst` and `--slowloris`: a fresh proxy for each measurement, so one does not start
+/// with what the other left behind.
+fn hostile_load(echo: SocketAddr, options: &Options) {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+    let payload = json_payload(options.size);
+    if options.burst > 0 {
+        // Enough WebSocket slots for every client: the figure is about opening, not the cap.
+        let slots = ["--max-connections".to_string(), options.burst.to_string()];
+        let proxy = start_proxy(echo, &slots, false);
+        let overflows_before = listen_overflows();
+        let burst = runtime.block_on(burst(proxy, options.burst, &payload));
+        let overflows = match (overflows_before, listen_overflows()) {
+            (Some(before), Some(after)) => format!("{}", after - before),
+            _ => "not known here".to_string(),
+        };
+        let failed: usize = burst.failed.values().sum();
+        let at = |p: f64| {
+            burst.served.get(((burst.served.len() as f64 - 1.0) * p) as usize).map_or(0.0, |d| d.as_secs_f64())
+        };
+        let over = |s: u64| burst.served.iter().filter(|d| **d >= Duration::from_secs(s)).count();
+        println!(
+            "burst: {} clients at once: {failed} failed to open within {SERVED_WITHIN:?} {:?}; served ones took p50 {:.3} s, p99 {:.3} s, max {:.3} s ({} 5 s or more); connections the kernel dropped for want of room in an accept queue meanwhile (every listener of the machine): {overflows}",
+            options.burst, burst.failed, at(0.5), at(0.99), at(1.0), over(5)
+        );
+    }
+    for &idle in &options.slowloris {
+        // Tracked: the proxy's heap per silent socket. (One tracked proxy at a time.)
+        let proxy = start_proxy(echo, &[], true);
+        let Slowloris { connected, held, served } = runtime.block_on(slowloris(proxy, idle, &payload));
+        let sockets = format!("{idle} silent sockets ({connected} connected, {held} B of the proxy's heap each)");
+        match served {
+            Ok(waited) => println!("slowloris: {sockets}, a real client served in {:.3} s", waited.as_secs_f64()),
+            Err(why) => println!("slowloris: {sockets}, a real client was not served: {why}"),
+        }
+    }
+}
+
 fn main() {
     let options = match options() {
         Ok(options) => options,
@@ -256,11 +411,17 @@ fn main() {
     };
     let (echo_tx, echo_rx) = std::sync::mpsc::channel();
     spawn_runtime("echo", false, move || async move {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind the echo server");
+        // The system's backlog, so a burst through the proxy measures the proxy, not this queue.
+        let socket = tokio::net::TcpSocket::new_v4().expect("a socket");
+        socket.bind("127.0.0.1:0".parse().expect("an address")).expect("bind the echo server");
+        let listener = socket.listen(i32::MAX as u32).expect("listen");
         echo_tx.send(listener.local_addr().expect("echo address")).expect("report");
         echo_server(listener).await;
     });
     let echo = echo_rx.recv().expect("echo server started");
+    if options.burst > 0 || !options.slowloris.is_empty() {
+        return hostile_load(echo, &options);
+    }
     let log = std::env::temp_dir().join(format!("proxy-bench-{}.jsonl", std::process::id()));
     let ten_rules: Vec<String> = (0..10)
         .flat_map(|i| ["--rule".to_string(), format!("drop always type=invocationresult result.step={}", 100 + i)])
