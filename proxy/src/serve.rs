@@ -92,7 +92,7 @@ pub struct ProxyArgs {
     #[arg(long, default_value_t = 256)]
     pub max_connections: usize,
     /// Most clients whose request is still being read at once; beyond it, the one that has been
-    /// at it longest (for at least a second) gives up its place (it is answered 503).
+    /// at it longest gives up its place (it is answered 503).
     #[arg(long, default_value_t = 4096)]
     pub max_handshakes: usize,
     /// How long a client has to send its request, and then the upstream to answer it, in ms.
@@ -322,6 +322,7 @@ impl Proxy {
             max_handshakes: self.args.max_handshakes,
             connections: Cell::new(0),
             reading: RefCell::default(),
+            reading_cap: Cell::new(self.args.max_handshakes),
             changed: Notify::new(),
         });
         // Upstream handshake keys come from their own stream of the seeded generator, so they
@@ -346,21 +347,10 @@ impl Proxy {
             }
         };
         tokio::pin!(shutdown);
-        let stopped_by = 'serve: loop {
-            // At the handshake budget, the client that has been sending its request longest
-            // gives up its place, once it has had [`EVICTABLE_AFTER`] to send it.
-            loop {
-                let wait = match limits.make_room() {
-                    Room::Made => break,
-                    Room::In(wait) => wait,
-                };
-                tokio::select! {
-                    biased;
-                    why = &mut shutdown => break 'serve why,
-                    () = limits.changed.notified() => {}
-                    () = tokio::time::sleep(wait) => {}
-                }
-            }
+        // Accepting never waits for the handshake budget: a real client queued in the kernel behind
+        // sockets that say nothing is reached as fast as they can be accepted, not a budget's worth
+        // per deadline.
+        let stopped_by = loop {
             let accepted = tokio::select! {
                 biased;
                 why = &mut shutdown => break why,
@@ -371,21 +361,24 @@ impl Proxy {
                     failures.succeeded();
                     accepted
                 }
+                // Out of descriptors, perhaps to sockets that say nothing: the longest waiting of
+                // them give theirs back (their tasks run, answer and close, while this one yields).
+                Err(e) if out_of_descriptors(&e) && limits.shed_for_descriptors() => {
+                    tokio::task::yield_now().await;
+                    continue;
+                }
                 Err(e) => {
-                    // Out of descriptors, perhaps to sockets that say nothing: every client that
-                    // has had its second to send its request gives its descriptor back.
-                    limits.shed_every_idle();
                     failures.failed(&e, |event| env.log(event)).await;
                     continue;
                 }
             };
+            limits.make_room();
             next_conn += 1;
             let _ = stream.set_nodelay(true);
             let mut key = [0u8; 16];
             keys.fill_bytes(&mut key);
-            let evicted = limits.start_reading(next_conn);
-            let connection =
-                Connection { conn: next_conn, peer, key, evicted, limits: limits.clone(), env: env.clone() };
+            let place = limits.start_reading(next_conn);
+            let connection = Connection { conn: next_conn, peer, key, place, limits: limits.clone(), env: env.clone() };
             let (rules, upstream) = (self.rules.clone(), self.upstream.clone());
             tokio::task::spawn_local(async move { connection.serve(stream, &upstream, rules).await });
         };
@@ -431,23 +424,46 @@ struct Limits {
     max_handshakes: usize,
     /// Clients whose request was read and that hold a WebSocket slot.
     connections: Cell<usize>,
-    /// Clients whose request is still being read, oldest first: when each was accepted, and
-    /// what tells it to give up its place.
-    reading: RefCell<BTreeMap<u64, (tokio::time::Instant, Rc<Notify>)>>,
+    /// Clients whose request is still being read, oldest first, each with its place.
+    reading: RefCell<BTreeMap<u64, Rc<Place>>>,
+    /// How many may be reading at once: `max_handshakes`, or fewer since the descriptors ran out.
+    reading_cap: Cell<usize>,
     /// Told whenever a count goes down.
     changed: Notify,
 }
 
-/// How long a client has to send its request before a newer client may take its place: a
-/// request takes one round trip, so a socket that has said nothing for this long is idle, while
-/// the clients of a burst, accepted faster than they send, are not turned away for it.
-const EVICTABLE_AFTER: Duration = Duration::from_secs(1);
+/// Why a client still sending its request was told to give up its place.
+#[derive(Clone, Copy)]
+enum Shed {
+    /// `--max-handshakes` clients were sending theirs, and a newer one came.
+    Budget,
+    /// The proxy ran out of file descriptors.
+    Descriptors,
+}
 
-/// Whether there is room for one more client to send its request.
-enum Room {
-    Made,
-    /// Not before this long (or before a client ends its request).
-    In(Duration),
+/// A client's place among those sending their request: what tells it to give the place up.
+#[derive(Default)]
+struct Place {
+    shed: Cell<Option<Shed>>,
+    told: Notify,
+}
+
+impl Place {
+    /// Waits until the client is told to give up its place; why.
+    async fn given_up(&self) -> Shed {
+        loop {
+            if let Some(why) = self.shed.get() {
+                return why;
+            }
+            self.told.notified().await;
+        }
+    }
+}
+
+/// Whether `accept` failed for want of file descriptors (`EMFILE`, `ENFILE`: the same numbers
+/// on Linux, the BSDs and macOS).
+fn out_of_descriptors(error: &std::io::Error) -> bool {
+    cfg!(unix) && matches!(error.raw_os_error(), Some(23 | 24))
 }
 
 impl Limits {
@@ -457,48 +473,57 @@ impl Limits {
         self.changed.notify_one();
     }
 
-    /// Room for one more client to send its request: under the budget there is; at it, the
-    /// client that has been at it longest is told to give up its place if it has had
-    /// [`EVICTABLE_AFTER`]. Sockets that connect and say nothing hold their places only until
-    /// newer clients need them, so however many there are, a real client waits at most that
-    /// long, not for their deadlines.
-    fn make_room(&self) -> Room {
-        if self.reading.borrow().len() < self.max_handshakes {
-            return Room::Made;
+    /// Room for one more client to send its request: at the budget, the client that has been
+    /// at it longest gives up its place. So sockets that say nothing hold their places only
+    /// until newer clients need them, however many there are, and a real client is not kept
+    /// waiting for their deadlines.
+    fn make_room(&self) {
+        // The cap is at least 1, so a full table has a client to shed.
+        while self.reading_count() >= self.reading_cap.get() {
+            self.shed_oldest(Shed::Budget);
         }
-        self.shed_oldest().map_or(Room::Made, Room::In)
     }
 
-    /// Tells the client that has been sending its request longest to give up its place, if it
-    /// has had [`EVICTABLE_AFTER`]; otherwise how long until it has.
-    fn shed_oldest(&self) -> Option<Duration> {
+    fn reading_count(&self) -> usize {
+        self.reading.borrow().len()
+    }
+
+    /// Tells the client that has been sending its request longest to give up its place; false
+    /// if no client is sending one.
+    fn shed_oldest(&self, why: Shed) -> bool {
+        let Some((_, place)) = self.reading.borrow_mut().pop_first() else { return false };
+        place.shed.set(Some(why));
+        place.told.notify_one();
+        true
+    }
+
+    /// The descriptors ran out: the older half of the clients sending their request give up
+    /// their places, and until none is left sending, only as many as remain may be at once, so
+    /// the descriptors freed stay free for the clients that do send a request, and for their
+    /// upstreams. False if no client is sending one (the descriptors are the relays').
+    fn shed_for_descriptors(&self) -> bool {
+        let reading = self.reading_count();
+        self.reading_cap.set((reading / 2).max(1));
+        for _ in 0..reading - reading / 2 {
+            self.shed_oldest(Shed::Descriptors);
+        }
+        reading > 0
+    }
+
+    /// Client `conn` starts sending its request; its place. A first client after all others
+    /// are done has the whole budget again.
+    fn start_reading(&self, conn: u64) -> Rc<Place> {
+        let place = Rc::new(Place::default());
         let mut reading = self.reading.borrow_mut();
-        let mut oldest = reading.first_entry()?;
-        let age = oldest.get().0.elapsed();
-        if age < EVICTABLE_AFTER {
-            return Some(EVICTABLE_AFTER - age);
+        if reading.is_empty() {
+            self.reading_cap.set(self.max_handshakes);
         }
-        oldest.get_mut().1.notify_one();
-        oldest.remove();
-        None
-    }
-
-    /// Every client that has had [`EVICTABLE_AFTER`] to send its request gives up its place.
-    fn shed_every_idle(&self) {
-        while !self.reading.borrow().is_empty() && self.shed_oldest().is_none() {}
-    }
-
-    /// Client `conn` starts sending its request; what tells it to give up its place.
-    fn start_reading(&self, conn: u64) -> Rc<Notify> {
-        let evicted = Rc::new(Notify::new());
-        self.reading.borrow_mut().insert(conn, (tokio::time::Instant::now(), Rc::clone(&evicted)));
-        evicted
+        reading.insert(conn, Rc::clone(&place));
+        place
     }
 
     fn done_reading(&self, conn: u64) {
-        if self.reading.borrow_mut().remove(&conn).is_some() {
-            self.changed.notify_one();
-        }
+        self.reading.borrow_mut().remove(&conn);
     }
 }
 
@@ -507,8 +532,8 @@ struct Connection {
     conn: u64,
     peer: SocketAddr,
     key: [u8; 16],
-    /// Told when newer clients need this one's place among those still sending their request.
-    evicted: Rc<Notify>,
+    /// Its place among the clients still sending their request, which newer ones may need.
+    place: Rc<Place>,
     limits: Rc<Limits>,
     env: Rc<RealEnv>,
 }
@@ -548,24 +573,27 @@ impl Connection {
         let ms = limits.handshake_timeout.as_millis() as u64;
         let read = tokio::select! {
             biased;
-            () = self.evicted.notified() => None,
-            read = tokio::time::timeout(limits.handshake_timeout, read_hello_or_reject(&mut stream)) => Some(read),
+            why = self.place.given_up() => Err(why),
+            read = tokio::time::timeout(limits.handshake_timeout, read_hello_or_reject(&mut stream)) => Ok(read),
         };
         limits.done_reading(self.conn);
         let (status, error) = match read {
-            Some(Ok(Ok(hello))) => return Box::pin(self.open(stream, hello, upstream)).await,
-            Some(Ok(Err(error))) => {
+            Ok(Ok(Ok(hello))) => return Box::pin(self.open(stream, hello, upstream)).await,
+            Ok(Ok(Err(error))) => {
                 self.error("handshake_error", &error.to_string());
                 return None;
             }
-            Some(Err(_)) => (408, format!("no complete request within {ms} ms")),
-            None => (
+            Ok(Err(_)) => (408, format!("no complete request within {ms} ms")),
+            Err(Shed::Budget) => (
                 503,
                 format!(
                     "more than {} clients sending their request at once, and this one had waited longest",
-                    limits.max_handshakes
+                    limits.reading_cap.get()
                 ),
             ),
+            Err(Shed::Descriptors) => {
+                (503, "out of file descriptors, and this one had waited longest to send its request".to_string())
+            }
         };
         let _ = tokio::time::timeout(
             Duration::from_secs(1),

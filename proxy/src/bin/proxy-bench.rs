@@ -42,6 +42,8 @@ struct Options {
     burst: usize,
     /// Silent sockets held open while a real client connects, one measurement each.
     slowloris: Vec<usize>,
+    /// The proxy's `--max-handshakes` under hostile load (0: its default).
+    max_handshakes: usize,
 }
 
 fn options() -> Result<Options, String> {
@@ -54,6 +56,7 @@ fn options() -> Result<Options, String> {
         idle: 200,
         burst: 0,
         slowloris: Vec::new(),
+        max_handshakes: 0,
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -79,9 +82,10 @@ fn options() -> Result<Options, String> {
             "--rounds" => &mut options.rounds,
             "--idle" => &mut options.idle,
             "--burst" => &mut options.burst,
+            "--max-handshakes" => &mut options.max_handshakes,
             _ => {
                 return Err(format!(
-                    "unknown flag {flag}; expected --frames, --latency-frames, --size, --rounds, --idle, --only, --burst, --slowloris"
+                    "unknown flag {flag}; expected --frames, --latency-frames, --size, --rounds, --idle, --only, --burst, --slowloris, --max-handshakes"
                 ))
             }
         };
@@ -369,9 +373,14 @@ async fn slowloris(addr: SocketAddr, idle: usize, payload: &str) -> Slowloris {
 fn hostile_load(echo: SocketAddr, options: &Options) {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
     let payload = json_payload(options.size);
+    let handshakes = match options.max_handshakes {
+        0 => vec![],
+        n => vec!["--max-handshakes".to_string(), n.to_string()],
+    };
     if options.burst > 0 {
         // Enough WebSocket slots for every client: the figure is about opening, not the cap.
-        let slots = ["--max-connections".to_string(), options.burst.to_string()];
+        let mut slots = vec!["--max-connections".to_string(), options.burst.to_string()];
+        slots.extend(handshakes.iter().cloned());
         let proxy = start_proxy(echo, &slots, false);
         let overflows_before = listen_overflows();
         let burst = runtime.block_on(burst(proxy, options.burst, &payload));
@@ -391,7 +400,7 @@ fn hostile_load(echo: SocketAddr, options: &Options) {
     }
     for &idle in &options.slowloris {
         // Tracked: the proxy's heap per silent socket. (One tracked proxy at a time.)
-        let proxy = start_proxy(echo, &[], true);
+        let proxy = start_proxy(echo, &handshakes, true);
         let Slowloris { connected, held, served } = runtime.block_on(slowloris(proxy, idle, &payload));
         let sockets = format!("{idle} silent sockets ({connected} connected, {held} B of the proxy's heap each)");
         match served {
