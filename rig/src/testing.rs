@@ -16,6 +16,12 @@
 //! one and passes (say what it claims by reviewing and committing it); with `CI` set, a missing
 //! snapshot fails instead, as insta does. A changed snapshot always fails.
 //!
+//! `RIG_MUTANTS=1` is the suite as mutation testing reads it (`cargo mutants`, see
+//! `rig/docs/testing.md`): each seed runs once, without the every-host-ticked rerun, and no
+//! snapshot is compared, so a mutant counts as caught only where an expectation or an oracle
+//! fails. A snapshot is a claim for a reviewer, not a judgement: a mutant that only a snapshot
+//! notices is a bug a user's harness suite would not see either.
+//!
 //! In your crate (`rig` as a dependency, and `[[test]] name = "scenarios" harness = false`;
 //! `rig/tests/scenarios.rs` and the example harness's `tests/scenarios.rs` are this line, compiled):
 //!
@@ -55,6 +61,12 @@ pub fn seeds() -> Result<Range<u64>, String> {
         Some((start, end)) if start < end => Ok(start..end),
         _ => Err(format!("RIG_SEEDS=`{range}`: expected A..B with A < B")),
     }
+}
+
+/// Whether the suite runs as mutation testing reads it (`RIG_MUTANTS=1`): once per seed, no
+/// snapshots.
+pub fn mutation_mode() -> bool {
+    std::env::var("RIG_MUTANTS").is_ok_and(|v| v == "1")
 }
 
 /// How one file's check ended, when nothing failed.
@@ -152,6 +164,7 @@ impl Suite {
         let source = std::fs::read_to_string(&absolute).map_err(|e| format!("{}: {e}", absolute.display()))?;
         let scenario = Scenario::parse(&absolute, &source).map_err(|e| e.to_string())?;
         let seeds = seeds()?;
+        let mutation_mode = mutation_mode();
         let (runs, skipped) = self.runnable(&scenario);
         if runs.is_empty() {
             return Ok(Checked::Skipped(skipped.join("; ")));
@@ -162,12 +175,14 @@ impl Suite {
         let mut failures = Vec::new();
         let mut snapshot_runs = Vec::new();
         for policy_run in runs {
-            if self.snapshots.is_some() && !seeds.contains(&SNAPSHOT_SEED) {
+            if self.snapshots.is_some() && !mutation_mode && !seeds.contains(&SNAPSHOT_SEED) {
                 snapshot_runs.push(run_with(&self.harness, &scenario, policy_run, SNAPSHOT_SEED));
             }
             for seed in seeds.clone() {
                 let first = self.run(&scenario, policy_run, seed, &relative);
-                failures.extend(self.reproducible(&scenario, policy_run, &first));
+                if !mutation_mode {
+                    failures.extend(self.reproducible(&scenario, policy_run, &first));
+                }
                 if !first.passed {
                     failures.push(report::human(&first));
                 }
@@ -180,7 +195,7 @@ impl Suite {
             return Err(failures.join("\n"));
         }
         // The snapshot is the claim about seed 0, whatever seeds were chosen.
-        let Some(snapshots) = self.snapshots.as_ref() else { return Ok(Checked::Passed) };
+        let Some(snapshots) = self.snapshots.as_ref().filter(|_| !mutation_mode) else { return Ok(Checked::Passed) };
         let outcomes: Vec<_> = snapshot_runs.iter().collect();
         let snapshot = report::snapshot(scenario.about.as_deref().unwrap_or("(no description)"), &outcomes);
         compare_snapshot(&snapshots.join(&relative), &absolute, &snapshot)?;
