@@ -38,3 +38,11 @@ lint:
 bench:
     cargo run --release -p rig -- bench scenarios --seeds 0..200
     cargo run --release -p proxy --bin proxy-bench
+
+# Mutation testing (cargo-mutants 27, `cargo install cargo-mutants --locked`): every mutant of
+# the scoped code, one at a time, then the score per module. Hours on two cores; `shard=k/n`
+# runs a slice, as the nightly does. rig/docs/testing.md says what it measures.
+mutants shard="0/1":
+    RIG_SEED=0 RIG_MUTANTS=1 cargo mutants --shard {{shard}} -o target/mutants
+    RIG_SEED=0 RIG_MUTANTS=1 cargo mutants --config .cargo/mutants-explore.toml --shard {{shard}} -o target/mutants-explore
+    .ci/mutants-report target/mutants target/mutants-explore
