@@ -110,7 +110,9 @@ fn execute<D: WorldDriver>(
     }
     for (index, step) in scenario.steps.iter().enumerate() {
         if let Some(failure) = execute_step(runner, topology, step)? {
-            failures.push(format!("step {}: {failure}", index + 1));
+            if !scenario.oracles_only {
+                failures.push(format!("step {}: {failure}", index + 1));
+            }
             break;
         }
     }

@@ -3,8 +3,9 @@
 //! oracle that catches it and writes it as a scenario that separates the two; an exploration
 //! draws the same mix from the same seed and shrinks what fails.
 
-use rig::explore::{self, SweepOptions, Verdict};
-use rig::Scenario;
+use rig::explore::{self, Kind, Placement, Site, SweepOptions, Verdict};
+use rig::{EventKind, Scenario};
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 fn workload(name: &str) -> Scenario {
@@ -60,9 +61,9 @@ fn an_exploration_replays_its_seed_and_shrinks_to_the_cuts_that_matter() {
     let shrunk = failing.shrunk.unwrap();
     assert!(shrunk.placements.len() <= 2, "shrunk to {} cuts", shrunk.placements.len());
     assert!(shrunk.placements.len() <= failing.mix.len());
-    let scenario = Scenario::parse(Path::new("shrunk.toml"), &shrunk.scenario_file).unwrap();
-    let outcome = rig::run(&scenario, scenario.run_of("replay-unfinished").unwrap(), failing.seed);
-    assert!(outcome.passed, "the shrunk file still catches the policy: {}", rig::report::human(&outcome));
+    // It shrinks for the first oracle the mix fired, and keeps that one to the end.
+    assert_eq!(Some(&shrunk.oracle), failing.fired.iter().next(), "the mix fired {:?}", failing.fired);
+    reproduces(&shrunk).unwrap_or_else(|e| panic!("the shrunk file still catches the policy: {e}"));
 }
 
 /// A shrunk finding must still be the cuts' doing. Shrinking once removed the workload step that
@@ -96,5 +97,263 @@ fn a_shrunk_finding_trips_its_oracle_only_with_its_cuts() {
         "the shrunk file trips `{}` with no cut at all:\n{}",
         shrunk.oracle,
         shrunk.scenario_file
+    );
+    reproduces(&shrunk).unwrap_or_else(|e| panic!("the shrunk file does not reproduce: {e}"));
+}
+
+// The cut space as a product: every site of the uncut run, by class, with the kinds of cut that
+// apply there. Each test derives what the space must hold from the uncut run's trace alone,
+// as `rig/src/explore/space.rs` documents it, and compares exactly.
+
+/// How many like sites the space tries per class (`SpaceOptions::default().nth_max`).
+const NTH_MAX: u64 = 4;
+/// What a call is about, as the space names it: scope, key, status, session, action, owner.
+const IDENTITY: [&str; 6] = ["scope", "key", "value.status", "session_id", "action_id", "owner"];
+/// The calls that change something: every crash kind applies there.
+const WRITES: [&str; 9] = [
+    "state::set",
+    "state::delete",
+    "state::compare-and-set",
+    "state::acquire-lease",
+    "state::renew-lease",
+    "state::release-lease",
+    "session::append",
+    "session::set-status",
+    "ticket::create",
+];
+
+fn is_worker(name: &str) -> bool {
+    name == "harness" || name == "replacement"
+}
+
+/// The uncut run of a workload under `reference` and the space the sweep derives from it.
+fn space_of(name: &str) -> (rig::RunOutcome, Scenario, Vec<Placement>) {
+    let plan = explore::plan(&rig::reference(), &workload(name), &SweepOptions::default());
+    let singles = plan.jobs.iter().map(|job| job[0].clone()).collect();
+    (plan.baseline, plan.workload, singles)
+}
+
+/// The sites of `class` the space must hold: the 1st up to the `NTH_MAX`th of each like group.
+fn expected_sites(groups: BTreeMap<Site, u64>) -> BTreeSet<Site> {
+    let mut sites = BTreeSet::new();
+    for (site, count) in groups {
+        for nth in 1..=count.min(NTH_MAX) {
+            sites.insert(match site.clone() {
+                Site::Call { function, about, .. } => Site::Call { function, about, nth },
+                Site::Frame { worker, up, frame, function, .. } => Site::Frame { worker, up, frame, function, nth },
+                Site::Point { worker, point, .. } => Site::Point { worker, point, nth },
+            });
+        }
+    }
+    sites
+}
+
+/// Every call a worker made to a double, grouped as the space groups them (nth left 0).
+fn worker_calls(baseline: &rig::RunOutcome) -> BTreeMap<Site, u64> {
+    let mut groups = BTreeMap::new();
+    for event in baseline.trace.events() {
+        let EventKind::Call { function, payload, caller: Some(caller), .. } = &event.kind else { continue };
+        if !is_worker(caller) {
+            continue;
+        }
+        let about = IDENTITY
+            .iter()
+            .filter_map(|path| {
+                let segments: Vec<String> = path.split('.').map(str::to_string).collect();
+                proxy::lookup(payload, &segments)
+                    .filter(|v| !v.is_null())
+                    .map(|v| (path.to_string(), proxy::value_text(v)))
+            })
+            .collect();
+        *groups.entry(Site::Call { function: function.clone(), about, nth: 0 }).or_default() += 1;
+    }
+    groups
+}
+
+fn kinds_at(space: &[Placement], site: &Site) -> BTreeSet<Kind> {
+    space.iter().filter(|p| p.site == *site).map(|p| p.kind).collect()
+}
+
+#[test]
+fn the_cut_space_lists_every_call_a_worker_makes_to_a_double_with_the_read_kinds() {
+    let (baseline, _, space) = space_of("switch-with-lease.toml");
+    let expected = expected_sites(worker_calls(&baseline));
+    let listed: BTreeSet<Site> =
+        space.iter().filter(|p| matches!(p.site, Site::Call { .. })).map(|p| p.site.clone()).collect();
+    assert_eq!(listed, expected, "the call sites of the uncut run");
+    let doubles: BTreeSet<&str> = expected
+        .iter()
+        .filter_map(|s| match s {
+            Site::Call { function, .. } => function.split("::").next(),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(doubles, BTreeSet::from(["model", "session", "state", "ticket"]), "the workload calls every double");
+    for site in &expected {
+        let kinds = kinds_at(&space, site);
+        for kind in [Kind::Timeout, Kind::Reject, Kind::Delay] {
+            assert!(kinds.contains(&kind), "{site}: no {}", kind.name());
+        }
+    }
+}
+
+#[test]
+fn a_delay_is_past_the_deadline_of_the_call_it_delays() {
+    let (_, workload, space) = space_of("switch-with-lease.toml");
+    let config = &workload.world.harness;
+    for placement in space.iter().filter(|p| p.kind == Kind::Delay) {
+        let Site::Call { function, .. } = &placement.site else { panic!("a delay on a call") };
+        let deadline = match function.split("::").next() {
+            Some("model") => config.model_timeout_ms,
+            Some("ticket") => config.tool_timeout_ms,
+            _ => config.session_timeout_ms,
+        };
+        assert!(
+            placement.ms.is_some_and(|ms| ms > deadline),
+            "{}: {:?} is not past {deadline} ms",
+            placement.id(),
+            placement.ms
+        );
+    }
+}
+
+#[test]
+fn the_cut_space_offers_every_crash_kind_at_every_write_and_none_at_a_read() {
+    let (baseline, workload, space) = space_of("switch-with-lease.toml");
+    let crashes = [
+        Kind::LostAck,
+        Kind::CrashCallerBefore,
+        Kind::CrashCallerAfter,
+        Kind::CrashService,
+        Kind::CrashEngine,
+        Kind::IsolateCaller,
+    ];
+    let pause_ms = (workload.world.harness.lease_ttl_ms * 3).max(5_000);
+    let mut writes = 0;
+    for site in expected_sites(worker_calls(&baseline)) {
+        let Site::Call { function, .. } = &site else { unreachable!() };
+        let kinds = kinds_at(&space, &site);
+        let is_write = WRITES.contains(&function.as_str());
+        writes += usize::from(is_write);
+        for kind in crashes {
+            assert_eq!(
+                kinds.contains(&kind),
+                is_write,
+                "{site}: {} {}",
+                kind.name(),
+                if is_write { "missing" } else { "at a read" }
+            );
+        }
+        for placement in space.iter().filter(|p| p.site == site && p.kind == Kind::IsolateCaller) {
+            assert_eq!(placement.ms, Some(pause_ms), "{}", placement.id());
+        }
+    }
+    assert!(writes > 0, "the workload writes");
+}
+
+#[test]
+fn the_cut_space_pauses_the_caller_at_every_lease_grant_and_nowhere_else() {
+    let (baseline, workload, space) = space_of("switch-with-lease.toml");
+    let grants = baseline.trace.events().iter().filter(|e| matches!(e.kind, EventKind::Lease { .. })).count();
+    assert!(grants >= 2, "the workload grants the lease to both workers: {grants}");
+    let pause_ms = (workload.world.harness.lease_ttl_ms * 3).max(5_000);
+    let acquisitions: BTreeSet<Site> = expected_sites(worker_calls(&baseline))
+        .into_iter()
+        .filter(|s| matches!(s, Site::Call { function, .. } if function == "state::acquire-lease"))
+        .collect();
+    let paused: BTreeSet<Site> = space.iter().filter(|p| p.kind == Kind::PauseCaller).map(|p| p.site.clone()).collect();
+    assert_eq!(paused, acquisitions, "a pause past the lease at each acquisition, and only there");
+    assert!(space.iter().filter(|p| p.kind == Kind::PauseCaller).all(|p| p.ms == Some(pause_ms)));
+}
+
+#[test]
+fn the_cut_space_drops_and_duplicates_every_frame_kind_at_the_engine() {
+    let (baseline, _, space) = space_of("switch-with-lease.toml");
+    let mut groups: BTreeMap<Site, u64> = BTreeMap::new();
+    for event in baseline.trace.events() {
+        let EventKind::Frame { direction, peer, frame, function_id: Some(function), .. } = &event.kind else {
+            continue;
+        };
+        if is_worker(peer) && matches!(*frame, "invokefunction" | "invocationresult") {
+            let site = Site::Frame {
+                worker: peer.clone(),
+                up: *direction == "in",
+                frame: frame.to_string(),
+                function: function.clone(),
+                nth: 0,
+            };
+            *groups.entry(site).or_default() += 1;
+        }
+    }
+    let kinds: BTreeSet<(String, bool)> = groups
+        .keys()
+        .filter_map(|s| match s {
+            Site::Frame { frame, up, .. } => Some((frame.clone(), *up)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(kinds.len(), 4, "invocations and results, both ways: {kinds:?}");
+    let expected = expected_sites(groups);
+    let listed: BTreeSet<Site> =
+        space.iter().filter(|p| matches!(p.site, Site::Frame { .. })).map(|p| p.site.clone()).collect();
+    assert_eq!(listed, expected, "the frame sites of the uncut run");
+    for site in &expected {
+        assert_eq!(kinds_at(&space, site), BTreeSet::from([Kind::Drop, Kind::Duplicate]), "{site}");
+    }
+}
+
+#[test]
+fn the_cut_space_crashes_and_pauses_every_worker_at_every_interrupt_point() {
+    let (baseline, _, space) = space_of("switch-with-lease.toml");
+    let reached: BTreeSet<&str> = baseline.interrupt_points.keys().map(|(_, point)| point.as_str()).collect();
+    assert_eq!(reached, rig::INTERRUPT_POINTS.into_iter().collect(), "the workload reaches every point");
+    let groups: BTreeMap<Site, u64> = baseline
+        .interrupt_points
+        .iter()
+        .map(|((worker, point), n)| (Site::Point { worker: worker.clone(), point: point.clone(), nth: 0 }, *n))
+        .collect();
+    let expected = expected_sites(groups);
+    let listed: BTreeSet<Site> =
+        space.iter().filter(|p| matches!(p.site, Site::Point { .. })).map(|p| p.site.clone()).collect();
+    assert_eq!(listed, expected, "the interrupt points of the uncut run");
+    for site in &expected {
+        assert_eq!(kinds_at(&space, site), BTreeSet::from([Kind::Crash, Kind::Pause]), "{site}");
+    }
+}
+
+/// A finding is a scenario file of its own: run under each policy it declares, it shows what it
+/// says (the known-bad policy trips what the finding found, the reference harness nothing).
+fn reproduces(finding: &explore::Finding) -> Result<(), String> {
+    let file = Scenario::parse(Path::new(&finding.file_name), &finding.scenario_file).map_err(|e| e.to_string())?;
+    for run in &file.runs {
+        let outcome = rig::run(&file, run, finding.seed);
+        if !outcome.passed {
+            return Err(format!("{}\n{}", rig::report::human(&outcome), finding.scenario_file));
+        }
+    }
+    Ok(())
+}
+
+/// Two ways findings once failed as files: a run that tripped three oracles was written as three
+/// files declaring one each (each failed on the other two), and a workload step the cuts kept
+/// from completing (a `wait_until` for an acknowledgement that never came) failed the file.
+#[test]
+fn every_finding_a_sweep_writes_reproduces() {
+    let options = SweepOptions { policy: "no-fencing".into(), ..SweepOptions::default() };
+    let report = explore::sweep(&rig::reference(), &workload("switch-with-lease.toml"), &options);
+    let oracles: BTreeSet<&str> = report.findings.iter().map(|f| f.oracle.as_str()).collect();
+    assert_eq!(oracles, BTreeSet::from(["blind-replay", "effects", "monotonic"]), "the sweep rediscovers no-fencing");
+    let failing: Vec<String> = report
+        .findings
+        .iter()
+        .filter(|f| f.reference_fired.as_ref().is_some_and(BTreeSet::is_empty))
+        .filter_map(|f| reproduces(f).err().map(|e| format!("{} ({}): {e}", f.file_name, f.oracle)))
+        .collect();
+    assert!(
+        failing.is_empty(),
+        "{} of {} findings do not reproduce:\n{}",
+        failing.len(),
+        report.findings.len(),
+        failing.join("\n\n")
     );
 }

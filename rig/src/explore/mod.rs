@@ -78,9 +78,7 @@ impl Finding {
         if self.policy == "reference" {
             return;
         }
-        let mut variant = workload.clone();
-        variant.steps =
-            workload.steps.iter().enumerate().filter(|(i, _)| !removed.contains(i)).map(|(_, s)| s.clone()).collect();
+        let variant = without_steps(workload, removed);
         let (outcome, _) = run_placed(harness, &variant, &self.placements, "reference", self.seed);
         let baseline = run_with(harness, &variant, &bare_run("reference"), self.seed);
         self.reference_fired = Some(fired(&outcome).difference(&fired(&baseline)).cloned().collect());
@@ -145,21 +143,38 @@ fn slug(text: &str) -> String {
     slug.trim_matches('-').chars().take(90).collect()
 }
 
+/// The oracle a finding is about, and every oracle its run trips (that one among them).
+#[derive(Clone, Copy)]
+pub(crate) struct Found<'a> {
+    pub oracle: &'a str,
+    pub fired: &'a BTreeSet<String>,
+}
+
+/// `workload` without the steps at `removed`, as shrinking leaves it.
+pub(crate) fn without_steps(workload: &Scenario, removed: &BTreeSet<usize>) -> Scenario {
+    let mut variant = workload.clone();
+    variant.steps =
+        workload.steps.iter().enumerate().filter(|(i, _)| !removed.contains(i)).map(|(_, s)| s.clone()).collect();
+    variant
+}
+
 /// Writes a finding as a scenario file: the workload (its world and steps, without the
 /// expectations its own story made, and without the steps shrinking removed), the cuts that
 /// trigger it, what was found, and what each policy must show: a correct harness trips no
-/// oracle; the policy it was found under trips the one found. `found_by` says what found it
+/// oracle; the policy it was found under trips the one found, and whatever else the same run
+/// trips (`also`), or the file would fail on them. `found_by` says what found it
 /// (`sweep of harness `naive``); the command that replays it is the caller's to add, since only
 /// the caller knows what runs this harness.
 pub(crate) fn finding(
     scenario: &Scenario,
     placements: &[Placement],
     policy: &str,
-    oracle: &str,
+    found: Found<'_>,
     seed: u64,
     removed_steps: &BTreeSet<usize>,
     found_by: &str,
 ) -> Finding {
+    let Found { oracle, fired: also } = found;
     let mut table: toml::Table = toml::from_str(&scenario.source).expect("a loaded scenario parses");
     for key in ["about", "expect", "policy"] {
         table.remove(key);
@@ -174,6 +189,10 @@ pub(crate) fn finding(
     for (key, _) in dropped.iter().filter(|(_, empty)| *empty) {
         table.remove(*key);
     }
+    // The cuts change the story the workload was written for (a step they keep from completing,
+    // a scripted reply they leave unasked or asked differently): the file is judged by the
+    // oracles alone, as the run that found it was.
+    table.insert("oracles_only".into(), toml::Value::Boolean(true));
     if let Some(toml::Value::Array(steps)) = table.get_mut("step") {
         let kept: Vec<toml::Value> =
             steps.iter().enumerate().filter(|(i, _)| !removed_steps.contains(i)).map(|(_, s)| s.clone()).collect();
@@ -189,7 +208,10 @@ pub(crate) fn finding(
     policies.insert("reference".into(), toml::Value::Table(toml::Table::new()));
     if policy != "reference" && oracle != "limit" {
         let mut bad = toml::Table::new();
-        bad.insert("violations".into(), toml::Value::Array(vec![toml::Value::String(oracle.into())]));
+        let mut violations: BTreeSet<&str> = also.iter().map(String::as_str).filter(|o| *o != "limit").collect();
+        violations.insert(oracle);
+        let violations = violations.into_iter().map(|o| toml::Value::String(o.into())).collect();
+        bad.insert("violations".into(), toml::Value::Array(violations));
         policies.insert(policy.into(), toml::Value::Table(bad));
     }
     table.insert("policy".into(), toml::Value::Table(policies));
@@ -282,10 +304,26 @@ mod tests {
     fn a_finding_scripts_the_cuts_its_workload_ran_with_and_no_others() {
         let original = scripted();
         assert!(!original.cuts.is_empty(), "the file scripts a cut of its own");
-        let bare = finding(&workload(&original, false), &[], "reference", "liveness", 0, &BTreeSet::new(), "test");
+        let bare = finding(
+            &workload(&original, false),
+            &[],
+            "reference",
+            Found { oracle: "liveness", fired: &BTreeSet::new() },
+            0,
+            &BTreeSet::new(),
+            "test",
+        );
         let bare = Scenario::parse(Path::new("bare.toml"), &bare.scenario_file).unwrap();
         assert!(bare.cuts.is_empty(), "the sweep ran without the scripted cut, so the finding must too");
-        let kept = finding(&workload(&original, true), &[], "reference", "liveness", 0, &BTreeSet::new(), "test");
+        let kept = finding(
+            &workload(&original, true),
+            &[],
+            "reference",
+            Found { oracle: "liveness", fired: &BTreeSet::new() },
+            0,
+            &BTreeSet::new(),
+            "test",
+        );
         let kept = Scenario::parse(Path::new("kept.toml"), &kept.scenario_file).unwrap();
         assert_eq!(kept.cuts.len(), original.cuts.len(), "--keep-cuts keeps them in the finding too");
     }

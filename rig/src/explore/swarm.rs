@@ -5,7 +5,7 @@
 //! draws the same mix, so `rig explore FILE --seed N` replays it bit for bit.
 
 use super::space::{cut_space, Kind, Placement, SpaceOptions};
-use super::{bare_run, finding, fired, run_placed, workload, Finding};
+use super::{bare_run, finding, fired, run_placed, without_steps, workload, Finding, Found};
 use crate::harness::HarnessFactory;
 use crate::run::run_with;
 use crate::scenario::Scenario;
@@ -79,9 +79,7 @@ fn still_fires(
     seed: u64,
     oracle: &str,
 ) -> bool {
-    let mut variant = workload.clone();
-    variant.steps =
-        workload.steps.iter().enumerate().filter(|(i, _)| !removed.contains(i)).map(|(_, s)| s.clone()).collect();
+    let variant = without_steps(workload, removed);
     let (outcome, _) = run_placed(harness, &variant, placements, policy, seed);
     if !fired(&outcome).contains(oracle) {
         return false;
@@ -140,8 +138,12 @@ pub fn explore(
             removed = fewer;
         }
     }
+    // What the shrunk run trips besides the oracle it was shrunk for: its file must say so.
+    let (outcome, _) = run_placed(harness, &without_steps(&workload, &removed), &cuts, policy, seed);
+    exploration.runs += 1;
     let found_by = format!("exploration of harness `{}`", harness.name());
-    let mut shrunk = finding(&workload, &cuts, policy, &oracle, seed, &removed, &found_by);
+    let found = Found { oracle: &oracle, fired: &fired(&outcome) };
+    let mut shrunk = finding(&workload, &cuts, policy, found, seed, &removed, &found_by);
     shrunk.check_reference(harness, &workload, &removed);
     exploration.shrunk = Some(shrunk);
     exploration

@@ -2,7 +2,7 @@
 //! first (sites next to effects, commits and acknowledgements).
 
 use super::space::{cut_space, Placement, SpaceOptions};
-use super::{bare_run, finding, fired, run_placed, workload, Finding};
+use super::{bare_run, finding, fired, run_placed, workload, Finding, Found};
 use crate::harness::HarnessFactory;
 use crate::run::{run_with, RunOutcome};
 use crate::scenario::Scenario;
@@ -136,13 +136,15 @@ pub fn report(harness: &Arc<dyn HarnessFactory>, plan: SweepPlan, runs: Vec<Swee
     for run in &runs {
         let Verdict::Fired(oracles) = &run.verdict else { continue };
         let class: Vec<String> = run.placements.iter().map(Placement::class).collect();
+        // The file replays the whole run: what the uncut run trips fires there too.
+        let all: BTreeSet<String> = oracles.union(&plan.baseline_fired).cloned().collect();
         for oracle in oracles {
             findings.entry((oracle.clone(), class.join(" + "))).or_insert_with(|| {
                 finding(
                     &plan.workload,
                     &run.placements,
                     &plan.options.policy,
-                    oracle,
+                    Found { oracle, fired: &all },
                     plan.options.seed,
                     &BTreeSet::new(),
                     &format!("sweep of harness `{}`", harness.name()),

@@ -30,6 +30,10 @@ pub struct ScenarioFile {
     /// Process cuts: what happens to a harness worker at a named point.
     #[serde(default, rename = "interrupt")]
     pub interrupts: Vec<Spanned<InterruptSpec>>,
+    /// The runs are judged by the oracles alone (findings): no expectations, no model script
+    /// held to, and a step that cannot complete ends the script without failing the run.
+    #[serde(default)]
+    pub oracles_only: bool,
 }
 
 /// A process cut at a named point of a harness worker's work.

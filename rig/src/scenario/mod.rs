@@ -37,6 +37,11 @@ pub struct Scenario {
     pub interrupts: Vec<ProcessCut>,
     /// The file's text, from which findings are written as scenario files of their own.
     pub source: String,
+    /// Whether the runs are judged by the oracles alone (`oracles_only = true`, as findings
+    /// are written): a finding's cuts change the story its workload was written for, so no
+    /// model script is held to, and a step that cannot complete (an invocation or await with
+    /// no outcome, a `wait_until` not met) ends the script without failing the run.
+    pub oracles_only: bool,
 }
 
 /// Where the drop-proxy sits and what it does.
@@ -213,12 +218,21 @@ impl Scenario {
         let context = ExpectContext { at: &at, vocabulary: &vocabulary, rpc_names: &rpc_names };
         check_awaits(&context, &steps)?;
         let mut shared = compile_expect(&context, parsed.expect)?;
-        if !world.model.is_empty() {
+        let oracles_only = parsed.oracles_only;
+        if !world.model.is_empty() && !oracles_only {
             // Whoever scripts the model is held to the script: no request it did not expect, no
             // generation beyond it, no scripted reply left unused.
             shared.push((ExpectKind::Model, Expectation::ModelScript));
         }
         let runs = compile_policies(&context, parsed.policy, &shared)?;
+        let expects = |r: &PolicyRun| !r.expectations.is_empty() || !r.particulars.is_empty() || !r.broken.is_empty();
+        if oracles_only && runs.iter().any(expects) {
+            return Err(at.error(
+                at.find("oracles_only"),
+                "`oracles_only = true` judges the runs by the oracles alone; drop `[expect]`, `expect` and `breaks`, \
+                 or drop `oracles_only`",
+            ));
+        }
         Ok(Scenario {
             path: path.to_path_buf(),
             about: parsed.about,
@@ -229,6 +243,7 @@ impl Scenario {
             proxy,
             interrupts,
             source: source.to_string(),
+            oracles_only,
         })
     }
 

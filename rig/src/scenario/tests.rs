@@ -313,3 +313,19 @@ fn a_binary_or_invalid_utf8_file_is_reported_where_it_stops_being_text() {
     assert!(e.message.contains("binary file"), "{e}");
     assert_eq!(e.to_string(), format!("bin.toml:1:8: {}", e.message));
 }
+
+#[test]
+fn a_file_judged_by_the_oracles_alone_has_no_expectations() {
+    let judged =
+        format!("oracles_only = true\n{TURN}[policy.reference]\n[policy.swallow]\nviolations = [\"liveness\"]\n");
+    assert!(parse(&judged).expect("loads").oracles_only);
+    for expectations in [
+        "[expect]\ncalls = { \"model::generate\" = 1 }\n",
+        "[policy.swallow]\nexpect.calls = { \"model::generate\" = 1 }\n",
+    ] {
+        let source = format!("oracles_only = true\n{TURN}{expectations}[policy.reference]\n");
+        let e = error(&source);
+        assert_eq!((e.line, e.column), (1, 1), "{e}");
+        assert!(e.message.contains("oracles alone"), "{e}");
+    }
+}
