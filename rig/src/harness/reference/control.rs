@@ -165,6 +165,12 @@ impl Worker {
             let (worker, bus, kind) = (Rc::clone(self), bus.clone(), kind.to_string());
             let (session, command_key) = (session_id.clone(), key.clone());
             tokio::task::spawn_local(async move { worker.apply_when_free(&bus, &session, &kind, &command_key).await });
+            if self.policy == Policy::AppliedOnAccept {
+                // The known-bad reply: what the command will do, told as done.
+                let mut told = recorded.clone();
+                told["state"] = json!("applied");
+                return Ok(Self::answer(&session_id, &key, &told));
+            }
             return Ok(Self::answer(&session_id, &key, &recorded));
         };
         if !self.apply_as_owner(bus, &session_id, kind, &key).await {

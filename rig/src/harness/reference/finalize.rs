@@ -264,11 +264,16 @@ impl Worker {
                 if !left_in_record {
                     return Err(self.terminal_owed_in_memory(request));
                 }
-                Ok(json!({
+                let mut reply = json!({
                     "session_id": request.session_id, "turn_id": request.turn_id, "status": status,
                     "skipped": false, "next_step": null, "finalized": false,
                     "reason": format!("terminal state not yet recorded: {error}"),
-                }))
+                });
+                if self.policy == Policy::UnconfirmedReply {
+                    // The known-bad reply: the state it owes, told as if it were recorded.
+                    reply.as_object_mut().expect("a reply object").retain(|k, _| k != "finalized" && k != "reason");
+                }
+                Ok(reply)
             }
         }
     }

@@ -49,6 +49,13 @@
 //!   (`running`), however it ended.
 //! - `fence-effects-only`: the lease's token goes with effect requests but not with the
 //!   harness's own turn writes, so a worker whose lease ran out still writes the turn.
+//! - `unrecorded-actions`: tool calls run from memory; no action is ever written to the turn
+//!   record.
+//! - `unconfirmed-reply`: a terminal state whose write went unconfirmed is replied as if it
+//!   were recorded.
+//! - `applied-on-accept`: a control command accepted while its turn is busy is replied
+//!   `applied` before it takes effect.
+//! - `keep-lease`: a worker never hands a lease back; it renews it for as long as it lives.
 
 mod actions;
 mod budget;
@@ -104,10 +111,14 @@ pub enum Policy {
     CancelByClock,
     StaleReply,
     FenceEffectsOnly,
+    UnrecordedActions,
+    UnconfirmedReply,
+    AppliedOnAccept,
+    KeepLease,
 }
 
 impl Policy {
-    pub const ALL: [Policy; 23] = [
+    pub const ALL: [Policy; 27] = [
         Policy::Swallow,
         Policy::Propagate,
         Policy::Reference,
@@ -131,6 +142,10 @@ impl Policy {
         Policy::CancelByClock,
         Policy::StaleReply,
         Policy::FenceEffectsOnly,
+        Policy::UnrecordedActions,
+        Policy::UnconfirmedReply,
+        Policy::AppliedOnAccept,
+        Policy::KeepLease,
     ];
 
     pub fn name(self) -> &'static str {
@@ -158,6 +173,10 @@ impl Policy {
             Policy::CancelByClock => "cancel-by-clock",
             Policy::StaleReply => "stale-reply",
             Policy::FenceEffectsOnly => "fence-effects-only",
+            Policy::UnrecordedActions => "unrecorded-actions",
+            Policy::UnconfirmedReply => "unconfirmed-reply",
+            Policy::AppliedOnAccept => "applied-on-accept",
+            Policy::KeepLease => "keep-lease",
         }
     }
 
@@ -311,7 +330,7 @@ impl Worker {
     /// Ownership covers a call's work: once it is done, however it ended, the lease is handed
     /// back, unless a terminalisation of the session is still pending (it will need the token).
     async fn hand_back(&self, bus: &Bus, session_id: &str) {
-        if !self.pending_terminal.borrow().contains_key(session_id) {
+        if self.policy != Policy::KeepLease && !self.pending_terminal.borrow().contains_key(session_id) {
             self.release_lease(bus, session_id).await;
         }
     }
@@ -476,6 +495,10 @@ impl Worker {
     /// under this worker's fence when it holds one.
     fn turn_write(&self, record: &Value) -> Value {
         let mut write = json!({ "scope": TURN_SCOPE, "key": record["session_id"], "value": record });
+        if self.policy == Policy::UnrecordedActions {
+            // The known-bad loop keeps its actions in memory: the record never names one.
+            write["value"]["calls"] = json!({});
+        }
         if !matches!(self.policy, Policy::Unguarded | Policy::NoFencing) {
             // The store refuses to reopen an ended turn: a late or stale writer cannot undo it.
             write["guard"] = json!({ "key": "turn_id", "status": "status", "final": TERMINAL });
