@@ -286,6 +286,7 @@ impl Worker {
         // outcome became known, not when the button was pressed.
         let effect_happened = match self.policy {
             Policy::CancelByClock => self.actions_completed_since(&record, requested_at),
+            Policy::CancelCountsReads => self.call_completed(&record),
             _ => self.effect_completed(&record),
         };
         record["status"] = json!("cancelled");
@@ -410,6 +411,11 @@ impl Worker {
                 c["status"] == json!("complete") && tool.is_some_and(|tool| is_effect(&tool))
             })
         })
+    }
+
+    /// The `cancel-counts-reads` bug: whether any call of `record` completed, a read or not.
+    fn call_completed(&self, record: &Value) -> bool {
+        record["calls"].as_object().is_some_and(|calls| calls.values().any(|c| c["status"] == json!("complete")))
     }
 
     /// The `cancel-by-clock` bug: whether an action of `record` completed after `since`, by its

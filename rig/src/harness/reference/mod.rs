@@ -56,6 +56,8 @@
 //! - `applied-on-accept`: a control command accepted while its turn is busy is replied
 //!   `applied` before it takes effect.
 //! - `keep-lease`: a worker never hands a lease back; it renews it for as long as it lives.
+//! - `cancel-counts-reads`: a cancelled turn counts every call it completed as an effect, the
+//!   tools that only read included.
 
 mod actions;
 mod budget;
@@ -115,10 +117,11 @@ pub enum Policy {
     UnconfirmedReply,
     AppliedOnAccept,
     KeepLease,
+    CancelCountsReads,
 }
 
 impl Policy {
-    pub const ALL: [Policy; 27] = [
+    pub const ALL: [Policy; 28] = [
         Policy::Swallow,
         Policy::Propagate,
         Policy::Reference,
@@ -146,6 +149,7 @@ impl Policy {
         Policy::UnconfirmedReply,
         Policy::AppliedOnAccept,
         Policy::KeepLease,
+        Policy::CancelCountsReads,
     ];
 
     pub fn name(self) -> &'static str {
@@ -177,6 +181,7 @@ impl Policy {
             Policy::UnconfirmedReply => "unconfirmed-reply",
             Policy::AppliedOnAccept => "applied-on-accept",
             Policy::KeepLease => "keep-lease",
+            Policy::CancelCountsReads => "cancel-counts-reads",
         }
     }
 
