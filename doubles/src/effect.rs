@@ -411,6 +411,21 @@ mod tests {
     }
 
     #[test]
+    fn a_grant_the_store_made_raises_the_bar_before_any_request_carries_it() {
+        let mut service = recorder();
+        assert_eq!(service.name(), "recorder");
+        let request = |token: u64| json!({ "action_id": "a1", "idempotency_key": format!("k{token}"), "fencing": { "domain": "lease/s1", "token": token } });
+        assert!(at(&mut service, 0, "recorder::record", request(1)).0.is_ok());
+        // The replacement's lease (token 2) is granted; the stale worker's next request, with
+        // token 1, comes before any request carrying token 2.
+        service.observe_grant("lease/s1", 2);
+        let (stale, seen) = at(&mut service, 1, "recorder::record", request(1));
+        assert_eq!(stale.unwrap_err().code, "stale_token");
+        assert!(matches!(&seen[..], [Observation::Effect(e)] if !e.accepted && e.reason == "stale token"));
+        assert!(at(&mut service, 2, "recorder::record", request(2)).0.is_ok());
+    }
+
+    #[test]
     fn declared_settings_read_from_partial_tables() {
         let config: ServiceConfig =
             serde_json::from_value(json!({ "effect": "record", "lookup": false, "replay": "safe" })).unwrap();

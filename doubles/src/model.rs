@@ -152,8 +152,12 @@ mod tests {
         ]);
         assert!(generate(&mut model, json!({ "messages": [1] })).0.is_ok());
         let (refused, seen) = generate(&mut model, json!({ "messages": [1] }));
-        assert_eq!(refused.unwrap_err().code, "contract_failure");
-        assert!(matches!(&seen[..], [Observation::Note { what, .. }] if what == "model_contract"));
+        let refused = refused.unwrap_err();
+        assert_eq!(refused.code, "contract_failure");
+        assert!(refused.message.starts_with("generation 2:"), "the second generation: {}", refused.message);
+        assert!(
+            matches!(&seen[..], [Observation::Note { what, detail }] if what == "model_contract" && detail["generation"] == 2)
+        );
         assert_eq!(model.unused().len(), 1, "the refused reply is still unused; the optional one does not count");
         assert_eq!(generate(&mut model, json!({ "messages": [1, 2] })).0.unwrap(), json!({ "text": "second" }));
         assert!(model.unused().is_empty());

@@ -101,6 +101,15 @@ mod tests {
     }
 
     #[test]
+    fn a_status_set_is_read_back_for_its_session_only() {
+        let mut service = SessionService::new();
+        assert_eq!(service.status("s1"), None);
+        let set = json!({"session_id": "s1", "status": "presenting"});
+        service.handle(Call { function: "session::set-status", payload: &set, now_ms: 0 }, &mut Vec::new()).unwrap();
+        assert_eq!((service.status("s1"), service.status("s2")), (Some("presenting"), None));
+    }
+
+    #[test]
     fn an_append_under_a_known_key_is_kept_once() {
         let mut service = SessionService::new();
         let append = json!({"session_id": "s1", "entry": {"role": "function_result", "entry_key": "a1:result"}});

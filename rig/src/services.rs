@@ -145,3 +145,27 @@ impl Services {
         doubles
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The doubles a world is built of answer, through their trait, to the hosts and functions
+    /// the world wires them to: what validation and the trace name is what serves the calls.
+    #[test]
+    fn each_double_built_names_its_host_and_serves_its_functions() {
+        let declared = ServiceConfig { effect: Some("record".into()), ..ServiceConfig::default() };
+        let services =
+            Services { tickets: Some(TicketConfig::default()), declared: [("recorder".to_string(), declared)].into() };
+        let built = services.build(Rc::default(), Rc::default(), ScriptedModel::new([]));
+        let answered: Vec<(String, Vec<String>)> = built
+            .iter()
+            .map(|(host, double)| {
+                let double = double.borrow();
+                assert_eq!(double.name(), host, "the double built for host `{host}`");
+                (host.clone(), double.functions())
+            })
+            .collect();
+        assert_eq!(answered, services.hosts());
+    }
+}
