@@ -5,6 +5,7 @@
 //! owns no clock, socket or task, so the rig can host it on a simulated network and apply cuts
 //! around it, and a live mode can host the same logic on real sockets.
 
+mod config;
 mod effect;
 mod model;
 mod service;
@@ -12,6 +13,7 @@ mod session;
 mod store;
 mod ticket;
 
+pub use config::{ConfigService, ConfigSettings, ConfigVersion};
 pub use effect::{reconcile_functions, Effect, EffectService, Guarantees, Replay, ServiceConfig};
 pub use model::{RequestCheck, ScriptedModel, ScriptedReply};
 pub use service::{Call, Double, EffectRecord, Observation, ServiceError};

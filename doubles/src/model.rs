@@ -1,6 +1,6 @@
 use crate::service::{Call, Double, Observation, ServiceError};
 use serde_json::{json, Value};
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
 use std::rc::Rc;
 
@@ -47,6 +47,10 @@ pub struct ScriptedModel {
     /// How many generations were answered from the script.
     consumed: usize,
     scripted: bool,
+    /// Whether a request asked again (the same `request_id`) gets the reply it got before.
+    deterministic: bool,
+    /// The replies given, by `request_id`, when deterministic.
+    answered: BTreeMap<String, Value>,
 }
 
 impl ScriptedModel {
@@ -58,10 +62,31 @@ impl ScriptedModel {
 
     pub fn scripted(script: impl IntoIterator<Item = ScriptedReply>) -> Self {
         let script: VecDeque<ScriptedReply> = script.into_iter().collect();
-        Self { scripted: !script.is_empty(), script, consumed: 0 }
+        Self { scripted: !script.is_empty(), script, ..Self::default() }
+    }
+
+    /// A model that answers a generation it answered before (the same `request_id`) with the
+    /// same reply, taking nothing from the script: as a model pinned to one seed and one
+    /// temperature would, so that asking a finished round again costs a call and changes
+    /// nothing else.
+    pub fn deterministic(mut self, deterministic: bool) -> Self {
+        self.deterministic = deterministic;
+        self
     }
 
     fn generate(&mut self, request: &Value, observed: &mut Vec<Observation>) -> Result<Value, ServiceError> {
+        let request_id = request["request_id"].as_str().filter(|_| self.deterministic).map(str::to_string);
+        if let Some(earlier) = request_id.as_ref().and_then(|id| self.answered.get(id)) {
+            return Ok(earlier.clone());
+        }
+        let reply = self.next_reply(request, observed)?;
+        if let Some(id) = request_id {
+            self.answered.insert(id, reply.clone());
+        }
+        Ok(reply)
+    }
+
+    fn next_reply(&mut self, request: &Value, observed: &mut Vec<Observation>) -> Result<Value, ServiceError> {
         let generation = self.consumed + 1;
         let Some(next) = self.script.front() else {
             if self.scripted {
@@ -167,5 +192,18 @@ mod tests {
         assert_eq!(seen.len(), 1, "a generation beyond the script is noted");
         let (unscripted, seen) = generate(&mut ScriptedModel::new([]), json!({}));
         assert_eq!((unscripted.unwrap(), seen.len()), (json!({ "text": "done" }), 0));
+    }
+
+    #[test]
+    fn a_deterministic_model_answers_a_request_asked_again_as_before() {
+        let script = [json!({ "text": "first" }), json!({ "text": "second" })];
+        let mut model = ScriptedModel::new(script.clone()).deterministic(true);
+        assert_eq!(generate(&mut model, json!({ "request_id": "t1:0" })).0.unwrap(), script[0]);
+        assert_eq!(generate(&mut model, json!({ "request_id": "t1:0" })).0.unwrap(), script[0], "the same round");
+        assert_eq!(generate(&mut model, json!({ "request_id": "t1:1" })).0.unwrap(), script[1]);
+        assert!(model.unused().is_empty());
+        let mut plain = ScriptedModel::new(script.clone());
+        generate(&mut plain, json!({ "request_id": "t1:0" })).0.unwrap();
+        assert_eq!(generate(&mut plain, json!({ "request_id": "t1:0" })).0.unwrap(), script[1], "by default, the next");
     }
 }

@@ -48,13 +48,19 @@ pub enum Capability {
     /// Keeps a turn's budget (`limits`, `used`) with the turn, across retries, crashes,
     /// imports and child turns, and stops at its limits.
     Budgets,
+    /// Reads its configuration from the world's configuration service: pins a turn to the
+    /// production version when it is created and keeps it across crashes, redeliveries and
+    /// imports; consults the safety overlay at each safe point (before every generation and
+    /// every tool call), offers the model only what the overlay leaves, and answers a call of a
+    /// tool the overlay took away with a structured `tool_unavailable` result.
+    Versions,
 }
 
 /// The tool a harness with [`Capability::Delegation`] offers the model.
 pub const DELEGATE_TOOL: &str = "agent.delegate";
 
 impl Capability {
-    pub const ALL: [Capability; 14] = [
+    pub const ALL: [Capability; 15] = [
         Capability::Turns,
         Capability::Checkpoints,
         Capability::Switch,
@@ -69,6 +75,7 @@ impl Capability {
         Capability::DeadLetters,
         Capability::Delegation,
         Capability::Budgets,
+        Capability::Versions,
     ];
 
     /// The name scenario files, reports and `--capabilities` use.
@@ -88,6 +95,7 @@ impl Capability {
             Capability::DeadLetters => "dead-letters",
             Capability::Delegation => "delegation",
             Capability::Budgets => "budgets",
+            Capability::Versions => "versions",
         }
     }
 
@@ -108,7 +116,11 @@ impl Capability {
             Capability::Hooks => &["resolve"],
             Capability::Streaming => &["stream"],
             Capability::DeadLetters => &["dead-letter"],
-            Capability::Checkpoints | Capability::Lifecycle | Capability::Delegation | Capability::Budgets => &[],
+            Capability::Checkpoints
+            | Capability::Lifecycle
+            | Capability::Delegation
+            | Capability::Budgets
+            | Capability::Versions => &[],
         }
     }
 

@@ -25,6 +25,7 @@ mod live;
 mod oracle;
 mod panics;
 mod queue;
+pub mod recovery;
 pub mod report;
 mod run;
 mod scenario;

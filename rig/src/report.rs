@@ -46,6 +46,9 @@ pub fn human(outcome: &RunOutcome) -> String {
             format!("{} {}/{} owner={}{reason}", a.class, a.session_id, a.action_id, a.owner)
         })
         .collect();
+    if let Some(summary) = outcome.recovery.as_ref().and_then(|r| r.summary()) {
+        let _ = write!(line, "\n    {summary}");
+    }
     if !outcome.actions.is_empty() {
         let complete = outcome.actions.len() - unresolved.len();
         let _ = write!(line, "\n    actions: {complete} complete, {} unresolved", unresolved.len());
@@ -118,8 +121,28 @@ pub fn json_line(outcome: &RunOutcome) -> Value {
         "ledger": ledger(outcome),
         "actions": outcome.actions,
         "unresolved": outcome.unresolved().collect::<Vec<_>>(),
+        "recovery": outcome.recovery.as_ref().map(recovery_json),
         "repro": outcome.repro(),
     })
+}
+
+/// A run's work beyond its uncut workload, as `--json` shows it: per dimension the run's
+/// count, the uncut run's, the extra, the repeated and its bound; then the faults and turns.
+fn recovery_json(recovery: &crate::recovery::Recovery) -> Value {
+    let mut fields = serde_json::Map::new();
+    let run = recovery.run.total.dimensions();
+    let uncut = recovery.uncut.total.dimensions();
+    let (extra, repeated, bound) =
+        (recovery.extra().dimensions(), recovery.repeated().dimensions(), recovery.bound().dimensions());
+    for index in 0..run.len() {
+        let line = json!({ "run": run[index].1, "uncut": uncut[index].1, "extra": extra[index].1,
+                           "repeated": repeated[index].1, "bound": bound[index].1 });
+        fields.insert(run[index].0.to_string(), line);
+    }
+    fields.insert("faults".into(), json!(recovery.faults));
+    fields.insert("turns".into(), json!(recovery.turns));
+    fields.insert("excessive".into(), json!(!recovery.excessive().is_empty()));
+    Value::Object(fields)
 }
 
 /// The oracles that fired, each named once, in a fixed order.

@@ -6,6 +6,7 @@ use crate::expect::{self, effect_counts, Expectation, Observed};
 use crate::harness::{HarnessEnv, HarnessFactory, ReferenceHarness};
 use crate::layout::RecordLayout;
 use crate::oracle::{self, Evidence, Oracle, Violation};
+use crate::recovery::{self, Recovery};
 use crate::scenario::{PolicyRun, Scenario};
 use crate::script::{run_script, Settled};
 use crate::sim::hosts::{self, SimulatedNetwork};
@@ -46,6 +47,8 @@ pub struct RunOutcome {
     /// How often each worker reached each named interruption point, as `((worker, point), n)`:
     /// where process cuts can go.
     pub interrupt_points: BTreeMap<(String, String), u64>,
+    /// Its work beyond the uncut workload's, and the bound on it; `None` for a live run.
+    pub recovery: Option<Recovery>,
     pub trace: Trace,
     /// A live run's command line: it runs the scenario again against the same kind of worker,
     /// but there is no bit-for-bit replay of a live run. `None` for a simulated run.
@@ -172,29 +175,73 @@ pub fn run_with(harness: &Arc<dyn HarnessFactory>, scenario: &Scenario, run: &Po
     let _span = tracing::error_span!(target: "rig::trace", "run", scenario = %scenario.path.display(), policy = %run.policy, seed).entered();
     // Wall time is measured for the report only; nothing in the run reads it.
     let started = std::time::Instant::now();
-    let proxy_worker = scenario.proxy.as_ref().map(|p| p.worker.clone());
-    let topology = Topology::new(&scenario.world.plan(harness.functions(), proxy_worker));
-    let world = seeded_world(scenario, seed);
-    let mut runner = Runner::new(Rc::clone(&world), scenario.world.network.clone());
-    add_hosts(&mut runner, &topology, scenario, harness, &run.policy);
-    let mut failures = Vec::new();
-    // A task that panics is dropped by its runtime, leaving only a deadline to show for it.
-    let (settled, panics, more) =
-        crate::panics::capture(|| run_script(&mut runner, &topology, scenario, seed, &mut failures));
-    let harness_hosts: Vec<String> =
-        topology.hosts().iter().filter(|h| h.role == Role::Harness).map(|h| h.name.clone()).collect();
-    failures.extend(panics.iter().map(|panic| crate::panics::failure(panic, &harness_hosts)));
-    if more > 0 {
-        failures.push(format!("{more} more panic(s) during the run"));
-    }
-    let ended = Ended { at_ms: runner.now_ms(), steps: runner.steps(), settled, started };
-    drop(runner);
+    let (world, mut ended, failures) = simulate(harness, scenario, &run.policy, seed, false);
+    ended.started = started;
+    ended.recovery = Some(measure_recovery(harness, scenario, &run.policy, seed, &world));
     let judged = Judged {
         name: harness.name(),
         layout: harness.layout(),
         reference_particulars: harness.reference_particulars(),
     };
     judge(&world, scenario, run, seed, &judged, ended, failures)
+}
+
+/// Runs the scenario's world and script, to be judged; `keep_going` runs every step even after
+/// one could not complete (an uncut run goes on past a wait for a fault that is not there).
+fn simulate(
+    harness: &Arc<dyn HarnessFactory>,
+    scenario: &Scenario,
+    policy: &str,
+    seed: u64,
+    keep_going: bool,
+) -> (Rc<World>, Ended, Vec<String>) {
+    let started = std::time::Instant::now();
+    let proxy_worker = scenario.proxy.as_ref().map(|p| p.worker.clone());
+    let topology = Topology::new(&scenario.world.plan(harness.functions(), proxy_worker));
+    let world = seeded_world(scenario, seed);
+    let mut runner = Runner::new(Rc::clone(&world), scenario.world.network.clone());
+    add_hosts(&mut runner, &topology, scenario, harness, policy);
+    let mut failures = Vec::new();
+    // A task that panics is dropped by its runtime, leaving only a deadline to show for it.
+    let (settled, panics, more) =
+        crate::panics::capture(|| run_script(&mut runner, &topology, scenario, seed, keep_going, &mut failures));
+    let harness_hosts: Vec<String> =
+        topology.hosts().iter().filter(|h| h.role == Role::Harness).map(|h| h.name.clone()).collect();
+    failures.extend(panics.iter().map(|panic| crate::panics::failure(panic, &harness_hosts)));
+    if more > 0 {
+        failures.push(format!("{more} more panic(s) during the run"));
+    }
+    let ended = Ended { at_ms: runner.now_ms(), steps: runner.steps(), settled, started, recovery: None };
+    drop(runner);
+    (world, ended, failures)
+}
+
+/// The run's work against the same workload run uncut (see [`crate::recovery`]).
+fn measure_recovery(
+    harness: &Arc<dyn HarnessFactory>,
+    scenario: &Scenario,
+    policy: &str,
+    seed: u64,
+    world: &World,
+) -> Recovery {
+    let (effects, layout) = (scenario.world.services.effect_functions(), harness.layout());
+    let trace = world.trace();
+    let run = recovery::measure(trace.events(), &effects, &layout);
+    let uncut = match recovery::uncut(scenario) {
+        None => run,
+        Some(uncut) => recovery::uncut_work(harness, &uncut, policy, seed, || {
+            let (world, _, _) = simulate(harness, &uncut, policy, seed, true);
+            let trace = world.trace();
+            recovery::measure(trace.events(), &effects, &layout)
+        }),
+    };
+    Recovery {
+        run,
+        uncut,
+        faults: recovery::faults(trace.events()),
+        turns: recovery::turns(trace.events(), &layout),
+        per_fault_max: scenario.world.recovery_per_fault_max,
+    }
 }
 
 /// How a run ended, for judging it.
@@ -205,6 +252,8 @@ pub(crate) struct Ended {
     pub settled: Settled,
     /// When the run started, on the wall clock, for the report only.
     pub started: std::time::Instant,
+    /// Its work against its uncut workload's (not measured live).
+    pub recovery: Option<Recovery>,
 }
 
 /// What judging needs to know of the harness that ran.
@@ -227,7 +276,7 @@ pub(crate) fn judge(
     ended: Ended,
     mut failures: Vec<String>,
 ) -> RunOutcome {
-    let Ended { at_ms: ended_at_ms, steps, settled, started } = ended;
+    let Ended { at_ms: ended_at_ms, steps, settled, started, recovery } = ended;
     let trace = world.take_trace();
     let store = world.store.borrow();
     let sessions = world.session.borrow();
@@ -251,6 +300,9 @@ pub(crate) fn judge(
         ended_at_ms,
         quiescent: settled.quiescent,
         effects_per_action_max: scenario.world.effects_per_action_max,
+        recovery: recovery.as_ref(),
+        config: scenario.world.services.config.as_ref(),
+        tool_functions: scenario.world.harness.tools.iter().map(|t| (t.name.clone(), t.function.clone())).collect(),
     });
     judge_violations(&violations, &run.expected_violations, &mut failures);
     failures.extend(vacuous_cuts(world, scenario, &trace));
@@ -290,6 +342,7 @@ pub(crate) fn judge(
         state,
         actions,
         interrupt_points: world.arrivals(),
+        recovery,
         trace,
         live: None,
         rerun: Rerun::default_for(harness.name),
@@ -385,7 +438,8 @@ pub(crate) fn seeded_world(scenario: &Scenario, seed: u64) -> Rc<World> {
     }
     let store = Rc::new(RefCell::new(store));
     let session = Rc::new(RefCell::new(session));
-    let model = ScriptedModel::scripted(setup.model.iter().map(scripted_reply));
+    let model =
+        ScriptedModel::scripted(setup.model.iter().map(scripted_reply)).deterministic(setup.model_deterministic);
     let services = setup.services.build(Rc::clone(&store), Rc::clone(&session), model);
     let world = World::new(
         seed,

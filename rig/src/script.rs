@@ -56,15 +56,18 @@ pub struct Settled {
 }
 
 /// Runs the script, heals every fault and lets the world settle; what went wrong goes into
-/// `failures`, a stop (a limit, a failed host) with the run's seed.
+/// `failures`, a stop (a limit, a failed host) with the run's seed. A step that cannot complete
+/// ends the script, unless `keep_going` (an uncut run measured for recovery cost goes on past
+/// a wait for a fault that is not there).
 pub fn run_script<D: WorldDriver>(
     runner: &mut D,
     topology: &Topology,
     scenario: &Scenario,
     seed: u64,
+    keep_going: bool,
     failures: &mut Vec<String>,
 ) -> Settled {
-    match execute(runner, topology, scenario, failures) {
+    match execute(runner, topology, scenario, keep_going, failures) {
         Ok(settled) => settled,
         Err(stop) => {
             failures.push(match stop {
@@ -98,6 +101,7 @@ fn execute<D: WorldDriver>(
     runner: &mut D,
     topology: &Topology,
     scenario: &Scenario,
+    keep_going: bool,
     failures: &mut Vec<String>,
 ) -> Result<Settled, Stop> {
     let everything = topology.registered_after_restart(topology::ENGINE, &BTreeSet::new());
@@ -113,7 +117,9 @@ fn execute<D: WorldDriver>(
             if !scenario.oracles_only {
                 failures.push(format!("step {}: {failure}", index + 1));
             }
-            break;
+            if !keep_going {
+                break;
+            }
         }
     }
     runner.heal();

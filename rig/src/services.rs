@@ -8,10 +8,10 @@
 //! effect service needs no code at all: a scenario declares it (`[world.service.NAME]`).
 
 use crate::harness::Tool;
-use crate::topology::{MODEL, SESSION, STORE, TICKETS};
+use crate::topology::{CONFIG, MODEL, SESSION, STORE, TICKETS};
 use doubles::{
-    reconcile_functions, Double, EffectService, Replay, ScriptedModel, ServiceConfig, SessionService, StateStore,
-    TicketConfig, TicketService,
+    reconcile_functions, ConfigService, ConfigSettings, Double, EffectService, Replay, ScriptedModel, ServiceConfig,
+    SessionService, StateStore, TicketConfig, TicketService,
 };
 use serde_json::json;
 use std::cell::RefCell;
@@ -29,6 +29,8 @@ pub struct Services {
     pub tickets: Option<TicketConfig>,
     /// The services the scenario declared, by name (each its own host).
     pub declared: BTreeMap<String, ServiceConfig>,
+    /// Versioned configuration and its safety overlay (the `config` host).
+    pub config: Option<ConfigSettings>,
 }
 
 /// How the oracles recognise effects and reconciliations on the wire.
@@ -60,6 +62,25 @@ impl Services {
             hosts.push((TICKETS.to_string(), names(TicketService::FUNCTIONS)));
         }
         hosts.extend(self.declared.iter().map(|(name, config)| (name.clone(), config.functions(name))));
+        if self.config.is_some() {
+            hosts.push((CONFIG.to_string(), names(ConfigService::FUNCTIONS)));
+        }
+        hosts
+    }
+
+    /// The host serving each tool of this world, by tool name: what a withdrawal takes away.
+    pub fn tool_hosts(&self) -> BTreeMap<String, String> {
+        let mut hosts = BTreeMap::new();
+        if self.tickets.is_some() {
+            for tool in ["ticket.create", "ticket.lookup"] {
+                hosts.insert(tool.to_string(), TICKETS.to_string());
+            }
+        }
+        for (name, config) in &self.declared {
+            if let Some(tool) = config.effect_kind(name) {
+                hosts.insert(tool, name.clone());
+            }
+        }
         hosts
     }
 
@@ -141,6 +162,10 @@ impl Services {
         }
         for (name, config) in &self.declared {
             doubles.push((name.clone(), Rc::new(RefCell::new(EffectService::new(name, config.clone())))));
+        }
+        if let Some(settings) = &self.config {
+            let config = ConfigService::new(settings.clone(), self.tool_hosts());
+            doubles.push((CONFIG.into(), Rc::new(RefCell::new(config))));
         }
         doubles
     }

@@ -17,6 +17,8 @@ pub const SESSION: &str = "session";
 pub const MODEL: &str = "model";
 pub const TICKETS: &str = "tickets";
 pub const QUEUE: &str = "queue";
+/// The configuration service, when the scenario declares versioned configuration.
+pub const CONFIG: &str = "config";
 /// The harness workers a scenario can have: `harness` always, `replacement` for switches.
 pub const HARNESS: &str = "harness";
 pub const REPLACEMENT: &str = "replacement";

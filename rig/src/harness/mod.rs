@@ -183,6 +183,11 @@ pub struct HarnessConfig {
     pub system_prompt: String,
     /// The functions bound to the harness's hook points and lifecycle triggers.
     pub bindings: Vec<Binding>,
+    /// Whether the world has versioned configuration (the `config` service): a turn then pins
+    /// the production version (`config::resolve`) when it is created and runs on it
+    /// (`config::get`), and consults the safety overlay (`config::overlay`) at each safe point;
+    /// `system_prompt` and `tools` are then the world's defaults, not what a turn offers.
+    pub versioned_config: bool,
 }
 
 /// A tool the harness may dispatch, as its service documents it to the harness and the harness
@@ -255,6 +260,7 @@ impl Default for HarnessConfig {
             tools: Vec::new(),
             system_prompt: DEFAULT_SYSTEM_PROMPT.to_string(),
             bindings: Vec::new(),
+            versioned_config: false,
         }
     }
 }

@@ -161,14 +161,14 @@ pub fn run_live(
     let missing = wait_for_workers(&mut runner, &topology, listener, options.connect_timeout_ms);
     let settled = match &missing {
         Some(_) => Settled { healed_at_ms: runner.now_ms(), quiescent: false },
-        None => run_script(&mut runner, &topology, scenario, options.seed, &mut failures),
+        None => run_script(&mut runner, &topology, scenario, options.seed, false, &mut failures),
     };
     if runner.process_failed() {
         failures.extend(runner.process_failures());
     } else {
         failures.extend(gone_workers(&world, &external));
     }
-    let ended = Ended { at_ms: runner.now_ms(), steps: 0, settled, started };
+    let ended = Ended { at_ms: runner.now_ms(), steps: 0, settled, started, recovery: None };
     drop(runner);
     let name = worker_name(&world, HARNESS).map_or_else(|| "live".to_string(), |name| format!("live:{name}"));
     let judged = Judged { name: &name, layout, reference_particulars: reference_particulars.get() };

@@ -114,6 +114,7 @@ pub fn config_json(config: &HarnessConfig) -> Value {
         "tools": config.tools,
         "system_prompt": config.system_prompt,
         "bindings": config.bindings,
+        "versioned_config": config.versioned_config,
     })
 }
 
@@ -133,6 +134,8 @@ pub fn config_from_json(value: &Value) -> Result<HarnessConfig, String> {
         tools: serde_json::from_value(value["tools"].clone()).map_err(|e| format!("`tools`: {e}"))?,
         system_prompt: value["system_prompt"].as_str().ok_or("`system_prompt`: expected a string")?.to_string(),
         bindings: serde_json::from_value(value["bindings"].clone()).map_err(|e| format!("`bindings`: {e}"))?,
+        // Absent from a rig that predates it: no versioned configuration.
+        versioned_config: value["versioned_config"].as_bool().unwrap_or(false),
     })
 }
 

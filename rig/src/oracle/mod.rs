@@ -54,10 +54,18 @@ pub enum Oracle {
     /// No two workers own a turn in the same epoch, and no worker writes a turn after a newer
     /// owner of its session has.
     OneOwner,
+    /// No run does more work beyond its uncut workload (model calls, effect requests, store
+    /// writes) than the faults that fired allow: excessive recovery.
+    RecoveryCost,
+    /// Every generation of a turn runs on the one configuration version it was pinned to.
+    PinnedConfig,
+    /// A worker consults the safety overlay before each generation and tool call of a turn, and
+    /// never offers or calls a tool the overlay took away.
+    SafetyOverlay,
 }
 
 impl Oracle {
-    pub const ALL: [Oracle; 13] = [
+    pub const ALL: [Oracle; 16] = [
         Oracle::Effects,
         Oracle::Fencing,
         Oracle::BlindReplay,
@@ -71,6 +79,9 @@ impl Oracle {
         Oracle::Cancellation,
         Oracle::Budget,
         Oracle::OneOwner,
+        Oracle::RecoveryCost,
+        Oracle::PinnedConfig,
+        Oracle::SafetyOverlay,
     ];
 
     pub fn name(self) -> &'static str {
@@ -88,6 +99,9 @@ impl Oracle {
             Oracle::Cancellation => "cancellation",
             Oracle::Budget => "budget",
             Oracle::OneOwner => "one-owner",
+            Oracle::RecoveryCost => "recovery-cost",
+            Oracle::PinnedConfig => "pinned-config",
+            Oracle::SafetyOverlay => "safety-overlay",
         }
     }
 
@@ -136,6 +150,12 @@ pub struct Evidence<'a> {
     /// Whether the run ended because nothing could happen any more (rather than at its bound).
     pub quiescent: bool,
     pub effects_per_action_max: u64,
+    /// The run's work against its uncut workload's (`None` when it was not measured: live).
+    pub recovery: Option<&'a crate::recovery::Recovery>,
+    /// The world's versioned configuration, if it has one.
+    pub config: Option<&'a doubles::ConfigSettings>,
+    /// The function each tool of the world calls, by tool name.
+    pub tool_functions: BTreeMap<String, String>,
 }
 
 /// Runs every oracle.
@@ -156,6 +176,9 @@ pub fn check(evidence: &Evidence<'_>) -> Vec<Violation> {
     budget(evidence, &mut violations);
     one_owner(evidence, &mut violations);
     one_writer(evidence, &mut violations);
+    recovery_cost(evidence, &mut violations);
+    versions::pinned_config(evidence, &mut violations);
+    versions::safety_overlay(evidence, &mut violations);
     violations
 }
 
@@ -984,6 +1007,21 @@ fn one_writer(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
         }
     }
 }
+
+fn recovery_cost(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
+    let Some(recovery) = evidence.recovery else { return };
+    for (dimension, repeated, bound) in recovery.excessive() {
+        violations.push(violation(
+            Oracle::RecoveryCost,
+            format!(
+                "excessive recovery: {repeated} {dimension} repeated work already done, beyond what the uncut workload repeated; the bound is {bound} for {} fault(s) that fired",
+                recovery.faults
+            ),
+        ));
+    }
+}
+
+mod versions;
 
 #[cfg(test)]
 mod tests;

@@ -114,6 +114,9 @@ fn judge_everything(
         ended_at_ms: 10,
         quiescent: true,
         effects_per_action_max: 1,
+        recovery: None,
+        config: None,
+        tool_functions: Default::default(),
     };
     let fired: BTreeSet<Oracle> = check(&evidence).into_iter().map(|v| v.oracle).collect();
     fired.into_iter().collect()
@@ -268,6 +271,9 @@ fn stranded_catches_input_never_admitted_and_dead_letters_nobody_took() {
         ended_at_ms: 0,
         quiescent: true,
         effects_per_action_max: 1,
+        recovery: None,
+        config: None,
+        tool_functions: Default::default(),
     };
     assert_eq!(check(&evidence).iter().map(|v| v.oracle).collect::<Vec<_>>(), vec![Oracle::Stranded]);
 }

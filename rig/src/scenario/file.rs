@@ -91,12 +91,16 @@ pub struct WorldSpec {
     pub liveness_ms: u64,
     /// How many external effects one action may produce.
     pub effects_per_action_max: u64,
+    /// The extra work (beyond the uncut workload's) a run may spend per fault that fired.
+    pub recovery_per_fault_max: RecoveryBoundSpec,
     #[serde(rename = "record")]
     pub records: Vec<RecordSpec>,
     #[serde(rename = "message")]
     pub messages: Vec<MessageSpec>,
     /// The scripted model's replies, in order.
     pub model: Vec<ModelReplySpec>,
+    /// Whether the model answers a generation asked again (the same `request_id`) as before.
+    pub model_deterministic: bool,
     /// Queues defined when the world starts, by name; their presence adds the queue worker.
     pub queue: BTreeMap<String, crate::queue::QueueConfig>,
     /// The ticket service (an external effect service); its presence adds the `tickets` host.
@@ -113,6 +117,29 @@ pub struct WorldSpec {
     /// Functions bound to the harness's hook points and lifecycle triggers.
     #[serde(rename = "binding")]
     pub bindings: Vec<Spanned<BindingSpec>>,
+    /// Versioned configuration, its production pointer and safety overlay (the `config` host).
+    pub config: Option<Spanned<doubles::ConfigSettings>>,
+}
+
+/// `[world] recovery_per_fault_max`: per dimension, the extra work a fault may cost; a
+/// dimension left out keeps its default.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RecoveryBoundSpec {
+    pub model_calls: Option<u64>,
+    pub effect_requests: Option<u64>,
+    pub store_writes: Option<u64>,
+}
+
+impl RecoveryBoundSpec {
+    pub fn resolve(&self) -> crate::recovery::Work {
+        let default = crate::recovery::PER_FAULT_MAX_DEFAULT;
+        crate::recovery::Work {
+            model_calls: self.model_calls.unwrap_or(default.model_calls),
+            effect_requests: self.effect_requests.unwrap_or(default.effect_requests),
+            store_writes: self.store_writes.unwrap_or(default.store_writes),
+        }
+    }
 }
 
 /// A function bound to a hook point (`pre-trigger`) or a lifecycle trigger (`turn-completed`).
@@ -146,9 +173,11 @@ impl Default for WorldSpec {
             steps_max: network.steps_max,
             liveness_ms: 60_000,
             effects_per_action_max: 1,
+            recovery_per_fault_max: RecoveryBoundSpec::default(),
             records: Vec::new(),
             messages: Vec::new(),
             model: Vec::new(),
+            model_deterministic: false,
             queue: BTreeMap::new(),
             tickets: None,
             lease_ttl_ms: harness.lease_ttl_ms,
@@ -157,6 +186,7 @@ impl Default for WorldSpec {
             system_prompt: harness.system_prompt,
             service: BTreeMap::new(),
             bindings: Vec::new(),
+            config: None,
         }
     }
 }

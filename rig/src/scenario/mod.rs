@@ -61,10 +61,14 @@ pub struct WorldSetup {
     pub network: NetworkConfig,
     pub liveness_ms: u64,
     pub effects_per_action_max: u64,
+    /// The extra work a run may spend per fault that fired, beyond its uncut workload's.
+    pub recovery_per_fault_max: crate::recovery::Work,
     pub records: Vec<(String, String, Value)>,
     pub messages: Vec<(String, Value)>,
     /// The scripted model's replies, in order.
     pub model: Vec<ModelReply>,
+    /// Whether the model answers a generation asked again (the same `request_id`) as before.
+    pub model_deterministic: bool,
     /// Queues defined at start; when there are any, the world has a queue worker.
     pub queues: Vec<(String, crate::queue::QueueConfig)>,
     /// The optional services, with their settings.
@@ -374,7 +378,8 @@ fn world_setup(at: &Locator, spec: WorldSpec) -> Result<WorldSetup, ScenarioErro
     }
     let model = spec.model.into_iter().map(|reply| model_reply(at, reply)).collect::<Result<_, _>>()?;
     check_declared_services(at, &spec.service)?;
-    let services = Services { tickets: spec.tickets.clone(), declared: spec.service };
+    let mut services = Services { tickets: spec.tickets.clone(), declared: spec.service, config: None };
+    services.config = spec.config.map(|config| check_config(at, &services, config)).transpose()?;
     Ok(WorldSetup {
         harness: HarnessConfig {
             session_timeout_ms: spec.session_timeout_ms,
@@ -389,6 +394,7 @@ fn world_setup(at: &Locator, spec: WorldSpec) -> Result<WorldSetup, ScenarioErro
             system_prompt: spec.system_prompt,
             // Bound once the world's functions are known (`compile_binding`).
             bindings: Vec::new(),
+            versioned_config: services.config.is_some(),
         },
         network: NetworkConfig {
             tick_ms: spec.tick_ms,
@@ -400,9 +406,11 @@ fn world_setup(at: &Locator, spec: WorldSpec) -> Result<WorldSetup, ScenarioErro
         },
         liveness_ms: spec.liveness_ms,
         effects_per_action_max: spec.effects_per_action_max,
+        recovery_per_fault_max: spec.recovery_per_fault_max.resolve(),
         records: spec.records.into_iter().map(|r| (r.scope, r.key, r.value)).collect(),
         messages: spec.messages.into_iter().map(|m| (m.session_id, m.message)).collect(),
         model,
+        model_deterministic: spec.model_deterministic,
         queues: spec.queue.into_iter().collect(),
         services,
         replacement: spec.replacement,
@@ -523,6 +531,36 @@ fn check_declared_services(
         }
     }
     Ok(())
+}
+
+/// Versioned configuration: the production pointer names a version, and every version offers
+/// tools this world's services document.
+fn check_config(
+    at: &Locator,
+    services: &Services,
+    config: Spanned<doubles::ConfigSettings>,
+) -> Result<doubles::ConfigSettings, ScenarioError> {
+    let span = config.span();
+    let config = config.into_inner();
+    let versions = || config.versions.keys().map(String::as_str);
+    if config.versions.is_empty() {
+        return Err(at.error(span, "`[world.config]` needs at least one version in `versions`"));
+    }
+    if !config.versions.contains_key(&config.production) {
+        let place = at.find(&format!("\"{}\"", config.production));
+        return Err(at.unknown(place, "production version", &config.production, versions()));
+    }
+    let tools: BTreeSet<String> = services.tools().into_iter().map(|t| t.name).collect();
+    for (name, version) in &config.versions {
+        for tool in &version.tools {
+            if !tools.contains(tool) {
+                let place = at.find(&format!("\"{tool}\""));
+                let what = format!("tool (in version `{name}`)");
+                return Err(at.unknown(place, &what, tool, tools.iter().map(String::as_str)));
+            }
+        }
+    }
+    Ok(config)
 }
 
 /// A binding of a function of this world to a hook point or lifecycle trigger of the harness;

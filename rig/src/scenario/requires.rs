@@ -7,7 +7,8 @@
 //!   `delegation` (and `budgets` when it passes a budget);
 //! - a seeded turn record carrying a budget: `budgets`; one naming its parent: `delegation`;
 //! - a `pre-trigger` binding: `hooks`; a `turn-completed` binding: `lifecycle`;
-//! - an `[[interrupt]]`: `checkpoints`.
+//! - an `[[interrupt]]`: `checkpoints`;
+//! - a `[world.config]` (versioned configuration and its safety overlay): `versions`.
 
 use crate::capability::{Capability, Requirements, DELEGATE_TOOL};
 use crate::harness::BindingPoint;
@@ -30,6 +31,9 @@ pub(super) fn derive(source: &str, policy: &str) -> Requirements {
     model_replies(&file, &mut needs);
     seeded_turns(&file, &mut needs);
     bindings(&file, &mut needs);
+    if file.get("world").and_then(|w| w.get("config")).is_some() {
+        needs.need(Capability::Versions, || "[world.config] declares versioned configuration".to_string());
+    }
     for (index, interrupt) in items(&file, &["interrupt"]).enumerate() {
         let point = interrupt.get("point").and_then(Value::as_str).unwrap_or("?");
         needs.need(Capability::Checkpoints, || format!("interrupt #{} at {point}", index + 1));

@@ -89,6 +89,7 @@ impl Worker {
     /// actions never run again, and the record is written after every round.
     pub(super) async fn drive(self: &Rc<Self>, bus: &Bus, mut record: Value) -> Result<(Value, Value), Stop> {
         self.transcribe_input(bus, &record).await;
+        self.ensure_pin(bus, &mut record).await?;
         for _ in 0..ROUNDS_MAX {
             let session_id = record["session_id"].as_str().unwrap_or_default().to_string();
             let reply = match record.get("reply").filter(|r| !r.is_null()) {
@@ -97,7 +98,7 @@ impl Worker {
                     // A safe point: before a model call.
                     self.check_control(&session_id)?;
                     self.spend(bus, &mut record, Spend::ModelRound).await?;
-                    self.ask_model(bus, &record).await.map_err(Stop::Failed)?
+                    self.ask_model(bus, &mut record).await.map_err(Stop::Failed)?
                 }
             };
             let calls: Vec<Value> = reply["tool_calls"].as_array().cloned().unwrap_or_default();
@@ -188,6 +189,10 @@ impl Worker {
             // a wall-time limit passed while this worker was held up still stops it.
             self.check_control_durably(bus, record).await?;
             self.check_wall_time(record)?;
+            // And the safety overlay, read here last: a tool it took away is never called.
+            if let Some(why) = self.taken_away(bus, record, &tool).await? {
+                return self.settle_unavailable(bus, record, action_id, why).await;
+            }
             let entry = &record["calls"][action_id];
             let request = json!({
                 "action_id": action_id, "idempotency_key": entry["idempotency_key"], "client_reference": entry["client_reference"],

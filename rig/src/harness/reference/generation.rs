@@ -34,24 +34,21 @@ fn failure(error: InvokeError) -> StepFailure {
 
 impl Worker {
     /// Reads the session's transcript and asks the model for the current step.
-    pub(super) async fn ask_model(&self, bus: &Bus, record: &Value) -> Result<Value, StepFailure> {
+    pub(super) async fn ask_model(&self, bus: &Bus, record: &mut Value) -> Result<Value, StepFailure> {
+        let offer = self.offer(bus, record).await?;
         let messages = self.context(bus, record).await?;
         let request_id = format!("{}:{}", record["turn_id"].as_str().unwrap_or(""), record["step"]);
         let asked = self.generations.asked.get() + 1;
         self.generations.asked.set(asked);
         let stream_id = format!("{request_id}#{asked}");
-        let tools: Vec<Value> = self
-            .env
-            .config
-            .tools
-            .iter()
-            .map(|t| json!({ "name": t.name, "description": t.description, "parameters": t.parameters }))
-            .collect();
-        let request = json!({
+        let mut request = json!({
             "session_id": record["session_id"], "turn_id": record["turn_id"], "step": record["step"],
-            "request_id": request_id, "system_prompt": self.env.config.system_prompt, "messages": messages,
-            "tools": tools, "stream_to": self.env.function("stream"), "stream_id": stream_id,
+            "request_id": request_id, "system_prompt": offer.system_prompt, "messages": messages,
+            "tools": offer.tools, "stream_to": self.env.function("stream"), "stream_id": stream_id,
         });
+        if let Some(fields) = request.as_object_mut() {
+            fields.extend(offer.versions);
+        }
         let reply = bus.invoke("model::generate", request, self.env.config.model_timeout_ms).await;
         let reply = match reply {
             Ok(reply) => reply,

@@ -58,6 +58,16 @@
 //! - `keep-lease`: a worker never hands a lease back; it renews it for as long as it lives.
 //! - `cancel-counts-reads`: a cancelled turn counts every call it completed as an effect, the
 //!   tools that only read included.
+//! - `redo-completed-rounds`: a turn taken up again after an interruption is run again from the
+//!   step it was delivered at: every completed round is asked of the model again (its actions,
+//!   recorded complete, are not sent again).
+//! - `latest-on-resume`: a turn taken up again runs on the version production points at then,
+//!   not the one it was pinned to.
+//! - `overlay-pinned`: the safety overlay is read once per turn and kept with it, so a tool
+//!   revoked or withdrawn later is still offered and called.
+//! - `call-unavailable`: the overlay is read, and the tools it took away are offered and called
+//!   anyway.
+//! - `drop-unavailable`: a call of a tool the overlay took away is skipped, with no result.
 
 mod actions;
 mod budget;
@@ -67,9 +77,11 @@ mod generation;
 mod hooks;
 mod ownership;
 mod public;
+mod runtime;
 mod shape;
 mod switch;
 mod transcript;
+mod versions;
 
 use crate::bus::{Answer, Bus, ErrorBody, Invocation, InvokeError, Provider};
 use crate::harness::{HarnessEnv, HarnessFactory};
@@ -118,10 +130,15 @@ pub enum Policy {
     AppliedOnAccept,
     KeepLease,
     CancelCountsReads,
+    RedoCompletedRounds,
+    LatestOnResume,
+    OverlayPinned,
+    CallUnavailable,
+    DropUnavailable,
 }
 
 impl Policy {
-    pub const ALL: [Policy; 28] = [
+    pub const ALL: [Policy; 33] = [
         Policy::Swallow,
         Policy::Propagate,
         Policy::Reference,
@@ -150,6 +167,11 @@ impl Policy {
         Policy::AppliedOnAccept,
         Policy::KeepLease,
         Policy::CancelCountsReads,
+        Policy::RedoCompletedRounds,
+        Policy::LatestOnResume,
+        Policy::OverlayPinned,
+        Policy::CallUnavailable,
+        Policy::DropUnavailable,
     ];
 
     pub fn name(self) -> &'static str {
@@ -182,6 +204,11 @@ impl Policy {
             Policy::AppliedOnAccept => "applied-on-accept",
             Policy::KeepLease => "keep-lease",
             Policy::CancelCountsReads => "cancel-counts-reads",
+            Policy::RedoCompletedRounds => "redo-completed-rounds",
+            Policy::LatestOnResume => "latest-on-resume",
+            Policy::OverlayPinned => "overlay-pinned",
+            Policy::CallUnavailable => "call-unavailable",
+            Policy::DropUnavailable => "drop-unavailable",
         }
     }
 
@@ -297,6 +324,8 @@ struct Worker {
     control_writes: Cell<u64>,
     /// Sessions this worker exported and has not imported again: it starts nothing for them.
     exported: RefCell<std::collections::BTreeSet<String>>,
+    /// Configuration versions read so far, by version: they never change.
+    manifests: RefCell<BTreeMap<String, Value>>,
 }
 
 impl Worker {
@@ -313,6 +342,7 @@ impl Worker {
             control_locks: RefCell::default(),
             control_writes: Cell::new(0),
             exported: RefCell::default(),
+            manifests: RefCell::default(),
         })
     }
 
@@ -401,6 +431,7 @@ impl Worker {
         }
         self.load_commands(bus, &request.session_id, &request.turn_id).await;
         let mut record = record;
+        self.redo_completed_rounds(&request, &mut record);
         if let Err(stop) = self.resume_budget(bus, &mut record).await {
             return self.stopped(bus, &request, stop).await;
         }

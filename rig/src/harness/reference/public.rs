@@ -175,6 +175,9 @@ impl Worker {
             "created_at": self.now(), "updated_at": self.now(),
         });
         super::switch::carry_hand_over(previous.as_ref(), &mut turn);
+        // A new turn runs on the version production points at now, whatever happens to the
+        // pointer later.
+        self.pin_new_turn(bus, &mut turn).await.map_err(|f| error_body(&f.during, &f.error))?;
         self.create_turn_record(bus, &turn).await.map_err(|e| error_body("put_turn", &e))?;
         let admitted = self.admit(bus, turn).await;
         if admitted["admitted"] != json!(true) {

@@ -116,10 +116,14 @@ impl Worker {
                 // The bug: an outcome found by reconciliation never reaches the transcript.
                 continue;
             }
-            let entry = json!({
+            let mut entry = json!({
                 "role": "function_result", "function_call_id": call_id(record, index), "function_id": call["tool"],
                 "content": content, "is_error": is_error,
             });
+            if !action["unavailable"].is_null() {
+                // A call of a tool the safety overlay took away: why, for the model to act on.
+                entry["error"] = action["unavailable"].clone();
+            }
             self.append_entry(bus, &record["session_id"], Some(format!("{id}:result")), entry).await;
         }
     }
