@@ -139,6 +139,11 @@ lookup = true
 [world.queue.q]
 [world.service.name]
 effect = "effect"
+[world.config]
+production = "v1"
+[world.config.versions.v1]
+system_prompt = ""
+tools = []
 [[step]]
 invoke = { function = "no::such" }
 [policy.reference]
