@@ -21,6 +21,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
 use std::sync::Arc;
 
+mod uncut;
+
 /// Everything one run produced.
 pub struct RunOutcome {
     pub scenario: String,
@@ -227,9 +229,9 @@ fn measure_recovery(
     let (effects, layout) = (scenario.world.services.effect_functions(), harness.layout());
     let trace = world.trace();
     let run = recovery::measure(trace.events(), &effects, &layout);
-    let uncut = match recovery::uncut(scenario) {
+    let uncut = match uncut::uncut(scenario) {
         None => run,
-        Some(uncut) => recovery::uncut_work(harness, &uncut, policy, seed, || {
+        Some(uncut) => uncut::uncut_work(harness, &uncut, policy, seed, || {
             let (world, _, _) = simulate(harness, &uncut, policy, seed, true);
             let trace = world.trace();
             recovery::measure(trace.events(), &effects, &layout)
