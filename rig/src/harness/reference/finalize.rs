@@ -181,6 +181,7 @@ impl Worker {
                 return self.unfinalized(bus, request, Intent::Held { reason: reason.to_string() }, &error).await
             }
         };
+        self.watch_approvals(bus, &record);
         self.hold_record(bus, request, record, reason).await
     }
 
@@ -860,6 +861,9 @@ impl Worker {
         let Some(queued) = self.list_for_recovery(&bus, QUEUE_SCOPE).await else { return };
         let Some(turns) = self.list_for_recovery(&bus, super::TURN_SCOPE).await else { return };
         self.settle_orphaned_commands(&bus, &turns).await;
+        for held in turns.iter().map(|e| &e["value"]).filter(|r| r["status"] == json!("held")) {
+            self.watch_approvals(&bus, held);
+        }
         self.resume_terminal_pending(&bus, &turns).await;
         // Sessions with input still queued, and sessions whose running turn was admitted from
         // input (it names its predecessor) or delegated by another turn (it names its parent),

@@ -23,7 +23,7 @@ enum Decision {
     Run(Value),
     /// Hold it for a release: the hook that held it, its place in the chain, and the arguments
     /// at that point.
-    Hold { function: String, index: usize, arguments: Value },
+    Hold { function: String, index: usize, arguments: Value, expires_in_ms: Option<u64> },
     /// Do not run it.
     Deny { function: String, reason: String },
 }
@@ -74,7 +74,8 @@ impl Worker {
                     // The bug of `hold-drops-mutations`: a holding hook's own changes are lost.
                     let keep = self.policy != Policy::HoldDropsMutations;
                     let arguments = if keep { mutated(arguments, &reply) } else { arguments };
-                    return Ok(Decision::Hold { function, index, arguments });
+                    let expires_in_ms = reply["expires_in_ms"].as_u64();
+                    return Ok(Decision::Hold { function, index, arguments, expires_in_ms });
                 }
                 Some("deny") => {
                     let reason = reply["reason"].as_str().unwrap_or("no reason given").to_string();
@@ -116,12 +117,13 @@ impl Worker {
         let entry = &mut record["calls"][id];
         match decision {
             Decision::Run(arguments) => Ok(Some(arguments)),
-            Decision::Hold { function, index, arguments } => {
+            Decision::Hold { function, index, arguments, expires_in_ms } => {
                 let reason = format!("call {id} held by hook `{function}` until it is released");
                 entry["status"] = json!("held");
                 entry["held_reason"] = json!(reason);
                 entry["owner"] = json!(self.env.host);
                 entry["hold"] = json!({ "function": function, "index": index, "arguments": arguments });
+                self.record_expiry(entry, id, expires_in_ms);
                 self.note("call_held", json!({ "action_id": id, "by": function }));
                 self.write(bus, record).await?;
                 Err(Stop::Held { reason })
@@ -193,6 +195,13 @@ impl Worker {
         }
         if entry["status"] != json!("held") || entry["hold"].is_null() {
             return Ok(json!({ "resolved": false, "reason": format!("call {id} is not held by a hook") }));
+        }
+        if self.approval_expired(&entry, id) {
+            // Too late: the approval expired, so the call is denied (once) and nothing runs.
+            let mut result = self.expire(bus, &request, record, id).await?;
+            result["resolved"] = json!(false);
+            result["reason"] = json!(format!("the approval of call {id} expired"));
+            return Ok(result);
         }
         let decision = match (execute, self.policy) {
             (false, _) => Decision::Deny { function: "resolve".into(), reason: "denied on release".into() },

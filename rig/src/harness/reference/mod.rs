@@ -68,8 +68,11 @@
 //! - `call-unavailable`: the overlay is read, and the tools it took away are offered and called
 //!   anyway.
 //! - `drop-unavailable`: a call of a tool the overlay took away is skipped, with no result.
+//! - `in-memory-expiry`: a held call's approval expiry is kept in the holding worker's memory
+//!   only, lost with it.
 
 mod actions;
+mod approvals;
 mod budget;
 mod control;
 mod finalize;
@@ -135,10 +138,11 @@ pub enum Policy {
     OverlayPinned,
     CallUnavailable,
     DropUnavailable,
+    InMemoryExpiry,
 }
 
 impl Policy {
-    pub const ALL: [Policy; 33] = [
+    pub const ALL: [Policy; 34] = [
         Policy::Swallow,
         Policy::Propagate,
         Policy::Reference,
@@ -172,6 +176,7 @@ impl Policy {
         Policy::OverlayPinned,
         Policy::CallUnavailable,
         Policy::DropUnavailable,
+        Policy::InMemoryExpiry,
     ];
 
     pub fn name(self) -> &'static str {
@@ -209,6 +214,7 @@ impl Policy {
             Policy::OverlayPinned => "overlay-pinned",
             Policy::CallUnavailable => "call-unavailable",
             Policy::DropUnavailable => "drop-unavailable",
+            Policy::InMemoryExpiry => "in-memory-expiry",
         }
     }
 
@@ -326,6 +332,8 @@ struct Worker {
     exported: RefCell<std::collections::BTreeSet<String>>,
     /// Configuration versions read so far, by version: they never change.
     manifests: RefCell<BTreeMap<String, Value>>,
+    /// Approval expiries kept in memory, by action id (only under `in-memory-expiry`).
+    expiries: RefCell<BTreeMap<String, u64>>,
 }
 
 impl Worker {
@@ -343,6 +351,7 @@ impl Worker {
             control_writes: Cell::new(0),
             exported: RefCell::default(),
             manifests: RefCell::default(),
+            expiries: RefCell::default(),
         })
     }
 

@@ -43,7 +43,13 @@ impl Worker {
                 calls
                     .iter()
                     .filter(|(_, entry)| !matches!(entry["status"].as_str(), Some("complete" | "failed")))
-                    .map(|(id, entry)| json!({ "id": id, "tool": entry["tool"], "status": entry["status"], "reason": entry["held_reason"] }))
+                    .map(|(id, entry)| {
+                        let mut pending = json!({ "id": id, "tool": entry["tool"], "status": entry["status"], "reason": entry["held_reason"] });
+                        if let Some(at) = self.expires_at(entry, id) {
+                            pending["expires_at_ms"] = json!(at);
+                        }
+                        pending
+                    })
                     .collect()
             })
             .unwrap_or_default();
