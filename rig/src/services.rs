@@ -180,8 +180,11 @@ mod tests {
     #[test]
     fn each_double_built_names_its_host_and_serves_its_functions() {
         let declared = ServiceConfig { effect: Some("record".into()), ..ServiceConfig::default() };
-        let services =
-            Services { tickets: Some(TicketConfig::default()), declared: [("recorder".to_string(), declared)].into() };
+        let services = Services {
+            tickets: Some(TicketConfig::default()),
+            declared: [("recorder".to_string(), declared)].into(),
+            config: None,
+        };
         let built = services.build(Rc::default(), Rc::default(), ScriptedModel::new([]));
         let answered: Vec<(String, Vec<String>)> = built
             .iter()
