@@ -73,6 +73,11 @@ fn the_catalogue_catches_the_naive_harness() {
             "no lease and no fencing token: a paused worker's late write lands",
         ),
         ("regressions/provider-stopped-mid-call", "ledger", "an unanswered request taken for a failure"),
+        (
+            "regressions/reconciliation-cannot-get-through",
+            "blind-replay",
+            "an unanswered request sent again, under a new key, without asking the service",
+        ),
     ];
     let mut missed = Vec::new();
     for (scenario, oracle, mistake) in expected {
@@ -81,9 +86,19 @@ fn the_catalogue_catches_the_naive_harness() {
             missed.push(format!("{scenario}: `{oracle}` did not fire ({mistake})"));
         }
     }
-    // Caught by the scenario's own expectations rather than an always-on oracle.
-    let failing_on_expectations =
-        [("harness-switch/interrupt-before-submission", "the import reruns the turn and drops the unfinished action")];
+    // Caught by the scenario's shared `[expect]` (the contract: the ledger, the turn record, the
+    // generations), not by an always-on oracle and not by the reference harness's particulars,
+    // which judge only the reference harness.
+    let failing_on_expectations = [
+        (
+            "harness-switch/interrupt-before-submission",
+            "the import reruns the turn and drops the unfinished action (no ticket, no action done)",
+        ),
+        (
+            "restarts/engine-restart-queued-turn",
+            "it trusts a redelivery of a turn that already failed: asks the model and rewrites it completed",
+        ),
+    ];
     for (scenario, mistake) in failing_on_expectations {
         if verdicts.get(scenario).is_none_or(|v| v.skipped.is_some() || v.passed) {
             missed.push(format!("{scenario}: passed ({mistake})"));
