@@ -199,7 +199,7 @@ impl Worker {
         }
     }
 
-    async fn write_hold(
+    pub(super) async fn write_hold(
         self: &Rc<Self>,
         bus: &Bus,
         request: &TurnRequest,
@@ -411,7 +411,7 @@ impl Worker {
 
     /// Everything after the terminal state is durable: presentation (best effort; the durable
     /// record already says what happened) and reseeding queued input.
-    async fn after_terminal(self: &Rc<Self>, bus: &Bus, terminal: &Value) -> Value {
+    pub(super) async fn after_terminal(self: &Rc<Self>, bus: &Bus, terminal: &Value) -> Value {
         let session_id = &terminal["session_id"];
         let timeout = self.env.config.session_timeout_ms;
         let (entry, session_status) = presentation(terminal);
