@@ -186,6 +186,15 @@ impl Worker {
         }
     }
 
+    /// A command whose application to a held or paused turn could not be recorded: it is still
+    /// `accepted` in the store, so it is applied again once the store answers (and by a worker
+    /// that starts, should this one die first).
+    fn apply_again_later(self: &Rc<Self>, bus: &Bus, session_id: &str, kind: &str, key: &str) -> ErrorBody {
+        self.note("command_application_deferred", json!({ "session_id": session_id, "command": key }));
+        self.apply_if_recorded_later(bus, session_id, kind, key);
+        ErrorBody::new("unavailable", format!("the {kind} {key} could not be recorded yet"))
+    }
+
     /// A command whose write got no good answer may be recorded all the same, and then nobody
     /// would apply it: a held turn reaches no safe point. Once the store answers again, a command
     /// it holds `accepted` is applied as one accepted while the turn was busy; one it does not
@@ -250,14 +259,24 @@ impl Worker {
         if let Some(to) = self.handed_to(session_id, record.as_ref()) {
             return Err(ErrorBody::new("not_owner", format!("the session was handed over to {to}")));
         }
-        let Some(mut record) = record.filter(|r| !is_terminal(r)) else {
-            return self.settle_commands(bus, session_id, None).await;
-        };
+        let Some(mut record) = record else { return self.settle_commands(bus, session_id, None).await };
+        if is_terminal(&record) {
+            if record["control"]["idempotency_key"] == json!(key) {
+                // This command's own application landed though its answer did not: the rest of
+                // finalisation (presentation, input queued behind the turn) has not run yet.
+                self.after_terminal(bus, &record).await;
+            }
+            return self.settle_commands(bus, session_id, Some(&record)).await;
+        }
         let request = TurnRequest {
             session_id: session_id.to_string(),
             turn_id: record["turn_id"].as_str().unwrap_or_default().to_string(),
             step: record["step"].as_u64().unwrap_or(0),
         };
+        // A held or paused turn has no delivery to answer and reaches no safe point: what this
+        // application cannot record is retried as the command, still `accepted`, not deferred
+        // as a running turn's owed terminal state.
+        let at_rest = record["status"] != json!("running");
         let control = self.control_record(bus, session_id).await?.0;
         let requested_at = control["commands"][key]["requested_at_ms"].as_u64().unwrap_or(0);
         record["control"] = json!({ "command": kind, "idempotency_key": key, "requested_at_ms": requested_at });
@@ -278,9 +297,14 @@ impl Worker {
                 "turn_cancelled",
                 json!({ "session_id": session_id, "turn_id": request.turn_id, "cancellation": "unresolved-effect" }),
             );
-            return self
-                .hold_record(bus, &request, record, &format!("cancelled with an unresolved effect: {reason}"))
-                .await;
+            let reason = format!("cancelled with an unresolved effect: {reason}");
+            if at_rest {
+                return match self.write_hold(bus, &request, record, &reason).await {
+                    Ok(reply) => Ok(reply),
+                    Err(_) => Err(self.apply_again_later(bus, session_id, kind, key)),
+                };
+            }
+            return self.hold_record(bus, &request, record, &reason).await;
         }
         // How it ended follows from the evidence: what the turn's effects did, however their
         // outcome became known, not when the button was pressed.
@@ -300,6 +324,7 @@ impl Worker {
         self.transcribe_results(bus, &record, true).await;
         match self.finalize(bus, &record).await {
             Ok(_) => self.settle_commands(bus, session_id, Some(&record)).await,
+            Err(_) if at_rest => Err(self.apply_again_later(bus, session_id, kind, key)),
             Err(error) => self.unfinalized(bus, &request, super::finalize::Intent::Record(record), &error).await,
         }
     }

@@ -200,7 +200,7 @@ impl Worker {
         }
     }
 
-    async fn write_hold(
+    pub(super) async fn write_hold(
         self: &Rc<Self>,
         bus: &Bus,
         request: &TurnRequest,
@@ -412,7 +412,7 @@ impl Worker {
 
     /// Everything after the terminal state is durable: presentation (best effort; the durable
     /// record already says what happened) and reseeding queued input.
-    async fn after_terminal(self: &Rc<Self>, bus: &Bus, terminal: &Value) -> Value {
+    pub(super) async fn after_terminal(self: &Rc<Self>, bus: &Bus, terminal: &Value) -> Value {
         let session_id = &terminal["session_id"];
         let timeout = self.env.config.session_timeout_ms;
         let (entry, session_status) = presentation(terminal);
@@ -849,7 +849,8 @@ impl Worker {
     /// What a worker does when it starts: finish what died with an earlier worker. Deferred work
     /// lives in memory, so a crash loses it; the durable traces it leaves (a terminal state owed
     /// to a running turn, input still queued after its session's turn ended, a successor that
-    /// never reached the turn queue) are what this sweep looks for.
+    /// never reached the turn queue, a turn it released a held call of) are what this sweep
+    /// looks for.
     pub(super) async fn recover_on_start(self: Rc<Self>) {
         let bus = self.env.bus.clone();
         for _ in 0..RECOVERY_CONNECT_CHECKS {
@@ -899,6 +900,31 @@ impl Worker {
                 self.finish_admission(&bus, &request, Some(&record)).await;
             }
             self.hand_back(&bus, &session_id).await;
+        }
+        self.drive_on_released(&bus, &turns).await;
+    }
+
+    /// Running turns this worker released a held call of, and so drove on itself: it died
+    /// doing it (it is only starting now), and nothing else delivers them.
+    async fn drive_on_released(self: &Rc<Self>, bus: &Bus, turns: &[Value]) {
+        let host = json!(self.env.host);
+        let released = turns.iter().map(|e| &e["value"]).filter(|r| {
+            r["status"] == json!("running") && r[super::hooks::RELEASED_BY] == host && r["parent"].is_null()
+        });
+        for record in released {
+            let (Some(session_id), Some(turn_id)) = (record["session_id"].as_str(), record["turn_id"].as_str()) else {
+                continue;
+            };
+            let step = record["step"].as_u64().unwrap_or_default();
+            self.note("release_driven_on", json!({ "session_id": session_id, "turn_id": turn_id, "step": step }));
+            let request = TurnRequest { session_id: session_id.to_string(), turn_id: turn_id.to_string(), step };
+            // An error (the store did not answer) leaves the turn as it was: try again later.
+            for attempt in 1..=self.env.config.terminalize_attempts {
+                if self.turn(bus, request.clone()).await.is_ok() {
+                    break;
+                }
+                self.env.clock.sleep(self.deferred_backoff(attempt)).await;
+            }
         }
     }
 }

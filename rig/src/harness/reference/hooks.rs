@@ -232,6 +232,9 @@ impl Worker {
         }
         record["status"] = json!("running");
         record["held_reason"] = Value::Null;
+        // No queue delivers the turn from here on: this worker drives it, and drives it on
+        // again should it die first (`recover_on_start`).
+        record[RELEASED_BY] = json!(self.env.host);
         match self.write(bus, &record).await {
             Ok(()) => {}
             Err(Stop::FencedOut) => return self.fenced_out(&request),
@@ -247,6 +250,10 @@ impl Worker {
         Ok(result)
     }
 }
+
+/// The field of a turn record naming the worker that released one of its held calls and drives
+/// the turn on since: no queue delivers it again.
+pub(super) const RELEASED_BY: &str = "released_by";
 
 impl Worker {
     /// A release whose write got no good answer: once the store answers again, if it says the
