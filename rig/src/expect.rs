@@ -43,6 +43,21 @@ pub struct EventsExpectation {
     pub same: Option<String>,
     /// Count only events before the outcome of this driver invocation arrived.
     pub before_rpc: Option<String>,
+    /// When each matching event happened, measured from the latest event before it that meets
+    /// the anchor's conditions.
+    pub after: Option<After>,
+}
+
+/// The field an [`After`]'s condition is judged on: how many milliseconds after its anchor an
+/// event happened.
+pub const AFTER_BY: &str = "by_ms";
+
+/// A time that matters, asserted: each matching event happened `by_ms` after the latest earlier
+/// (or simultaneous) event that meets `conditions`.
+#[derive(Debug, Clone)]
+pub struct After {
+    pub conditions: Vec<Condition>,
+    pub by_ms: Condition,
 }
 
 /// Notes the rig's own components write (the queue, the proxy, the engine): what they saw, not a
@@ -238,6 +253,36 @@ fn check_model_script(observed: &Observed<'_>, failures: &mut Vec<String>) {
     failures.extend(observed.unused.iter().map(|line| format!("model script: {line}")));
 }
 
+/// Each of `timed` (the events meeting `conditions`) against the latest other event of
+/// `anchors` at or before it.
+fn check_after(
+    after: &After,
+    conditions: &[Condition],
+    timed: &[&Value],
+    anchors: &[&Value],
+    failures: &mut Vec<String>,
+) {
+    for &event in timed {
+        let at = event["at_ms"].as_u64().unwrap_or_default();
+        let what = format!("events [{}] at {at} ms", describe(conditions));
+        let anchor = anchors
+            .iter()
+            .rev()
+            .filter(|&&anchor| !std::ptr::eq(anchor, event))
+            .find_map(|anchor| anchor["at_ms"].as_u64().filter(|&t| t <= at));
+        match anchor {
+            None => failures.push(format!("{what}: no [{}] before it to time it from", describe(&after.conditions))),
+            Some(anchor) if !after.by_ms.matches(&json!({ AFTER_BY: at - anchor })) => failures.push(format!(
+                "{what}: {} ms after [{}] at {anchor} ms, expected {}",
+                at - anchor,
+                describe(&after.conditions),
+                after.by_ms
+            )),
+            Some(_) => {}
+        }
+    }
+}
+
 fn check_events(expected: &EventsExpectation, events: &[Event], documents: &Documents, failures: &mut Vec<String>) {
     let until = match &expected.before_rpc {
         Some(name) => match rpc_position(events, name) {
@@ -263,6 +308,9 @@ fn check_events(expected: &EventsExpectation, events: &[Event], documents: &Docu
     if let Some(wanted) = wanted {
         failures.push(format!("events [{}]: expected {wanted}, found {found}", describe(&expected.conditions)));
     }
+    if let Some(after) = &expected.after {
+        check_after(after, &expected.conditions, &matching, &documents.matching(&after.conditions, 0..until), failures);
+    }
     if let Some(path) = &expected.same {
         let segments: Vec<String> = path.split('.').map(str::to_string).collect();
         let distinct: BTreeSet<String> = matching
@@ -276,5 +324,42 @@ fn check_events(expected: &EventsExpectation, events: &[Event], documents: &Docu
                 distinct.len()
             ));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn note(at_ms: u64, what: &str) -> Value {
+        json!({ "kind": "note", "at_ms": at_ms, "what": what })
+    }
+
+    fn failures_of(by_ms: toml::Value, timed: &[&Value], anchors: &[&Value]) -> Vec<String> {
+        let after = After {
+            conditions: vec![Condition::equals("what", "queue_dispatch").unwrap()],
+            by_ms: Condition::from_toml(AFTER_BY, &by_ms).unwrap(),
+        };
+        let mut failures = Vec::new();
+        check_after(&after, &[Condition::equals("what", "queue_redeliver").unwrap()], timed, anchors, &mut failures);
+        failures
+    }
+
+    #[test]
+    fn an_event_is_timed_from_the_latest_anchor_before_it() {
+        let (first, second, redeliver) =
+            (note(50, "queue_dispatch"), note(60, "queue_dispatch"), note(1_060, "queue_redeliver"));
+        let exactly = |ms: i64| failures_of(toml::Value::Integer(ms), &[&redeliver], &[&first, &second]);
+        assert!(exactly(1_000).is_empty(), "{:?}", exactly(1_000));
+        // A tick early or late is a failure, and says by how much.
+        let late = exactly(999);
+        assert!(late.len() == 1 && late[0].contains("1000 ms after") && late[0].contains("at 60 ms"), "{late:?}");
+        assert_eq!(exactly(1_001).len(), 1);
+        let window: toml::Value = toml::from_str("ge = 1000\nle = 1100").unwrap();
+        assert!(failures_of(window, &[&redeliver], &[&first, &second]).is_empty());
+        // An anchor after the event does not time it, and neither does the event itself.
+        let later = note(2_000, "queue_dispatch");
+        let none = failures_of(toml::Value::Integer(0), &[&redeliver], &[&later, &redeliver]);
+        assert!(none.len() == 1 && none[0].contains("no [what=queue_dispatch] before it"), "{none:?}");
     }
 }

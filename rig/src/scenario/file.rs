@@ -443,6 +443,20 @@ pub struct EventExpectSpec {
     /// had (not) happened at the moment of a mid-run snapshot.
     #[serde(default)]
     pub before_rpc: Option<Spanned<String>>,
+    /// When each matching event happened, measured from the latest event before it that meets
+    /// other conditions: a redelivery at its visibility deadline, a retry after its backoff.
+    #[serde(default)]
+    pub after: Option<AfterSpec>,
+}
+
+/// `after = { match = { ... }, by_ms = ... }` of an `[[expect.events]]` entry.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AfterSpec {
+    #[serde(rename = "match")]
+    pub conditions: BTreeMap<String, Spanned<toml::Value>>,
+    /// How long after it: a number of milliseconds, or comparisons (`{ ge = 100, lt = 110 }`).
+    pub by_ms: Spanned<toml::Value>,
 }
 
 /// One policy to run the scenario under.

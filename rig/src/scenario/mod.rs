@@ -8,7 +8,7 @@ mod requires;
 
 use crate::condition::Condition;
 use crate::cut::{Count, Interrupt, ProcessCut, ServiceCut, ServiceFault, Trigger, INTERRUPT_POINTS};
-use crate::expect::{EventsExpectation, Expectation};
+use crate::expect::{After, EventsExpectation, Expectation, AFTER_BY};
 use crate::harness::{Binding, BindingPoint, HarnessConfig, Policy};
 use crate::oracle::Oracle;
 use crate::services::Services;
@@ -901,15 +901,30 @@ fn compile_expect(context: &ExpectContext, spec: ExpectSpec) -> Result<Vec<(Expe
     for events in spec.events {
         let span = events.span();
         let events = events.into_inner();
-        if events.count.is_none() && events.count_min.is_none() && events.count_max.is_none() && events.same.is_none() {
-            return Err(
-                at.error(span, "an `[[expect.events]]` entry needs `count`, `count_min`, `count_max` or `same`")
-            );
+        if events.count.is_none()
+            && events.count_min.is_none()
+            && events.count_max.is_none()
+            && events.same.is_none()
+            && events.after.is_none()
+        {
+            return Err(at.error(
+                span,
+                "an `[[expect.events]]` entry needs `count`, `count_min`, `count_max`, `same` or `after`",
+            ));
         }
         if events.count.is_some() && (events.count_min.is_some() || events.count_max.is_some()) {
             return Err(at.error(span, "`count` is exact; give it alone, or give `count_min` and/or `count_max`"));
         }
         let before_rpc = events.before_rpc.as_ref().map(|name| context.rpc_name(name)).transpose()?;
+        let after = match events.after {
+            Some(after) => {
+                let span = after.by_ms.span();
+                let by_ms = Condition::from_toml(AFTER_BY, after.by_ms.get_ref())
+                    .map_err(|e| at.error(span, &e.to_string()))?;
+                Some(After { conditions: conditions(at, after.conditions)?, by_ms })
+            }
+            None => None,
+        };
         expectations.push((
             ExpectKind::Events,
             Expectation::Events(EventsExpectation {
@@ -919,6 +934,7 @@ fn compile_expect(context: &ExpectContext, spec: ExpectSpec) -> Result<Vec<(Expe
                 count_max: events.count_max,
                 same: events.same,
                 before_rpc,
+                after,
             }),
         ));
     }

@@ -98,6 +98,22 @@ fn a_partition_must_cut_a_link() {
 }
 
 #[test]
+fn an_event_is_timed_after_another() {
+    let source = format!(
+        "{TURN}[expect]\nevents = [{{ match = {{ kind = \"note\", what = \"queue_redeliver\" }}, after = {{ match = {{ kind = \"note\", what = \"queue_dispatch\" }}, by_ms = {{ ge = 1000, le = 1100 }} }} }}]\n[policy.reference]\n"
+    );
+    let scenario = parse(&source).unwrap();
+    let Expectation::Events(events) = &scenario.runs[0].expectations[0] else { panic!("an events expectation") };
+    let after = events.after.as_ref().expect("timed");
+    assert_eq!(after.by_ms.to_string(), "by_ms >= 1000 and <= 1100");
+    assert_eq!(after.conditions.len(), 2);
+    let e = error(&source.replace("by_ms", "by"));
+    assert!(e.message.contains("by_ms"), "{e}");
+    let e = error(&source.replace("ge = 1000", "gte = 1000"));
+    assert!(e.line == 4 && e.message.contains("unknown test `gte`"), "{e}");
+}
+
+#[test]
 fn conditions_take_comparisons() {
     let source = format!(
         "{TURN}[expect]\nevents = [{{ match = {{ kind = \"note\", at_ms = {{ ge = 10, lt = 20 }} }}, count_max = 1 }}]\n[policy.reference]\n"
