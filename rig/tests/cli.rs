@@ -327,6 +327,52 @@ fn jobs_change_neither_the_output_order_nor_a_trace_hash() {
 }
 
 #[test]
+fn failures_only_prints_the_failing_runs_and_the_summary() {
+    // Three policies, of which only `reference` fails, every seed.
+    let failing = failing_scenario("failures-only.toml");
+    let run = |extra: &[&str]| {
+        let mut args = vec!["run", failing.to_str().unwrap(), "--seeds", "0..3"];
+        args.extend(extra);
+        let out = rig(&args);
+        assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let everything = run(&[]);
+    assert!(everything.lines().any(|l| l.starts_with("PASS ")), "{everything}");
+    for flag in ["-q", "--failures-only"] {
+        let failures = run(&[flag]);
+        let reports: Vec<&str> = failures.lines().filter(|l| !l.starts_with(' ')).collect();
+        assert_eq!(reports.len(), 4, "three failing runs and the summary: {failures}");
+        assert!(reports[..3].iter().all(|l| l.starts_with("FAIL ") && l.contains("[reference]")), "{failures}");
+        assert_eq!(reports[3], "6 passed, 3 failed, 0 skipped (harness reference)");
+    }
+    let json = run(&["--json", "-q"]);
+    let lines: Vec<serde_json::Value> = json.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 3, "{json}");
+    assert!(lines.iter().all(|l| l["passed"] == false));
+}
+
+#[test]
+fn a_failing_matrix_pair_is_printed_once_with_its_failing_seeds() {
+    let failing = failing_scenario("matrix-once.toml");
+    let matrix = |extra: &[&str]| {
+        let mut args = vec!["matrix", failing.to_str().unwrap(), "--seeds", "0..6", "--jobs", "2"];
+        args.extend(extra);
+        let out = rig(&args);
+        assert_eq!(out.status.code(), Some(1));
+        (String::from_utf8_lossy(&out.stdout).to_string(), String::from_utf8_lossy(&out.stderr).to_string())
+    };
+    let (stdout, stderr) = matrix(&[]);
+    assert_eq!(stderr.matches("FAIL ").count(), 1, "one line as it fails, not one per seed: {stderr}");
+    assert_eq!(stdout.matches("FAIL ").count(), 1, "{stdout}");
+    assert!(stdout.contains("6 of 6 seeds failed; lowest seed 0\n    failing seeds: 0, 1, 2, 3, 4, 5\n"), "{stdout}");
+    let (quiet, stderr) = matrix(&["-q"]);
+    assert!(!stderr.contains("FAIL "), "{stderr}");
+    assert!(!quiet.contains("--out DIR"), "{quiet}");
+    assert!(quiet.contains("failing seeds: 0, 1, 2, 3, 4, 5") && quiet.contains("shard 1/1: 12 passed, 6 failed"));
+}
+
+#[test]
 fn sweep_and_explore_find_the_same_things_on_any_number_of_jobs() {
     let workload = workspace().join("scenarios/workloads/multi-round.toml");
     let without_wall_time = |out: Output| -> String {

@@ -5,7 +5,7 @@ use super::artifacts::write_finding;
 use super::parallel::{for_each_ordered, Jobs};
 use super::progress::Progress;
 use super::sweep::{known_policy, output_folder, reference_note};
-use super::{bad_input, load_scenarios, output, parse_seed_range, Harness, EXIT_BAD_INPUT, EXIT_FAILED};
+use super::{bad_input, load_scenarios, output, parse_seed_range, Harness, Quiet, EXIT_BAD_INPUT, EXIT_FAILED};
 use crate::{explore, report};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -32,6 +32,8 @@ pub struct ExploreArgs {
     #[arg(long)]
     pub keep_cuts: bool,
     #[command(flatten)]
+    pub quiet: Quiet,
+    #[command(flatten)]
     pub jobs: Jobs,
 }
 
@@ -49,7 +51,9 @@ pub(crate) fn command(args: ExploreArgs, harness: &Harness) -> ExitCode {
     let mut skipped = 0u64;
     scenarios.retain(|scenario| match harness.skip(scenario, &args.policy) {
         Some(skip) => {
-            out!("{}", report::skip_line(&scenario.path.display().to_string(), &args.policy, &skip));
+            if !args.quiet.failures_only {
+                out!("{}", report::skip_line(&scenario.path.display().to_string(), &args.policy, &skip));
+            }
             skipped = skipped.saturating_add(per_scenario);
             false
         }
@@ -66,7 +70,7 @@ pub(crate) fn command(args: ExploreArgs, harness: &Harness) -> ExitCode {
         jobs,
         args.jobs.workers(total),
         |(scenario, seed)| (scenario, explore::explore(factory, scenario, &args.policy, seed, args.keep_cuts)),
-        |_, _| progress.completed(None),
+        |_, (_, exploration)| progress.completed(!exploration.fired.is_empty(), None),
         |_, (scenario, exploration)| {
             explored += 1;
             if exploration.fired.is_empty() {

@@ -4,7 +4,7 @@
 use super::artifacts::write_finding;
 use super::parallel::{map_ordered, Jobs};
 use super::progress::Progress;
-use super::{bad_input, load_scenarios, output, Harness, EXIT_BAD_INPUT, EXIT_FAILED};
+use super::{bad_input, load_scenarios, output, Harness, Quiet, EXIT_BAD_INPUT, EXIT_FAILED};
 use crate::explore::{self, SpaceOptions, SweepOptions, Verdict};
 use crate::report;
 use std::path::{Path, PathBuf};
@@ -40,6 +40,8 @@ pub struct SweepArgs {
     /// List every run, clean and unreached ones too.
     #[arg(long)]
     pub all: bool,
+    #[command(flatten)]
+    pub quiet: Quiet,
     #[command(flatten)]
     pub jobs: Jobs,
 }
@@ -97,7 +99,9 @@ pub(crate) fn command(args: SweepArgs, harness: &Harness) -> ExitCode {
             break;
         }
         if let Some(skip) = harness.skip(scenario, &args.policy) {
-            out!("{}", report::skip_line(&scenario.path.display().to_string(), &args.policy, &skip));
+            if !args.quiet.failures_only {
+                out!("{}", report::skip_line(&scenario.path.display().to_string(), &args.policy, &skip));
+            }
             skipped += 1;
             continue;
         }
@@ -110,11 +114,16 @@ pub(crate) fn command(args: SweepArgs, harness: &Harness) -> ExitCode {
             output::while_wanted(plan.jobs.iter()),
             args.jobs.workers(plan.jobs.len() as u64),
             |job| explore::run_job(factory, &plan, job),
-            |_, _| progress.completed(None),
+            |_, run| progress.completed(matches!(run.verdict, explore::Verdict::Fired(_)), None),
         );
         progress.finish();
         let elapsed = started.elapsed();
         let report = explore::report(factory, plan, runs);
+        let found_here = !report.baseline_fired.is_empty() || !report.findings.is_empty();
+        found += u64::from(found_here);
+        if args.quiet.failures_only && !found_here {
+            continue;
+        }
         out!("sweep {} [{}] depth {} seed {}", scenario.path.display(), args.policy, args.depth, args.seed);
         for failure in &report.baseline_failures {
             out!("  note: the uncut workload: {}", failure.lines().next().unwrap_or_default());
@@ -152,7 +161,6 @@ pub(crate) fn command(args: SweepArgs, harness: &Harness) -> ExitCode {
             if report.skipped > 0 { format!(", {} pairs over the budget", report.skipped) } else { String::new() },
             report.findings.len()
         );
-        found += u64::from(!report.baseline_fired.is_empty() || !report.findings.is_empty());
         for finding in &report.findings {
             anything = true;
             let ids: Vec<String> = finding.placements.iter().map(|p| p.id()).collect();
