@@ -92,7 +92,7 @@ pub(crate) fn command(args: SweepArgs, harness: &Harness) -> ExitCode {
         space: SpaceOptions { nth_max: args.nth_max },
     };
     let mut anything = false;
-    let (mut swept, mut skipped, mut found) = (0u64, 0u64, 0u64);
+    let (mut swept, mut skipped, mut found, mut distinct) = (0u64, 0u64, 0u64, 0usize);
     let factory = &harness.factory;
     for scenario in &scenarios {
         if output::lost() {
@@ -121,6 +121,7 @@ pub(crate) fn command(args: SweepArgs, harness: &Harness) -> ExitCode {
         let report = explore::report(factory, plan, runs);
         let found_here = !report.baseline_fired.is_empty() || !report.findings.is_empty();
         found += u64::from(found_here);
+        distinct += report.findings.len();
         if args.quiet.failures_only && !found_here {
             continue;
         }
@@ -150,12 +151,13 @@ pub(crate) fn command(args: SweepArgs, harness: &Harness) -> ExitCode {
                     ("FIRED", oracles.iter().cloned().collect::<Vec<_>>().join(", "))
                 }
             };
-            if args.all || matches!(run.verdict, Verdict::Fired(_)) {
+            // Under --failures-only the findings say it, one per signature.
+            if args.all || (matches!(run.verdict, Verdict::Fired(_)) && !args.quiet.failures_only) {
                 out!("  {verdict:<9} {:<24} {}", oracles, ids.join(" + "));
             }
         }
         out!(
-            "  {} runs in {:.2} s of wall time: {clean} clean, {fired_runs} fired, {unreached} unreached{}; {} findings",
+            "  {} runs in {:.2} s of wall time: {clean} clean, {fired_runs} fired, {unreached} unreached{}; {} distinct findings",
             report.runs.len(),
             elapsed.as_secs_f64(),
             if report.skipped > 0 { format!(", {} pairs over the budget", report.skipped) } else { String::new() },
@@ -169,10 +171,18 @@ pub(crate) fn command(args: SweepArgs, harness: &Harness) -> ExitCode {
                 .as_ref()
                 .map(|folder| format!(" -> {}", write_finding(folder, finding, harness)))
                 .unwrap_or_default();
-            out!("  finding `{}`: {}{}{written}", finding.oracle, ids.join(" + "), reference_note(finding));
+            let runs = match finding.count() {
+                1 => String::new(),
+                n => format!(" ({n} runs came to it)"),
+            };
+            out!("  finding `{}`: {}{runs}{}{written}", finding.oracle, ids.join(" + "), reference_note(finding));
         }
     }
-    out!("swept {swept} workload(s): {found} with findings, {skipped} skipped (harness {})", harness.name());
+    out!(
+        "swept {swept} workload(s): {found} with findings ({distinct} distinct finding{}), {skipped} skipped (harness {})",
+        if distinct == 1 { "" } else { "s" },
+        harness.name()
+    );
     if anything {
         ExitCode::from(EXIT_FAILED)
     } else if swept == 0 {
