@@ -342,12 +342,28 @@ pub fn failure_line(outcome: &RunOutcome) -> String {
     )
 }
 
+/// How many seeds a line lists before it says how many more there are.
+pub const SEEDS_LISTED_MAX: usize = 20;
+
+/// `3, 5, 8`, or `3, 5, 8 and 17 more` when `total` is more than the seeds listed.
+pub fn seed_list(seeds: &[u64], total: u64) -> String {
+    let listed: Vec<String> = seeds.iter().take(SEEDS_LISTED_MAX).map(u64::to_string).collect();
+    let more = total.saturating_sub(listed.len() as u64);
+    if more == 0 {
+        listed.join(", ")
+    } else {
+        format!("{} and {more} more", listed.join(", "))
+    }
+}
+
 /// The runs of one scenario under one policy in a matrix, folded into what CI needs back.
 pub struct MatrixCase {
     pub scenario: String,
     pub policy: String,
     pub runs: u64,
     pub failed: u64,
+    /// The first failing seeds, lowest first (up to [`SEEDS_LISTED_MAX`]; `failed` counts them all).
+    pub failing_seeds: Vec<u64>,
     /// Runs not made, and why: the harness lacks what the scenario needs.
     pub skipped: u64,
     pub skip: Option<String>,
@@ -368,7 +384,17 @@ pub struct FirstFailure {
 
 impl MatrixCase {
     pub fn new(scenario: String, policy: String) -> Self {
-        Self { scenario, policy, runs: 0, failed: 0, skipped: 0, skip: None, wall_us: 0, first_failure: None }
+        Self {
+            scenario,
+            policy,
+            runs: 0,
+            failed: 0,
+            failing_seeds: Vec::new(),
+            skipped: 0,
+            skip: None,
+            wall_us: 0,
+            first_failure: None,
+        }
     }
 
     /// A run of this case not made, because of `skip`.
@@ -384,6 +410,9 @@ impl MatrixCase {
             return;
         }
         self.failed += 1;
+        if self.failing_seeds.len() < SEEDS_LISTED_MAX {
+            self.failing_seeds.push(outcome.seed);
+        }
         if self.first_failure.as_ref().is_none_or(|first| outcome.seed < first.seed) {
             self.first_failure = Some(FirstFailure {
                 seed: outcome.seed,
@@ -396,11 +425,12 @@ impl MatrixCase {
     }
 }
 
-/// One line per skipped and per failing scenario and policy (its lowest failing seed, a repro
-/// and where its timeline is), then totals, naming the harness.
-pub fn matrix_summary(cases: &[MatrixCase], (shard, shards): (u64, u64), harness: &str) -> String {
+/// One line per skipped (unless `failures_only`) and per failing scenario and policy (its
+/// failing seeds, what failed at the lowest, a repro and where its timeline is), then totals,
+/// naming the harness.
+pub fn matrix_summary(cases: &[MatrixCase], (shard, shards): (u64, u64), harness: &str, failures_only: bool) -> String {
     let mut text = String::new();
-    for case in cases {
+    for case in cases.iter().filter(|_| !failures_only) {
         if let Some(skip) = &case.skip {
             let _ = writeln!(text, "SKIP {} [{}] {} runs: {skip}", case.scenario, case.policy, case.skipped);
         }
@@ -412,6 +442,7 @@ pub fn matrix_summary(cases: &[MatrixCase], (shard, shards): (u64, u64), harness
                 "FAIL {} [{}] {} of {} seeds failed; lowest seed {}",
                 case.scenario, case.policy, case.failed, case.runs, first.seed
             );
+            let _ = writeln!(text, "    failing seeds: {}", seed_list(&case.failing_seeds, case.failed));
             for failure in first.failures.iter().take(3) {
                 let _ = writeln!(text, "    - {}", failure.lines().next().unwrap_or_default());
             }
@@ -472,6 +503,7 @@ pub fn junit(cases: &[MatrixCase], suite: &JunitSuite<'_>) -> Result<String, Str
             (Some(first), _) => {
                 let mut status = TestCaseStatus::non_success(NonSuccessKind::Failure);
                 let mut description = first.failures.join("\n");
+                let _ = write!(description, "\nfailing seeds: {}", seed_list(&case.failing_seeds, case.failed));
                 let _ = write!(description, "\nrepro: {}", first.repro);
                 for artifact in &first.artifacts {
                     let _ = write!(description, "\nwrote: {artifact}");

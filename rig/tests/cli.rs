@@ -327,6 +327,52 @@ fn jobs_change_neither_the_output_order_nor_a_trace_hash() {
 }
 
 #[test]
+fn failures_only_prints_the_failing_runs_and_the_summary() {
+    // Three policies, of which only `reference` fails, every seed.
+    let failing = failing_scenario("failures-only.toml");
+    let run = |extra: &[&str]| {
+        let mut args = vec!["run", failing.to_str().unwrap(), "--seeds", "0..3"];
+        args.extend(extra);
+        let out = rig(&args);
+        assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let everything = run(&[]);
+    assert!(everything.lines().any(|l| l.starts_with("PASS ")), "{everything}");
+    for flag in ["-q", "--failures-only"] {
+        let failures = run(&[flag]);
+        let reports: Vec<&str> = failures.lines().filter(|l| !l.starts_with(' ')).collect();
+        assert_eq!(reports.len(), 4, "three failing runs and the summary: {failures}");
+        assert!(reports[..3].iter().all(|l| l.starts_with("FAIL ") && l.contains("[reference]")), "{failures}");
+        assert_eq!(reports[3], "6 passed, 3 failed, 0 skipped (harness reference)");
+    }
+    let json = run(&["--json", "-q"]);
+    let lines: Vec<serde_json::Value> = json.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 3, "{json}");
+    assert!(lines.iter().all(|l| l["passed"] == false));
+}
+
+#[test]
+fn a_failing_matrix_pair_is_printed_once_with_its_failing_seeds() {
+    let failing = failing_scenario("matrix-once.toml");
+    let matrix = |extra: &[&str]| {
+        let mut args = vec!["matrix", failing.to_str().unwrap(), "--seeds", "0..6", "--jobs", "2"];
+        args.extend(extra);
+        let out = rig(&args);
+        assert_eq!(out.status.code(), Some(1));
+        (String::from_utf8_lossy(&out.stdout).to_string(), String::from_utf8_lossy(&out.stderr).to_string())
+    };
+    let (stdout, stderr) = matrix(&[]);
+    assert_eq!(stderr.matches("FAIL ").count(), 1, "one line as it fails, not one per seed: {stderr}");
+    assert_eq!(stdout.matches("FAIL ").count(), 1, "{stdout}");
+    assert!(stdout.contains("6 of 6 seeds failed; lowest seed 0\n    failing seeds: 0, 1, 2, 3, 4, 5\n"), "{stdout}");
+    let (quiet, stderr) = matrix(&["-q"]);
+    assert!(!stderr.contains("FAIL "), "{stderr}");
+    assert!(!quiet.contains("--out DIR"), "{quiet}");
+    assert!(quiet.contains("failing seeds: 0, 1, 2, 3, 4, 5") && quiet.contains("shard 1/1: 12 passed, 6 failed"));
+}
+
+#[test]
 fn sweep_and_explore_find_the_same_things_on_any_number_of_jobs() {
     let workload = workspace().join("scenarios/workloads/multi-round.toml");
     let without_wall_time = |out: Output| -> String {
@@ -512,6 +558,63 @@ fn an_explored_finding_is_written_with_its_timeline_trace_and_repro_and_overwrit
     assert_eq!(again, [(renamed.clone(), *seed)]);
     assert_eq!(std::fs::read_to_string(first).unwrap(), "# someone else's file\n");
     assert_eq!(explore(&range), [(renamed, *seed)]);
+}
+
+/// Seeds whose failures shrink to the same oracle and the same kinds and sites of cut are one
+/// finding: each failing seed's line names it, it is printed once with its count and seeds, and
+/// written to one file whose header lists the other seeds.
+#[test]
+fn seeds_that_shrink_to_the_same_cuts_are_one_finding_in_one_file() {
+    let workload = workspace().join("scenarios/workloads/multi-round.toml");
+    let folder = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli/explore-signatures");
+    let _ = std::fs::remove_dir_all(&folder);
+    let explore = |extra: &[&str]| {
+        let mut args = vec!["explore", workload.to_str().unwrap(), "--policy", "unguarded", "--seeds", "0..30"];
+        args.extend(extra);
+        let out = rig(&args);
+        assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let stdout = explore(&["--out", folder.to_str().unwrap()]);
+    let failing: Vec<&str> = stdout.lines().filter(|l| l.starts_with("FAIL ")).collect();
+    assert!(failing.iter().all(|l| l.ends_with(')') && l.contains(" (finding #")), "{stdout}");
+    // `finding #N `ORACLE` with CUTS on FILE [POLICY], K seeds: A, B` (or `, seed A`).
+    let findings: Vec<(&str, Vec<u64>)> = stdout
+        .lines()
+        .filter(|l| l.starts_with("finding #"))
+        .map(|l| {
+            let seeds = l
+                .rsplit_once("seeds: ")
+                .map_or_else(|| l.rsplit_once(", seed ").unwrap().1.to_string(), |(_, seeds)| seeds.to_string());
+            (l, seeds.split(", ").map(|s| s.parse().unwrap()).collect())
+        })
+        .collect();
+    let counted: usize = findings.iter().map(|(_, seeds)| seeds.len()).sum();
+    assert_eq!(counted, failing.len(), "every failing seed is counted in one finding: {stdout}");
+    assert!(findings.len() < failing.len(), "some seeds shrink to the same finding: {stdout}");
+    let summary = format!("{} failing ({} distinct findings)", failing.len(), findings.len());
+    assert!(stdout.contains(&summary), "{stdout}");
+    let files: Vec<PathBuf> = std::fs::read_dir(&folder)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "toml"))
+        .collect();
+    assert_eq!(files.len(), findings.len(), "one file per finding: {files:?}");
+    let (line, seeds) = findings.iter().find(|(_, seeds)| seeds.len() == 2).expect("a finding of two seeds");
+    assert!(line.contains(&format!(", 2 seeds: {}, {}", seeds[0], seeds[1])), "{line}");
+    let file = files
+        .iter()
+        .find(|p| p.to_string_lossy().ends_with(&format!("--seed{}.toml", seeds[0])))
+        .expect("the file is written from the first seed");
+    let text = std::fs::read_to_string(file).unwrap();
+    assert!(text.contains("\n# 2 runs in all came to the same finding"), "{text}");
+    assert!(text.contains(&format!("\n# The others: seed {}.\n", seeds[1])), "{text}");
+
+    // Failures only: each finding once, and no line per failing seed.
+    let quiet = explore(&["-q"]);
+    assert!(!quiet.contains("FAIL "), "{quiet}");
+    let printed: Vec<&str> = quiet.lines().filter(|l| l.starts_with("finding #")).collect();
+    assert_eq!(printed, findings.iter().map(|(l, _)| *l).collect::<Vec<_>>());
 }
 
 #[test]

@@ -52,7 +52,8 @@ pub(crate) fn run_stem(outcome: &RunOutcome) -> String {
 /// and `NOT REPRODUCED` when the written file does not trip the finding's oracle, which would be
 /// a bug of the rig's.
 pub(crate) fn write_finding(folder: &Path, finding: &explore::Finding, harness: &Harness) -> String {
-    let text = with_replay_line(&finding.scenario_file, &harness.program, finding.seed);
+    let replay = format!("# Replay it with `{} run <this file> --seed {}`.", harness.program, finding.seed);
+    let text = finding.file_text(&[replay]);
     let path = match finding_path(folder, finding, &text) {
         Ok(path) => path,
         Err(error) => return format!("(could not write into {}: {error})", folder.display()),
@@ -83,7 +84,8 @@ pub(crate) fn write_finding(folder: &Path, finding: &explore::Finding, harness: 
 /// Where a finding goes: its file name, with its seed when that is not 0 (many seeds of an
 /// exploration can shrink to the same cuts, and each replays under its own seed). A file already
 /// there with other content is kept, and this one takes the next free `-N` name: nothing a
-/// finding wrote is lost. The same finding written again replaces itself.
+/// finding wrote is lost. The same finding written again replaces itself, whichever other runs
+/// it names.
 fn finding_path(folder: &Path, finding: &explore::Finding, text: &str) -> std::io::Result<PathBuf> {
     let name = Path::new(&finding.file_name);
     let stem = name.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
@@ -91,7 +93,7 @@ fn finding_path(folder: &Path, finding: &explore::Finding, text: &str) -> std::i
     for n in 1..=FINDINGS_OF_ONE_NAME_MAX {
         let candidate = folder.join(if n == 1 { format!("{stem}.toml") } else { format!("{stem}-{n}.toml") });
         match std::fs::read_to_string(&candidate) {
-            Ok(existing) if existing != text => continue,
+            Ok(existing) if !same_finding(&existing, text) => continue,
             Ok(_) => return Ok(candidate),
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(candidate),
             Err(error) => return Err(error),
@@ -100,11 +102,17 @@ fn finding_path(folder: &Path, finding: &explore::Finding, text: &str) -> std::i
     Err(std::io::Error::other(format!("{FINDINGS_OF_ONE_NAME_MAX} other findings are already named {stem}")))
 }
 
-/// A finding's text with the command that replays it with this binary's harness, after its
-/// first line (which says what found it).
-fn with_replay_line(text: &str, program: &str, seed: u64) -> String {
-    let (first, rest) = text.split_once('\n').unwrap_or((text, ""));
-    format!("{first}\n# Replay it with `{program} run <this file> --seed {seed}`.\n{rest}")
+/// Whether a file already there is this finding: the same text, but for which other runs
+/// came to it (an exploration of more seeds finds more of them).
+fn same_finding(existing: &str, text: &str) -> bool {
+    let without_others = |text: &str| -> Vec<String> {
+        text.lines()
+            .filter(|line| !line.ends_with(&format!("{}.", explore::ALSO_NOTE)))
+            .filter(|line| !line.starts_with(&format!("# {}", explore::ALSO_NOTE_OTHERS)))
+            .map(str::to_string)
+            .collect()
+    };
+    without_others(existing) == without_others(text)
 }
 
 /// How many differing findings may share a name in one folder before the rig stops numbering.

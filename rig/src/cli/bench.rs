@@ -61,14 +61,21 @@ pub(crate) fn command(args: BenchArgs, harness: &Harness) -> ExitCode {
     out!("{:<64} {:>6} {:>11} {:>9} {:>11} {:>10}", "scenario", "runs", "wall/run", "runs/s", "sim/run", "sim/wall");
     let mut costs: Vec<Cost> = scenarios.iter().map(|_| Cost::default()).collect();
     let clock = std::time::Instant::now();
-    run_all(run_jobs(&selected, &args.seeds), run_count(&selected, &args.seeds), workers, harness, |pair, done| {
-        let Done::Ran(outcome) = done else { return };
-        let cost = &mut costs[file_of[pair]];
-        cost.runs += 1;
-        cost.wall_us += outcome.wall_us.max(1);
-        cost.sim_ms += outcome.sim_ms;
-        cost.failed += u64::from(!outcome.passed);
-    });
+    run_all(
+        run_jobs(&selected, &args.seeds),
+        run_count(&selected, &args.seeds),
+        workers,
+        harness,
+        true,
+        |pair, done| {
+            let Done::Ran(outcome) = done else { return };
+            let cost = &mut costs[file_of[pair]];
+            cost.runs += 1;
+            cost.wall_us += outcome.wall_us.max(1);
+            cost.sim_ms += outcome.sim_ms;
+            cost.failed += u64::from(!outcome.passed);
+        },
+    );
     let elapsed_us = u64::try_from(clock.elapsed().as_micros()).unwrap_or(u64::MAX).max(1);
     for (scenario, cost) in scenarios.iter().zip(&costs).filter(|(_, cost)| cost.runs > 0) {
         let runs = cost.runs.max(1);

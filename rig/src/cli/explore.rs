@@ -5,8 +5,9 @@ use super::artifacts::write_finding;
 use super::parallel::{for_each_ordered, Jobs};
 use super::progress::Progress;
 use super::sweep::{known_policy, output_folder, reference_note};
-use super::{bad_input, load_scenarios, output, parse_seed_range, Harness, EXIT_BAD_INPUT, EXIT_FAILED};
+use super::{bad_input, load_scenarios, output, parse_seed_range, Harness, Quiet, EXIT_BAD_INPUT, EXIT_FAILED};
 use crate::{explore, report};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -32,6 +33,8 @@ pub struct ExploreArgs {
     #[arg(long)]
     pub keep_cuts: bool,
     #[command(flatten)]
+    pub quiet: Quiet,
+    #[command(flatten)]
     pub jobs: Jobs,
 }
 
@@ -49,7 +52,9 @@ pub(crate) fn command(args: ExploreArgs, harness: &Harness) -> ExitCode {
     let mut skipped = 0u64;
     scenarios.retain(|scenario| match harness.skip(scenario, &args.policy) {
         Some(skip) => {
-            out!("{}", report::skip_line(&scenario.path.display().to_string(), &args.policy, &skip));
+            if !args.quiet.failures_only {
+                out!("{}", report::skip_line(&scenario.path.display().to_string(), &args.policy, &skip));
+            }
             skipped = skipped.saturating_add(per_scenario);
             false
         }
@@ -57,61 +62,49 @@ pub(crate) fn command(args: ExploreArgs, harness: &Harness) -> ExitCode {
     });
     let factory = &harness.factory;
     let (mut explored, mut failing) = (0u64, 0u64);
+    let mut found = Findings::default();
     let jobs =
         output::while_wanted(scenarios.iter().flat_map(|scenario| seeds.clone().map(move |seed| (scenario, seed))));
     let total = (scenarios.len() as u64).saturating_mul(seeds.end.saturating_sub(seeds.start));
     let progress = Progress::new(total);
-    // Each seed is explored (and shrunk) on one worker; findings are printed in seed order.
+    // Each seed is explored (and shrunk) on one worker; failing seeds are printed in seed order,
+    // each naming the finding it shrank to.
     for_each_ordered(
         jobs,
         args.jobs.workers(total),
         |(scenario, seed)| (scenario, explore::explore(factory, scenario, &args.policy, seed, args.keep_cuts)),
-        |_, _| progress.completed(None),
+        |_, (_, exploration)| progress.completed(!exploration.fired.is_empty(), None),
         |_, (scenario, exploration)| {
             explored += 1;
             if exploration.fired.is_empty() {
                 return;
             }
             failing += 1;
-            let seed = exploration.seed;
-            let mix: Vec<String> = exploration.mix.iter().map(|p| p.id()).collect();
-            let fired: Vec<&str> = exploration.fired.iter().map(String::as_str).collect();
-            progress.out(&format!(
-                "FAIL {} [{}] seed {seed}: [{}] with {}",
-                scenario.path.display(),
-                args.policy,
-                fired.join(", "),
-                mix.join(" + ")
-            ));
-            let path = std::path::absolute(&scenario.path).unwrap_or_else(|_| scenario.path.clone());
-            progress.out(&format!(
-                "    repro: {} explore {} --policy {} --seed {seed}{}",
-                harness.program,
-                crate::run::shell_word(&path.to_string_lossy()),
-                args.policy,
-                if args.keep_cuts { " --keep-cuts" } else { "" }
-            ));
-            if let Some(shrunk) = &exploration.shrunk {
-                let cuts: Vec<String> = shrunk.placements.iter().map(|p| p.id()).collect();
-                let written = args
-                    .out
-                    .as_ref()
-                    .map(|folder| format!(" -> {}", write_finding(folder, shrunk, harness)))
-                    .unwrap_or_default();
+            let number = exploration.shrunk.clone().map(|shrunk| found.add(shrunk, exploration.runs));
+            if !args.quiet.failures_only {
+                let mix: Vec<String> = exploration.mix.iter().map(|p| p.id()).collect();
+                let fired: Vec<&str> = exploration.fired.iter().map(String::as_str).collect();
                 progress.out(&format!(
-                    "    shrunk to {} cut(s) in {} runs: {}{}{written}",
-                    cuts.len(),
-                    exploration.runs,
-                    cuts.join(" + "),
-                    reference_note(shrunk)
+                    "FAIL {} [{}] seed {}: [{}] with {}{}",
+                    scenario.path.display(),
+                    args.policy,
+                    exploration.seed,
+                    fired.join(", "),
+                    mix.join(" + "),
+                    number.map(|n| format!(" (finding #{n})")).unwrap_or_default()
                 ));
             }
         },
     );
     progress.finish();
+    for (number, each) in found.found.iter().enumerate() {
+        print_finding(number + 1, each, &args, harness);
+    }
     out!(
-        "explored {explored} seed(s): {} clean, {failing} failing, {skipped} skipped (harness {})",
+        "explored {explored} seed(s): {} clean, {failing} failing ({} distinct finding{}), {skipped} skipped (harness {})",
         explored - failing,
+        found.found.len(),
+        if found.found.len() == 1 { "" } else { "s" },
         harness.name()
     );
     if failing > 0 {
@@ -121,4 +114,64 @@ pub(crate) fn command(args: ExploreArgs, harness: &Harness) -> ExitCode {
     } else {
         ExitCode::SUCCESS
     }
+}
+
+/// The findings of an exploration, one per [`explore::Signature`] in the order first found.
+#[derive(Default)]
+struct Findings {
+    found: Vec<Found>,
+    numbers: BTreeMap<explore::Signature, usize>,
+}
+
+/// One finding: the first seed's shrunk finding (naming in [`explore::Finding::also`] the seeds
+/// that shrank to the same), every such seed, and the runs the first seed's exploration took.
+struct Found {
+    finding: explore::Finding,
+    seeds: Vec<u64>,
+    runs: usize,
+}
+
+impl Findings {
+    /// Adds a seed's shrunk finding; its number (from 1), shared with every seed of its signature.
+    fn add(&mut self, shrunk: explore::Finding, runs: usize) -> usize {
+        let signature = shrunk.signature();
+        if let Some(&index) = self.numbers.get(&signature) {
+            let found = &mut self.found[index];
+            found.finding.also.push(format!("seed {}", shrunk.seed));
+            found.seeds.push(shrunk.seed);
+            return index + 1;
+        }
+        self.numbers.insert(signature, self.found.len());
+        self.found.push(Found { seeds: vec![shrunk.seed], finding: shrunk, runs });
+        self.found.len()
+    }
+}
+
+/// A finding, once: its signature, the seeds that shrank to it, the repro of the first, its
+/// cuts, and the file it is written to.
+fn print_finding(number: usize, found: &Found, args: &ExploreArgs, harness: &Harness) {
+    let Found { finding, seeds, runs } = found;
+    let seeds = match seeds.len() {
+        1 => format!("seed {}", finding.seed),
+        n => format!("{n} seeds: {}", report::seed_list(seeds, n as u64)),
+    };
+    out!("finding #{number} {} on {} [{}], {seeds}", finding.signature(), finding.workload, finding.policy);
+    let path = std::path::absolute(&finding.workload).unwrap_or_else(|_| PathBuf::from(&finding.workload));
+    out!(
+        "    repro: {} explore {} --policy {} --seed {}{}",
+        harness.program,
+        crate::run::shell_word(&path.to_string_lossy()),
+        finding.policy,
+        finding.seed,
+        if args.keep_cuts { " --keep-cuts" } else { "" }
+    );
+    let cuts: Vec<String> = finding.placements.iter().map(|p| p.id()).collect();
+    let written =
+        args.out.as_ref().map(|folder| format!(" -> {}", write_finding(folder, finding, harness))).unwrap_or_default();
+    out!(
+        "    shrunk to {} cut(s) in {runs} runs: {}{}{written}",
+        cuts.len(),
+        cuts.join(" + "),
+        reference_note(finding)
+    );
 }

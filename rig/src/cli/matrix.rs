@@ -4,7 +4,7 @@ use super::artifacts;
 use super::parallel::{map_ordered, Jobs};
 use super::{
     bad_input, create_output, load_scenarios, parse_seed_range, run_all, run_count, run_jobs, selected_runs, Done,
-    Harness, Pair, RunJob, Tally, EXIT_BAD_INPUT, EXIT_FAILED,
+    Harness, Pair, Quiet, RunJob, Tally, EXIT_BAD_INPUT, EXIT_FAILED,
 };
 use crate::report::{self, MatrixCase};
 use sha2::{Digest, Sha256};
@@ -33,6 +33,8 @@ pub struct MatrixArgs {
     /// timeline (HTML), trace (JSON lines) and repro command into this folder.
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
+    #[command(flatten)]
+    pub quiet: Quiet,
     #[command(flatten)]
     pub jobs: Jobs,
 }
@@ -82,7 +84,8 @@ pub(crate) fn command(args: MatrixArgs, harness: &Harness) -> ExitCode {
     let mut digest = Sha256::new();
     let mut tally = Tally::default();
     let workers = args.jobs.workers(in_shard);
-    run_all(jobs, in_shard, workers, harness, |pair, done| {
+    let failures_only = args.quiet.failures_only;
+    run_all(jobs, in_shard, workers, harness, !failures_only, |pair, done| {
         tally.count(&done);
         let line = match &done {
             Done::Ran(outcome) => {
@@ -104,8 +107,8 @@ pub(crate) fn command(args: MatrixArgs, harness: &Harness) -> ExitCode {
         None => Vec::new(),
     };
     cases.retain(|case| case.runs > 0 || case.skipped > 0);
-    out!("{}", report::matrix_summary(&cases, (shard, shards), harness.name()));
-    if args.out.is_none() && cases.iter().any(|c| c.failed > 0) {
+    out!("{}", report::matrix_summary(&cases, (shard, shards), harness.name(), failures_only));
+    if args.out.is_none() && !failures_only && cases.iter().any(|c| c.failed > 0) {
         out!("(--out DIR writes each failing case's timeline, trace and repro, from a replay of its lowest seed)");
     }
     for line in &unreproducible {

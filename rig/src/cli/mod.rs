@@ -54,6 +54,15 @@ pub mod sweep;
 
 pub use parallel::Jobs;
 
+/// `--failures-only` (`-q`), shared by every command that runs many runs: a long range of seeds
+/// is read for what failed, not for the thousands of runs that passed.
+#[derive(clap::Args, Clone, Copy, Debug, Default)]
+pub struct Quiet {
+    /// Print only what failed (failing runs, failing cases, findings) and the summary.
+    #[arg(long = "failures-only", short = 'q')]
+    pub failures_only: bool,
+}
+
 /// The commands that run a harness: what a binary on [`main`] has.
 #[derive(clap::Subcommand)]
 pub enum Command {
@@ -343,26 +352,32 @@ pub fn run_count(selected: &[Pair], seeds: &std::ops::Range<u64>) -> u64 {
     (selected.len() as u64).saturating_mul(seeds.end.saturating_sub(seeds.start))
 }
 
-/// Runs every job on `workers` threads with a progress bar (`total` runs), printing each failing
-/// run the moment it fails; `in_order` receives each job's (pair, end) in input order.
+/// Runs every job on `workers` threads with a progress bar (`total` runs); `in_order` receives
+/// each job's (pair, end) in input order. With `announce`, a pair's first failure is printed on
+/// standard error the moment it happens, once per pair: one bug failing twenty seeds is one
+/// line there, and the summary lists its seeds.
 pub fn run_all<'a>(
     jobs: impl Iterator<Item = RunJob<'a>> + Send,
     total: u64,
     workers: std::num::NonZeroUsize,
     harness: &Harness,
+    announce: bool,
     mut in_order: impl FnMut(usize, Done),
 ) {
     let progress = progress::Progress::new(total);
+    let mut announced = std::collections::BTreeSet::new();
     parallel::for_each_ordered(
         jobs,
         workers,
         |job| (job.pair, job.run(harness)),
-        |_, (_, done)| {
+        |_, (pair, done)| {
             let failure = match done {
-                Done::Ran(outcome) if !outcome.passed => Some(report::failure_line(outcome)),
+                Done::Ran(outcome) if !outcome.passed && announce && announced.insert(*pair) => {
+                    Some(report::failure_line(outcome))
+                }
                 _ => None,
             };
-            progress.completed(failure.as_deref())
+            progress.completed(matches!(done, Done::Ran(outcome) if !outcome.passed), failure.as_deref())
         },
         |_, (pair, done)| in_order(pair, done),
     );

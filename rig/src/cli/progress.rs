@@ -35,10 +35,13 @@ impl Progress {
         Self { bar, failed: Cell::new(0) }
     }
 
-    /// One run completed; a failed one prints `failure` at once (above the bar, if any).
-    pub fn completed(&self, failure: Option<&str>) {
-        if let Some(text) = failure {
+    /// One run completed, `failed` or not; `text`, if any, is printed at once (above the bar,
+    /// if any).
+    pub fn completed(&self, failed: bool, text: Option<&str>) {
+        if failed {
             self.failed.set(self.failed.get() + 1);
+        }
+        if let Some(text) = text {
             match &self.bar {
                 Some(bar) => bar.println(text),
                 None => err!("{text}"),

@@ -4,7 +4,7 @@ use super::parallel::{for_each_ordered, Jobs};
 use super::progress::Progress;
 use super::{
     bad_input, create_output, load_scenarios, parse_seed_range, run_count, run_jobs, selected_runs, trace_lines,
-    trace_sink, Done, Harness, Tally, EXIT_BAD_INPUT,
+    trace_sink, Done, Harness, Quiet, Tally, EXIT_BAD_INPUT,
 };
 use crate::report;
 use crate::run::RunOutcome;
@@ -43,6 +43,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "FILE")]
     pub mermaid: Option<PathBuf>,
     #[command(flatten)]
+    pub quiet: Quiet,
+    #[command(flatten)]
     pub jobs: Jobs,
 }
 
@@ -52,13 +54,32 @@ type Drawing = fn(&[&RunOutcome]) -> String;
 /// One finished job, rendered on the worker that ran it.
 struct Rendered {
     done: Done,
-    /// What it prints, if anything: a skipped pair says so once, at its first seed.
+    /// What it prints, if anything: a skipped pair says so once, at its first seed; with
+    /// `--failures-only`, only a failed run prints.
     report: Option<String>,
     trace_lines: String,
 }
 
-fn render(done: Done, first_seed: u64, json: bool, with_trace: bool) -> Rendered {
+impl Rendered {
+    fn failed(&self) -> bool {
+        matches!(&self.done, Done::Ran(outcome) if !outcome.passed)
+    }
+}
+
+/// How a run is printed: its report (human or JSON, or none when only failures are wanted) and
+/// its trace lines.
+#[derive(Clone, Copy)]
+struct Rendering {
+    first_seed: u64,
+    json: bool,
+    with_trace: bool,
+    failures_only: bool,
+}
+
+fn render(done: Done, how: Rendering) -> Rendered {
+    let Rendering { first_seed, json, with_trace, failures_only } = how;
     let outcome = match &done {
+        Done::Skipped(_) if failures_only => return Rendered { done, report: None, trace_lines: String::new() },
         Done::Skipped(skipped) => {
             let report = if json {
                 Some(report::skip_json(skipped).to_string())
@@ -70,7 +91,13 @@ fn render(done: Done, first_seed: u64, json: bool, with_trace: bool) -> Rendered
         }
         Done::Ran(outcome) => outcome,
     };
-    let report = Some(if json { report::json_line(outcome).to_string() } else { report::human(outcome) });
+    let report = if failures_only && outcome.passed {
+        None
+    } else if json {
+        Some(report::json_line(outcome).to_string())
+    } else {
+        Some(report::human(outcome))
+    };
     let trace_lines = if with_trace { trace_lines(outcome) } else { String::new() };
     Rendered { done, report, trace_lines }
 }
@@ -110,15 +137,20 @@ pub(crate) fn command(args: RunArgs, harness: &Harness) -> ExitCode {
         }
     }
 
-    let (json, with_trace) = (args.json, trace_out.is_some());
+    let how = Rendering {
+        first_seed: seeds.start,
+        json: args.json,
+        with_trace: trace_out.is_some(),
+        failures_only: args.quiet.failures_only,
+    };
     let progress = Progress::new(total);
     let mut tally = Tally::default();
     let mut drawn: Vec<RunOutcome> = Vec::new();
     for_each_ordered(
         run_jobs(&selected, &seeds),
         args.jobs.workers(total),
-        |job| render(job.run(harness), seeds.start, json, with_trace),
-        |_, _| progress.completed(None),
+        |job| render(job.run(harness), how),
+        |_, rendered| progress.completed(rendered.failed(), None),
         |_, rendered| {
             if let Some(report) = &rendered.report {
                 progress.out(report);

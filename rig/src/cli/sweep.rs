@@ -4,7 +4,7 @@
 use super::artifacts::write_finding;
 use super::parallel::{map_ordered, Jobs};
 use super::progress::Progress;
-use super::{bad_input, load_scenarios, output, Harness, EXIT_BAD_INPUT, EXIT_FAILED};
+use super::{bad_input, load_scenarios, output, Harness, Quiet, EXIT_BAD_INPUT, EXIT_FAILED};
 use crate::explore::{self, SpaceOptions, SweepOptions, Verdict};
 use crate::report;
 use std::path::{Path, PathBuf};
@@ -40,6 +40,8 @@ pub struct SweepArgs {
     /// List every run, clean and unreached ones too.
     #[arg(long)]
     pub all: bool,
+    #[command(flatten)]
+    pub quiet: Quiet,
     #[command(flatten)]
     pub jobs: Jobs,
 }
@@ -90,14 +92,16 @@ pub(crate) fn command(args: SweepArgs, harness: &Harness) -> ExitCode {
         space: SpaceOptions { nth_max: args.nth_max },
     };
     let mut anything = false;
-    let (mut swept, mut skipped, mut found) = (0u64, 0u64, 0u64);
+    let (mut swept, mut skipped, mut found, mut distinct) = (0u64, 0u64, 0u64, 0usize);
     let factory = &harness.factory;
     for scenario in &scenarios {
         if output::lost() {
             break;
         }
         if let Some(skip) = harness.skip(scenario, &args.policy) {
-            out!("{}", report::skip_line(&scenario.path.display().to_string(), &args.policy, &skip));
+            if !args.quiet.failures_only {
+                out!("{}", report::skip_line(&scenario.path.display().to_string(), &args.policy, &skip));
+            }
             skipped += 1;
             continue;
         }
@@ -110,11 +114,17 @@ pub(crate) fn command(args: SweepArgs, harness: &Harness) -> ExitCode {
             output::while_wanted(plan.jobs.iter()),
             args.jobs.workers(plan.jobs.len() as u64),
             |job| explore::run_job(factory, &plan, job),
-            |_, _| progress.completed(None),
+            |_, run| progress.completed(matches!(run.verdict, explore::Verdict::Fired(_)), None),
         );
         progress.finish();
         let elapsed = started.elapsed();
         let report = explore::report(factory, plan, runs);
+        let found_here = !report.baseline_fired.is_empty() || !report.findings.is_empty();
+        found += u64::from(found_here);
+        distinct += report.findings.len();
+        if args.quiet.failures_only && !found_here {
+            continue;
+        }
         out!("sweep {} [{}] depth {} seed {}", scenario.path.display(), args.policy, args.depth, args.seed);
         for failure in &report.baseline_failures {
             out!("  note: the uncut workload: {}", failure.lines().next().unwrap_or_default());
@@ -141,18 +151,18 @@ pub(crate) fn command(args: SweepArgs, harness: &Harness) -> ExitCode {
                     ("FIRED", oracles.iter().cloned().collect::<Vec<_>>().join(", "))
                 }
             };
-            if args.all || matches!(run.verdict, Verdict::Fired(_)) {
+            // Under --failures-only the findings say it, one per signature.
+            if args.all || (matches!(run.verdict, Verdict::Fired(_)) && !args.quiet.failures_only) {
                 out!("  {verdict:<9} {:<24} {}", oracles, ids.join(" + "));
             }
         }
         out!(
-            "  {} runs in {:.2} s of wall time: {clean} clean, {fired_runs} fired, {unreached} unreached{}; {} findings",
+            "  {} runs in {:.2} s of wall time: {clean} clean, {fired_runs} fired, {unreached} unreached{}; {} distinct findings",
             report.runs.len(),
             elapsed.as_secs_f64(),
             if report.skipped > 0 { format!(", {} pairs over the budget", report.skipped) } else { String::new() },
             report.findings.len()
         );
-        found += u64::from(!report.baseline_fired.is_empty() || !report.findings.is_empty());
         for finding in &report.findings {
             anything = true;
             let ids: Vec<String> = finding.placements.iter().map(|p| p.id()).collect();
@@ -161,10 +171,18 @@ pub(crate) fn command(args: SweepArgs, harness: &Harness) -> ExitCode {
                 .as_ref()
                 .map(|folder| format!(" -> {}", write_finding(folder, finding, harness)))
                 .unwrap_or_default();
-            out!("  finding `{}`: {}{}{written}", finding.oracle, ids.join(" + "), reference_note(finding));
+            let runs = match finding.count() {
+                1 => String::new(),
+                n => format!(" ({n} runs came to it)"),
+            };
+            out!("  finding `{}`: {}{runs}{}{written}", finding.oracle, ids.join(" + "), reference_note(finding));
         }
     }
-    out!("swept {swept} workload(s): {found} with findings, {skipped} skipped (harness {})", harness.name());
+    out!(
+        "swept {swept} workload(s): {found} with findings ({distinct} distinct finding{}), {skipped} skipped (harness {})",
+        if distinct == 1 { "" } else { "s" },
+        harness.name()
+    );
     if anything {
         ExitCode::from(EXIT_FAILED)
     } else if swept == 0 {

@@ -36,6 +36,7 @@
 //! }
 //! ```
 
+mod file;
 mod space;
 mod swarm;
 mod sweep;
@@ -58,6 +59,8 @@ pub struct Finding {
     pub placements: Vec<Placement>,
     pub policy: String,
     pub seed: u64,
+    /// The path of the scenario whose workload it was found in.
+    pub workload: String,
     /// The scenario file that reproduces it.
     pub scenario_file: String,
     /// A file name for it: the workload's stem, the oracle and the placements' classes.
@@ -65,9 +68,85 @@ pub struct Finding {
     /// For a finding under a known-bad policy: the oracles the same cuts make fire under the
     /// reference harness (none, if the file really separates the two).
     pub reference_fired: Option<BTreeSet<String>>,
+    /// The other runs that came to the same [`Signature`], as a person names them: the other
+    /// placements of a sweep (`crash-service @ call state::set[...]#3`), or `seed 9` of an
+    /// exploration. This finding is the first of them.
+    pub also: Vec<String>,
+    /// The file's header comment: what found it, and what fires with which cuts.
+    header: Vec<String>,
+    /// The file from `about` on.
+    body: String,
 }
 
+/// What makes two findings one finding: the workload, the oracle, and each cut's kind and class
+/// of site, without which of its like the site was or the cut's timing. Many seeds of an
+/// exploration shrink to one signature; a sweep keeps one finding per signature.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Signature {
+    pub workload: String,
+    pub oracle: String,
+    /// Each cut's [`Placement::class`], sorted: a set of cuts, whatever order they were drawn in.
+    pub cuts: Vec<String>,
+}
+
+impl Signature {
+    pub fn of(workload: &str, oracle: &str, placements: &[Placement]) -> Self {
+        let mut cuts: Vec<String> = placements.iter().map(Placement::class).collect();
+        cuts.sort();
+        Self { workload: workload.to_string(), oracle: oracle.to_string(), cuts }
+    }
+}
+
+impl std::fmt::Display for Signature {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "`{}` with {}", self.oracle, self.cuts.join(" + "))
+    }
+}
+
+/// The header line of a finding's file that counts the runs that came to it, after the count.
+pub(crate) const ALSO_NOTE: &str = " runs in all came to the same finding (the same oracle, kinds and sites of cut)";
+/// The header line of a finding's file that names them.
+pub(crate) const ALSO_NOTE_OTHERS: &str = "The others: ";
+
+/// How many other runs a finding's file and line name before they say how many more there are.
+pub const ALSO_LISTED_MAX: usize = 20;
+
 impl Finding {
+    pub fn signature(&self) -> Signature {
+        Signature::of(&self.workload, &self.oracle, &self.placements)
+    }
+
+    /// How many runs came to this finding: this one and [`Finding::also`].
+    pub fn count(&self) -> usize {
+        1 + self.also.len()
+    }
+
+    /// The other runs, listed (the first [`ALSO_LISTED_MAX`], then how many more).
+    pub fn also_listed(&self) -> String {
+        let listed = &self.also[..self.also.len().min(ALSO_LISTED_MAX)];
+        match self.also.len() - listed.len() {
+            0 => listed.join("; "),
+            more => format!("{} and {more} more", listed.join("; ")),
+        }
+    }
+
+    /// The scenario file, with `notes` (comment lines, such as the command that replays it)
+    /// after the header's account of what was found.
+    pub fn file_text(&self, notes: &[String]) -> String {
+        let mut text = String::new();
+        for line in self.header.iter().chain(notes) {
+            text.push_str(line);
+            text.push('\n');
+        }
+        if !self.also.is_empty() {
+            text.push_str(&format!("# {}{}.\n", self.count(), ALSO_NOTE));
+            text.push_str(&format!("# {}{}.\n", ALSO_NOTE_OTHERS, self.also_listed()));
+        }
+        text.push_str("# A correct harness trips no oracle here; move it into scenarios/ as a regression test.\n");
+        text.push_str(&self.body);
+        text
+    }
+
     /// Checks the finding against the reference harness, for a finding under another policy.
     pub fn check_reference(
         &mut self,
@@ -161,10 +240,9 @@ pub(crate) fn without_steps(workload: &Scenario, removed: &BTreeSet<usize>) -> S
 /// Writes a finding as a scenario file: the workload (its world and steps, without the
 /// expectations its own story made, and without the steps shrinking removed), the cuts that
 /// trigger it, what was found, and what each policy must show: a correct harness trips no
-/// oracle; the policy it was found under trips the one found, and whatever else the same run
-/// trips (`also`), or the file would fail on them. `found_by` says what found it
-/// (`sweep of harness `naive``); the command that replays it is the caller's to add, since only
-/// the caller knows what runs this harness.
+/// oracle; the policy it was found under trips the one found. `found_by` says what found it
+/// (`exploration of harness `naive``); the command that replays it is the caller's to add, since
+/// only the caller knows what runs this harness.
 pub(crate) fn finding(
     scenario: &Scenario,
     placements: &[Placement],
@@ -174,120 +252,35 @@ pub(crate) fn finding(
     removed_steps: &BTreeSet<usize>,
     found_by: &str,
 ) -> Finding {
-    let Found { oracle, fired: also } = found;
-    let mut table: toml::Table = toml::from_str(&scenario.source).expect("a loaded scenario parses");
-    for key in ["about", "expect", "policy"] {
-        table.remove(key);
-    }
-    // The file's text still has the scripted cuts a workload may have run without: the finding
-    // must script what was run, or it does not reproduce.
-    let dropped = [
-        ("cut", scenario.cuts.is_empty()),
-        ("interrupt", scenario.interrupts.is_empty()),
-        ("proxy", scenario.proxy.is_none()),
-    ];
-    for (key, _) in dropped.iter().filter(|(_, empty)| *empty) {
-        table.remove(*key);
-    }
-    // The cuts change the story the workload was written for (a step they keep from completing,
-    // a scripted reply they leave unasked or asked differently): the file is judged by the
-    // oracles alone, as the run that found it was.
-    table.insert("oracles_only".into(), toml::Value::Boolean(true));
-    if let Some(toml::Value::Array(steps)) = table.get_mut("step") {
-        let kept: Vec<toml::Value> =
-            steps.iter().enumerate().filter(|(i, _)| !removed_steps.contains(i)).map(|(_, s)| s.clone()).collect();
-        *steps = kept;
-    }
+    let Found { oracle, fired } = found;
     let ids: Vec<String> = placements.iter().map(Placement::id).collect();
     let about =
         format!("The {found_by} found `{oracle}` under policy `{policy}` (seed {seed}) with: {}", ids.join("; "));
-    for placement in placements {
-        add_cut(&mut table, placement);
-    }
-    let mut policies = toml::Table::new();
-    policies.insert("reference".into(), toml::Value::Table(toml::Table::new()));
-    if policy != "reference" && oracle != "limit" {
-        let mut bad = toml::Table::new();
-        let mut violations: BTreeSet<&str> = also.iter().map(String::as_str).filter(|o| *o != "limit").collect();
-        violations.insert(oracle);
-        let violations = violations.into_iter().map(|o| toml::Value::String(o.into())).collect();
-        bad.insert("violations".into(), toml::Value::Array(violations));
-        policies.insert(policy.into(), toml::Value::Table(bad));
-    }
-    table.insert("policy".into(), toml::Value::Table(policies));
-    let mut text = format!(
-        "# Found by the {found_by} from {} under policy `{policy}`, seed {seed}.\n\
-         # A correct harness trips no oracle here; move it into scenarios/ as a regression test.\n",
-        scenario.path.display()
-    );
-    table.insert("about".into(), toml::Value::String(about));
-    text.push_str(&toml::to_string_pretty(&table).expect("a scenario table serializes"));
+    let contents = file::Contents { about: &about, placements, policy, oracle, fired, removed_steps };
+    let body = file::scenario_toml(scenario, &contents);
+    let (cuts, them) = if placements.len() == 1 { ("this cut", "it") } else { ("these cuts", "them") };
+    let mut header = vec![
+        format!("# Found by the {found_by}, under policy `{policy}` with seed {seed},"),
+        format!("# on {}: `{oracle}` fires with {cuts} (and not without {them}):", scenario.path.display()),
+    ];
+    header.extend(ids.iter().map(|id| format!("#   {id}")));
     let classes: Vec<String> = placements.iter().map(Placement::class).collect();
     let file_name = format!("{}--{oracle}--{}.toml", scenario.name(), slug(&classes.join("--")));
-    Finding {
+    let mut finding = Finding {
         oracle: oracle.into(),
         placements: placements.to_vec(),
         policy: policy.into(),
         seed,
-        scenario_file: text,
+        workload: scenario.path.display().to_string(),
+        scenario_file: String::new(),
         file_name,
         reference_fired: None,
-    }
-}
-
-/// A placement as the scenario-file table that scripts it.
-fn add_cut(table: &mut toml::Table, placement: &Placement) {
-    let mut cut = toml::Table::new();
-    let text = |s: &str| toml::Value::String(s.to_string());
-    let number = |n: u64| toml::Value::Integer(i64::try_from(n).unwrap_or(i64::MAX));
-    let push = |table: &mut toml::Table, key: &str, value: toml::Table| {
-        let entry = table.entry(key.to_string()).or_insert_with(|| toml::Value::Array(Vec::new()));
-        if let toml::Value::Array(items) = entry {
-            items.push(toml::Value::Table(value));
-        }
+        also: Vec::new(),
+        header,
+        body,
     };
-    match &placement.site {
-        Site::Call { function, about, nth } => {
-            cut.insert("function".into(), text(function));
-            if !about.is_empty() {
-                let conditions: toml::Table = about.iter().map(|(k, v)| (k.clone(), text(v))).collect();
-                cut.insert("match".into(), toml::Value::Table(conditions));
-            }
-            cut.insert("action".into(), text(placement.kind.name()));
-            match placement.kind {
-                Kind::Delay => drop(cut.insert("delay_ms".into(), number(placement.ms.unwrap_or(0)))),
-                Kind::PauseCaller => drop(cut.insert("pause_ms".into(), number(placement.ms.unwrap_or(0)))),
-                Kind::IsolateCaller => drop(cut.insert("isolate_ms".into(), number(placement.ms.unwrap_or(0)))),
-                _ => {}
-            }
-            cut.insert("skip".into(), number(nth - 1));
-            push(table, "cut", cut);
-        }
-        Site::Point { worker, point, nth } => {
-            cut.insert("worker".into(), text(worker));
-            cut.insert("point".into(), text(point));
-            cut.insert("action".into(), text(placement.kind.name()));
-            if placement.kind == Kind::Pause {
-                cut.insert("pause_ms".into(), number(placement.ms.unwrap_or(0)));
-            }
-            cut.insert("skip".into(), number(nth - 1));
-            push(table, "interrupt", cut);
-        }
-        Site::Frame { worker, up, frame, function, nth } => {
-            cut.insert("action".into(), text(placement.kind.name()));
-            cut.insert("count".into(), text("once"));
-            cut.insert("skip".into(), number(nth - 1));
-            cut.insert("direction".into(), text(if *up { "up" } else { "down" }));
-            let conditions: toml::Table =
-                [("type".to_string(), text(frame)), ("function_id".to_string(), text(function))].into_iter().collect();
-            cut.insert("match".into(), toml::Value::Table(conditions));
-            let proxy = table.entry("proxy".to_string()).or_insert_with(|| toml::Value::Table(toml::Table::new()));
-            if let toml::Value::Table(proxy) = proxy {
-                proxy.entry("worker".to_string()).or_insert_with(|| text(worker));
-                push(proxy, "rule", cut);
-            }
-        }
-    }
+    finding.scenario_file = finding.file_text(&[]);
+    finding
 }
 
 #[cfg(test)]

@@ -2,10 +2,11 @@
 //! first (sites next to effects, commits and acknowledgements).
 
 use super::space::{cut_space, Placement, SpaceOptions};
-use super::{bare_run, finding, fired, run_placed, workload, Finding, Found};
+use super::{bare_run, finding, fired, run_placed, workload, Finding, Found, Signature};
 use crate::harness::HarnessFactory;
 use crate::run::{run_with, RunOutcome};
 use crate::scenario::Scenario;
+use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
@@ -76,7 +77,7 @@ pub struct SweepReport {
     pub baseline_fired: BTreeSet<String>,
     pub baseline_failures: Vec<String>,
     pub runs: Vec<SweepRun>,
-    /// One per oracle and placement class, the first found.
+    /// One per [`Signature`], the first found, with the runs that came to the same named in it.
     pub findings: Vec<Finding>,
     pub skipped: usize,
 }
@@ -129,32 +130,40 @@ pub fn run_job(harness: &Arc<dyn HarnessFactory>, plan: &SweepPlan, placements: 
     SweepRun { placements: placements.to_vec(), verdict, wall_us: outcome.wall_us }
 }
 
-/// Folds the runs (in plan order) into findings: one per oracle and placement class, each
-/// checked against the reference harness when it was found under another policy.
+/// Folds the runs (in plan order) into findings: one per [`Signature`], the first run found,
+/// naming the others in [`Finding::also`]; each checked against the reference harness when it
+/// was found under another policy.
 pub fn report(harness: &Arc<dyn HarnessFactory>, plan: SweepPlan, runs: Vec<SweepRun>) -> SweepReport {
-    let mut findings: BTreeMap<(String, String), Finding> = BTreeMap::new();
+    let mut findings: BTreeMap<Signature, Finding> = BTreeMap::new();
     for run in &runs {
         let Verdict::Fired(oracles) = &run.verdict else { continue };
-        let class: Vec<String> = run.placements.iter().map(Placement::class).collect();
+        let workload = plan.workload.path.display().to_string();
         // The file replays the whole run: what the uncut run trips fires there too.
         let all: BTreeSet<String> = oracles.union(&plan.baseline_fired).cloned().collect();
         for oracle in oracles {
-            findings.entry((oracle.clone(), class.join(" + "))).or_insert_with(|| {
-                finding(
-                    &plan.workload,
-                    &run.placements,
-                    &plan.options.policy,
-                    Found { oracle, fired: &all },
-                    plan.options.seed,
-                    &BTreeSet::new(),
-                    &format!("sweep of harness `{}`", harness.name()),
-                )
-            });
+            match findings.entry(Signature::of(&workload, oracle, &run.placements)) {
+                Entry::Vacant(entry) => {
+                    entry.insert(finding(
+                        &plan.workload,
+                        &run.placements,
+                        &plan.options.policy,
+                        Found { oracle, fired: &all },
+                        plan.options.seed,
+                        &BTreeSet::new(),
+                        &format!("sweep of harness `{}`", harness.name()),
+                    ));
+                }
+                Entry::Occupied(mut entry) => {
+                    let ids: Vec<String> = run.placements.iter().map(Placement::id).collect();
+                    entry.get_mut().also.push(ids.join(" + "));
+                }
+            }
         }
     }
     let mut findings: Vec<Finding> = findings.into_values().collect();
     for finding in &mut findings {
         finding.check_reference(harness, &plan.workload, &BTreeSet::new());
+        finding.scenario_file = finding.file_text(&[]);
     }
     SweepReport {
         baseline_fired: plan.baseline_fired,
