@@ -2,11 +2,13 @@
 //! written as a minimal scenario file.
 
 use super::artifacts::write_finding;
+use super::live::{workload_skip, LiveSweepArgs};
 use super::parallel::{for_each_ordered, Jobs};
 use super::progress::Progress;
 use super::sweep::{known_policy, output_folder, reference_note};
 use super::{bad_input, load_scenarios, output, parse_seed_range, Harness, EXIT_BAD_INPUT, EXIT_FAILED};
-use crate::{explore, report};
+use crate::explore::{self, Runs};
+use crate::report;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -33,6 +35,8 @@ pub struct ExploreArgs {
     pub keep_cuts: bool,
     #[command(flatten)]
     pub jobs: Jobs,
+    #[command(flatten)]
+    pub live: LiveSweepArgs,
 }
 
 pub(crate) fn command(args: ExploreArgs, harness: &Harness) -> ExitCode {
@@ -45,9 +49,21 @@ pub(crate) fn command(args: ExploreArgs, harness: &Harness) -> ExitCode {
         return code;
     }
     let Some(mut scenarios) = load_scenarios(&args.paths) else { return ExitCode::from(EXIT_BAD_INPUT) };
+    let live = match args.live.runs(harness, args.out.as_deref()) {
+        Ok(live) => live,
+        Err(code) => return code,
+    };
+    let made_by: &dyn Runs = match &live {
+        Some(live) => live,
+        None => &harness.factory,
+    };
     let per_scenario = seeds.end.saturating_sub(seeds.start);
     let mut skipped = 0u64;
-    scenarios.retain(|scenario| match harness.skip(scenario, &args.policy) {
+    let skip = |scenario: &crate::Scenario| match &live {
+        Some(live) => workload_skip(live, scenario, &args.policy, args.keep_cuts),
+        None => harness.skip(scenario, &args.policy),
+    };
+    scenarios.retain(|scenario| match skip(scenario) {
         Some(skip) => {
             out!("{}", report::skip_line(&scenario.path.display().to_string(), &args.policy, &skip));
             skipped = skipped.saturating_add(per_scenario);
@@ -55,7 +71,6 @@ pub(crate) fn command(args: ExploreArgs, harness: &Harness) -> ExitCode {
         }
         None => true,
     });
-    let factory = &harness.factory;
     let (mut explored, mut failing) = (0u64, 0u64);
     let jobs =
         output::while_wanted(scenarios.iter().flat_map(|scenario| seeds.clone().map(move |seed| (scenario, seed))));
@@ -65,7 +80,7 @@ pub(crate) fn command(args: ExploreArgs, harness: &Harness) -> ExitCode {
     for_each_ordered(
         jobs,
         args.jobs.workers(total),
-        |(scenario, seed)| (scenario, explore::explore(factory, scenario, &args.policy, seed, args.keep_cuts)),
+        |(scenario, seed)| (scenario, explore::explore(made_by, scenario, &args.policy, seed, args.keep_cuts)),
         |_, _| progress.completed(None),
         |_, (scenario, exploration)| {
             explored += 1;
@@ -85,18 +100,19 @@ pub(crate) fn command(args: ExploreArgs, harness: &Harness) -> ExitCode {
             ));
             let path = std::path::absolute(&scenario.path).unwrap_or_else(|_| scenario.path.clone());
             progress.out(&format!(
-                "    repro: {} explore {} --policy {} --seed {seed}{}",
+                "    repro: {} explore {} --policy {} --seed {seed}{}{}",
                 harness.program,
                 crate::run::shell_word(&path.to_string_lossy()),
                 args.policy,
-                if args.keep_cuts { " --keep-cuts" } else { "" }
+                if args.keep_cuts { " --keep-cuts" } else { "" },
+                live.as_ref().map(|live| live.flags()).unwrap_or_default()
             ));
             if let Some(shrunk) = &exploration.shrunk {
                 let cuts: Vec<String> = shrunk.placements.iter().map(|p| p.id()).collect();
                 let written = args
                     .out
                     .as_ref()
-                    .map(|folder| format!(" -> {}", write_finding(folder, shrunk, harness)))
+                    .map(|folder| format!(" -> {}", write_finding(folder, shrunk, harness, live.as_ref())))
                     .unwrap_or_default();
                 progress.out(&format!(
                     "    shrunk to {} cut(s) in {} runs: {}{}{written}",
@@ -112,7 +128,7 @@ pub(crate) fn command(args: ExploreArgs, harness: &Harness) -> ExitCode {
     out!(
         "explored {explored} seed(s): {} clean, {failing} failing, {skipped} skipped (harness {})",
         explored - failing,
-        harness.name()
+        made_by.name()
     );
     if failing > 0 {
         ExitCode::from(EXIT_FAILED)

@@ -20,11 +20,13 @@ mod plan;
 mod rigfns;
 mod runner;
 mod spawn;
+mod sweep;
 
 pub use harness::{serve_harness, HarnessProcess};
 pub use plan::{check_time_scale, prepare_live, LiveScenario, Processes};
 pub use rigfns::{config_json, RIG_CONFIG, RIG_NOTE};
 pub use spawn::{SpawnOptions, HOST_VARIABLE, URL_VARIABLE};
+pub use sweep::{LiveRuns, LiveSweepOptions};
 
 use crate::bus::Bus;
 use crate::layout::RecordLayout;
