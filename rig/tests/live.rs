@@ -608,3 +608,26 @@ fn bounded(command: &mut Command) -> std::process::Output {
         }
     }
 }
+
+/// With `--spawn`, only the processes the run started may connect: each has the run's key in
+/// its URL, so a worker of another run that happens to reconnect to this port (an earlier
+/// `rig live` on the same port number, say) is refused (403) instead of serving this run's turn.
+#[test]
+fn a_worker_the_run_did_not_start_is_refused_under_spawn() {
+    use tokio_tungstenite::tungstenite;
+    // The run's own harness connects a moment later; the stranger comes first.
+    let spawn = format!("sleep 1; exec {} harness", env!("CARGO_BIN_EXE_rig"));
+    let live = start_live(&["scenarios/smoke/healthy-turn.toml"], &["--spawn", &spawn]);
+    let address = live.url.trim_start_matches("ws://").to_string();
+    let stream = std::net::TcpStream::connect(&address).expect("connect to rig live");
+    stream.set_read_timeout(Some(STARTUP_MAX)).expect("a read timeout");
+    let status = match tungstenite::client(format!("{}/", live.url), stream) {
+        Ok(_) => None,
+        Err(tungstenite::HandshakeError::Failure(tungstenite::Error::Http(answer))) => Some(answer.status().as_u16()),
+        Err(other) => panic!("the handshake broke: {other}"),
+    };
+    assert_eq!(status, Some(403), "a connection without the run's key is refused");
+    let (code, verdicts) = live.finish();
+    assert_eq!(code, Some(0), "{verdicts:#?}");
+    assert!(verdicts.len() == 1 && verdicts[0].passed, "{verdicts:#?}");
+}
