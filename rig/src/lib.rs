@@ -49,8 +49,8 @@ pub use harness::{
 };
 pub use layout::{ActionClass, ActionVersion, RecordLayout, CONTROL_SCOPE};
 pub use live::{
-    config_json, prepare_live, run_live, serve_harness, HarnessProcess, LiveListener, LiveOptions, LiveScenario,
-    Processes, SpawnOptions, HOST_VARIABLE, RIG_CONFIG, RIG_NOTE, URL_VARIABLE,
+    config_json, prepare_live, run_live, serve_harness, HarnessProcess, LiveListener, LiveOptions, LiveRuns,
+    LiveScenario, LiveSweepOptions, Processes, SpawnOptions, HOST_VARIABLE, RIG_CONFIG, RIG_NOTE, URL_VARIABLE,
 };
 pub use oracle::{Oracle, Violation};
 pub use run::{reference, run, run_with, ActionStatus, Rerun, RunOutcome};

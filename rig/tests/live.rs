@@ -549,3 +549,85 @@ fn a_hostile_worker_is_refused_and_the_run_goes_on() {
     assert_eq!(code, Some(0), "{verdicts:#?}");
     assert!(verdicts.len() == 1 && verdicts[0].passed, "{verdicts:#?}");
 }
+
+/// `rig sweep --live` sweeps the Python worker's swallowing variant live, each cut run against a
+/// process the rig starts, and finds what the simulated sweep of the `swallow` policy finds: the
+/// first placements of the live cut space (the worker's own calls to the rig, then the turn's
+/// invocation) include a drop of the turn's invocation, which leaves the turn running
+/// (`liveness`). Its finding is written as a scenario file that says how to rerun it live, and
+/// its live replay trips the oracle again. (The whole sweep, 86 live runs, is in the notes: too
+/// long for a test.)
+#[test]
+fn a_live_sweep_of_the_swallowing_python_worker_finds_what_the_simulated_sweep_finds() {
+    let file = "scenarios/incident-001/finalization/healthy.toml";
+    let workload = rig::Scenario::load(&workspace().join(file)).expect("a valid scenario");
+    let options = rig::explore::SweepOptions { policy: "swallow".into(), ..Default::default() };
+    let simulated: BTreeSet<(String, String)> = rig::explore::sweep(&rig::reference(), &workload, &options)
+        .findings
+        .iter()
+        .map(|f| (f.oracle.clone(), f.placements.iter().map(|p| p.id()).collect::<Vec<_>>().join(" + ")))
+        .collect();
+    let (spawn, envs) = python_worker(true);
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("live-sweep-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let mut command = Command::new(env!("CARGO_BIN_EXE_rig"));
+    command.current_dir(workspace()).args(["sweep", file, "--policy", "swallow", "--live", "--spawn", &spawn]);
+    command.args(["--time-scale", TIME_SCALE, "--budget", "7", "--jobs", "2", "--out", out.to_str().unwrap()]);
+    let output = bounded(command.envs(envs.iter().map(|(name, value)| (*name, value))));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(1), "a finding exits 1:\n{stdout}");
+    assert!(stdout.contains("(harness live)") && stdout.contains("  live: the uncut run "), "{stdout}");
+    let found: Vec<&str> = stdout.lines().filter(|line| line.starts_with("  finding `")).collect();
+    let matched: Vec<&&str> = found
+        .iter()
+        .filter(|line| simulated.iter().any(|(oracle, ids)| line.starts_with(&format!("  finding `{oracle}`: {ids} "))))
+        .collect();
+    assert!(!matched.is_empty(), "no live finding is a simulated one ({simulated:#?}):\n{stdout}");
+    for line in matched {
+        assert!(line.contains(" live ") && line.contains("--spawn") && !line.contains("NOT REPRODUCED"), "{line}");
+        let written = line.split(" -> ").nth(1).and_then(|rest| rest.split(" (replay: ").next()).expect("a file");
+        let text = std::fs::read_to_string(written).expect("the finding was written");
+        assert!(text.lines().nth(1).is_some_and(|l| l.starts_with("# Replay it live with `")), "{text}");
+    }
+    let processes = std::fs::read_dir(out.join("processes")).expect("the processes' output").count();
+    assert!(processes >= 8, "one output file per process start: {processes}");
+}
+
+/// Runs `command` to its end, bounded by [`LIVE_RUN_MAX`].
+fn bounded(command: &mut Command) -> std::process::Output {
+    let child = command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("start rig");
+    let (sender, receiver) = mpsc::channel();
+    let pid = child.id();
+    std::thread::spawn(move || drop(sender.send(child.wait_with_output())));
+    match receiver.recv_timeout(LIVE_RUN_MAX) {
+        Ok(output) => output.expect("rig ran"),
+        Err(_) => {
+            // SIGTERM: rig kills every process it started before it exits.
+            let _ = Command::new("kill").arg(pid.to_string()).status();
+            panic!("rig took over {LIVE_RUN_MAX:?}");
+        }
+    }
+}
+
+/// With `--spawn`, only the processes the run started may connect: each has the run's key in
+/// its URL, so a worker of another run that happens to reconnect to this port (an earlier
+/// `rig live` on the same port number, say) is refused (403) instead of serving this run's turn.
+#[test]
+fn a_worker_the_run_did_not_start_is_refused_under_spawn() {
+    use tokio_tungstenite::tungstenite;
+    // The run's own harness connects a moment later; the stranger comes first.
+    let spawn = format!("sleep 1; exec {} harness", env!("CARGO_BIN_EXE_rig"));
+    let live = start_live(&["scenarios/smoke/healthy-turn.toml"], &["--spawn", &spawn]);
+    let address = live.url.trim_start_matches("ws://").to_string();
+    let stream = std::net::TcpStream::connect(&address).expect("connect to rig live");
+    stream.set_read_timeout(Some(STARTUP_MAX)).expect("a read timeout");
+    let status = match tungstenite::client(format!("{}/", live.url), stream) {
+        Ok(_) => None,
+        Err(tungstenite::HandshakeError::Failure(tungstenite::Error::Http(answer))) => Some(answer.status().as_u16()),
+        Err(other) => panic!("the handshake broke: {other}"),
+    };
+    assert_eq!(status, Some(403), "a connection without the run's key is refused");
+    let (code, verdicts) = live.finish();
+    assert_eq!(code, Some(0), "{verdicts:#?}");
+    assert!(verdicts.len() == 1 && verdicts[0].passed, "{verdicts:#?}");
+}

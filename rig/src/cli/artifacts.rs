@@ -3,7 +3,9 @@
 //! that reproduces it, replayed from that file to check that it does.
 
 use super::Harness;
+use crate::explore::Runs as _;
 use crate::run::RunOutcome;
+use crate::LiveRuns;
 use crate::{explore, timeline};
 use std::path::{Path, PathBuf};
 
@@ -50,9 +52,19 @@ pub(crate) fn run_stem(outcome: &RunOutcome) -> String {
 /// it. Returns the line that names them: the file, the command that replays it with this
 /// harness (a finding reproduces under the seed it was found with) and the replay's trace hash,
 /// and `NOT REPRODUCED` when the written file does not trip the finding's oracle, which would be
-/// a bug of the rig's.
-pub(crate) fn write_finding(folder: &Path, finding: &explore::Finding, harness: &Harness) -> String {
-    let replay = format!("# Replay it with `{} run <this file> --seed {}`.", harness.program, finding.seed);
+/// a bug of the rig's. A finding of a live sweep (`live`) is replayed live, and its file says how.
+pub(crate) fn write_finding(
+    folder: &Path,
+    finding: &explore::Finding,
+    harness: &Harness,
+    live: Option<&LiveRuns>,
+) -> String {
+    let replay = match live {
+        Some(live) => {
+            format!("# Replay it live with `{}`.", live.command("<this file>", &finding.policy, finding.seed))
+        }
+        None => format!("# Replay it with `{} run <this file> --seed {}`.", harness.program, finding.seed),
+    };
     let text = finding.file_text(&[replay]);
     let path = match finding_path(folder, finding, &text) {
         Ok(path) => path,
@@ -66,7 +78,10 @@ pub(crate) fn write_finding(folder: &Path, finding: &explore::Finding, harness: 
         Err(error) => return format!("{} NOT REPRODUCED: the written file does not load: {error}", path.display()),
     };
     let policy_run = scenario.run_of(&finding.policy).cloned().unwrap_or_else(|| explore::bare_run(&finding.policy));
-    let outcome = harness.run(&scenario, &policy_run, finding.seed);
+    let outcome = match live {
+        Some(live) => live.run(&scenario, &policy_run, finding.seed),
+        None => harness.run(&scenario, &policy_run, finding.seed),
+    };
     let mut line = format!("{} (replay: {}; trace hash {})", path.display(), outcome.repro(), outcome.trace_hash);
     let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
     let written = write_run(&outcome, folder, &stem);

@@ -2,11 +2,13 @@
 //! written as a minimal scenario file.
 
 use super::artifacts::write_finding;
+use super::live::{workload_skip, LiveSweepArgs};
 use super::parallel::{for_each_ordered, Jobs};
 use super::progress::Progress;
 use super::sweep::{known_policy, output_folder, reference_note};
 use super::{bad_input, load_scenarios, output, parse_seed_range, Harness, Quiet, EXIT_BAD_INPUT, EXIT_FAILED};
-use crate::{explore, report};
+use crate::explore::{self, Runs};
+use crate::{report, LiveRuns};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -36,6 +38,8 @@ pub struct ExploreArgs {
     pub quiet: Quiet,
     #[command(flatten)]
     pub jobs: Jobs,
+    #[command(flatten)]
+    pub live: LiveSweepArgs,
 }
 
 pub(crate) fn command(args: ExploreArgs, harness: &Harness) -> ExitCode {
@@ -48,9 +52,21 @@ pub(crate) fn command(args: ExploreArgs, harness: &Harness) -> ExitCode {
         return code;
     }
     let Some(mut scenarios) = load_scenarios(&args.paths) else { return ExitCode::from(EXIT_BAD_INPUT) };
+    let live = match args.live.runs(harness, args.out.as_deref()) {
+        Ok(live) => live,
+        Err(code) => return code,
+    };
+    let made_by: &dyn Runs = match &live {
+        Some(live) => live,
+        None => &harness.factory,
+    };
     let per_scenario = seeds.end.saturating_sub(seeds.start);
     let mut skipped = 0u64;
-    scenarios.retain(|scenario| match harness.skip(scenario, &args.policy) {
+    let skip = |scenario: &crate::Scenario| match &live {
+        Some(live) => workload_skip(live, scenario, &args.policy, args.keep_cuts),
+        None => harness.skip(scenario, &args.policy),
+    };
+    scenarios.retain(|scenario| match skip(scenario) {
         Some(skip) => {
             if !args.quiet.failures_only {
                 out!("{}", report::skip_line(&scenario.path.display().to_string(), &args.policy, &skip));
@@ -60,7 +76,6 @@ pub(crate) fn command(args: ExploreArgs, harness: &Harness) -> ExitCode {
         }
         None => true,
     });
-    let factory = &harness.factory;
     let (mut explored, mut failing) = (0u64, 0u64);
     let mut found = Findings::default();
     let jobs =
@@ -72,7 +87,7 @@ pub(crate) fn command(args: ExploreArgs, harness: &Harness) -> ExitCode {
     for_each_ordered(
         jobs,
         args.jobs.workers(total),
-        |(scenario, seed)| (scenario, explore::explore(factory, scenario, &args.policy, seed, args.keep_cuts)),
+        |(scenario, seed)| (scenario, explore::explore(made_by, scenario, &args.policy, seed, args.keep_cuts)),
         |_, (_, exploration)| progress.completed(!exploration.fired.is_empty(), None),
         |_, (scenario, exploration)| {
             explored += 1;
@@ -98,14 +113,14 @@ pub(crate) fn command(args: ExploreArgs, harness: &Harness) -> ExitCode {
     );
     progress.finish();
     for (number, each) in found.found.iter().enumerate() {
-        print_finding(number + 1, each, &args, harness);
+        print_finding(number + 1, each, &args, harness, live.as_ref());
     }
     out!(
         "explored {explored} seed(s): {} clean, {failing} failing ({} distinct finding{}), {skipped} skipped (harness {})",
         explored - failing,
         found.found.len(),
         if found.found.len() == 1 { "" } else { "s" },
-        harness.name()
+        made_by.name()
     );
     if failing > 0 {
         ExitCode::from(EXIT_FAILED)
@@ -149,7 +164,7 @@ impl Findings {
 
 /// A finding, once: its signature, the seeds that shrank to it, the repro of the first, its
 /// cuts, and the file it is written to.
-fn print_finding(number: usize, found: &Found, args: &ExploreArgs, harness: &Harness) {
+fn print_finding(number: usize, found: &Found, args: &ExploreArgs, harness: &Harness, live: Option<&LiveRuns>) {
     let Found { finding, seeds, runs } = found;
     let seeds = match seeds.len() {
         1 => format!("seed {}", finding.seed),
@@ -158,16 +173,20 @@ fn print_finding(number: usize, found: &Found, args: &ExploreArgs, harness: &Har
     out!("finding #{number} {} on {} [{}], {seeds}", finding.signature(), finding.workload, finding.policy);
     let path = std::path::absolute(&finding.workload).unwrap_or_else(|_| PathBuf::from(&finding.workload));
     out!(
-        "    repro: {} explore {} --policy {} --seed {}{}",
+        "    repro: {} explore {} --policy {} --seed {}{}{}",
         harness.program,
         crate::run::shell_word(&path.to_string_lossy()),
         finding.policy,
         finding.seed,
-        if args.keep_cuts { " --keep-cuts" } else { "" }
+        if args.keep_cuts { " --keep-cuts" } else { "" },
+        live.map(|live| live.flags()).unwrap_or_default()
     );
     let cuts: Vec<String> = finding.placements.iter().map(|p| p.id()).collect();
-    let written =
-        args.out.as_ref().map(|folder| format!(" -> {}", write_finding(folder, finding, harness))).unwrap_or_default();
+    let written = args
+        .out
+        .as_ref()
+        .map(|folder| format!(" -> {}", write_finding(folder, finding, harness, live)))
+        .unwrap_or_default();
     out!(
         "    shrunk to {} cut(s) in {runs} runs: {}{}{written}",
         cuts.len(),

@@ -4,12 +4,15 @@ use super::{
     bad_input, load_scenarios, output, selected_runs, trace_lines, trace_sink, Harness, EXIT_BAD_INPUT, EXIT_FAILED,
 };
 use crate::capability::{Capabilities, Skip};
+use crate::explore::Runs as _;
 use crate::live::check_time_scale;
 use crate::report::{self, SkippedRun};
-use crate::{prepare_live, run_live, LiveListener, LiveOptions, Processes, SpawnOptions};
+use crate::scenario::Scenario;
+use crate::{prepare_live, run_live, LiveListener, LiveOptions, LiveRuns, LiveSweepOptions, Processes, SpawnOptions};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 
 /// The harness skip lines name: whatever process connects.
 const LIVE: &str = "live";
@@ -262,4 +265,69 @@ fn spawn_options(command: &str, args: &LiveArgs) -> Result<SpawnOptions, String>
     std::fs::create_dir_all(&logs)
         .map_err(|e| format!("cannot write the processes' output to {}: {e}", logs.display()))?;
     Ok(SpawnOptions { command: command.to_string(), logs })
+}
+
+/// `--live --spawn CMD` of `rig sweep` and `rig explore`: every run of the sweep or the
+/// exploration made live against the harness process the command starts.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct LiveSweepArgs {
+    /// Make every run live, against the harness process --spawn starts for it (each run on a
+    /// loopback port of its own, so --jobs N runs N worlds at once).
+    #[arg(long, requires = "spawn")]
+    pub live: bool,
+    /// With --live: the shell command that starts your harness, as for `rig live --spawn`.
+    #[arg(long, value_name = "CMD", requires = "live")]
+    pub spawn: Option<String>,
+    /// With --live: multiply every timing of the scenarios by this, as for `rig live`.
+    #[arg(long, requires = "live")]
+    pub time_scale: Option<f64>,
+    /// With --live: where the processes' output goes, a file per process start (default: in
+    /// `processes/` under --out, else a fresh folder in the system's temporary folder).
+    #[arg(long, requires = "live")]
+    pub logs: Option<PathBuf>,
+}
+
+impl LiveSweepArgs {
+    /// The live runs asked for, if any; bad input when they cannot be set up. Says on stderr
+    /// what a live run is.
+    pub(crate) fn runs(&self, rig: &Harness, out: Option<&Path>) -> Result<Option<LiveRuns>, ExitCode> {
+        let Some(command) = self.spawn.as_deref().filter(|_| self.live) else { return Ok(None) };
+        if let Some(Err(why)) = self.time_scale.map(check_time_scale) {
+            return Err(bad_input(&why));
+        }
+        if command.trim().is_empty() {
+            return Err(bad_input("--spawn: expected the command that starts your harness"));
+        }
+        let logs = match (&self.logs, out) {
+            (Some(folder), _) => folder.clone(),
+            (None, Some(out)) => out.join("processes"),
+            (None, None) => std::env::temp_dir().join(format!("rig-live-{}", std::process::id())),
+        };
+        if let Err(e) = std::fs::create_dir_all(&logs) {
+            return Err(bad_input(&format!("cannot write the processes' output to {}: {e}", logs.display())));
+        }
+        let spawn = SpawnOptions { command: command.to_string(), logs };
+        let scale = self.time_scale.map(|s| format!(", every scenario timing scaled by {s}")).unwrap_or_default();
+        err!(
+            "rig: live: starting `{command}` for each harness host of each run (III_URL, RIG_HOST), its output in {}; \
+             real time{scale}; {NO_REPLAY}",
+            spawn.logs.display()
+        );
+        let options = LiveSweepOptions {
+            spawn,
+            time_scale: self.time_scale,
+            connect_timeout_ms: 30_000,
+            quiet_ms: 1_000,
+            // `live` is a command of the `rig` binary only: a harness's own binary (rig::cli::main)
+            // sweeps live, but its findings rerun live with `rig live`.
+            program: if rig.name() == "reference" { rig.program.clone() } else { "rig".into() },
+        };
+        Ok(Some(LiveRuns::new(options, Arc::clone(&rig.factory))))
+    }
+}
+
+/// Why live mode cannot sweep or explore `scenario`'s workload under `policy`, if it cannot.
+pub(crate) fn workload_skip(live: &LiveRuns, scenario: &Scenario, policy: &str, keep_cuts: bool) -> Option<Skip> {
+    let unmet = scenario.requirements(policy).unmet(LIVE, &Capabilities::all());
+    unmet.or_else(|| live.cannot(&crate::explore::workload(scenario, keep_cuts)).map(|why| Skip::not_live(LIVE, why)))
 }

@@ -2,10 +2,11 @@
 //! written as a minimal scenario file.
 
 use super::artifacts::write_finding;
+use super::live::{workload_skip, LiveSweepArgs};
 use super::parallel::{map_ordered, Jobs};
 use super::progress::Progress;
 use super::{bad_input, load_scenarios, output, Harness, Quiet, EXIT_BAD_INPUT, EXIT_FAILED};
-use crate::explore::{self, SpaceOptions, SweepOptions, Verdict};
+use crate::explore::{self, Runs, SpaceOptions, SweepOptions, Verdict};
 use crate::report;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -44,6 +45,8 @@ pub struct SweepArgs {
     pub quiet: Quiet,
     #[command(flatten)]
     pub jobs: Jobs,
+    #[command(flatten)]
+    pub live: LiveSweepArgs,
 }
 
 /// A budget of no runs would sweep nothing and report a clean workload.
@@ -83,6 +86,14 @@ pub(crate) fn command(args: SweepArgs, harness: &Harness) -> ExitCode {
         return code;
     }
     let Some(scenarios) = load_scenarios(&args.paths) else { return ExitCode::from(EXIT_BAD_INPUT) };
+    let live = match args.live.runs(harness, args.out.as_deref()) {
+        Ok(live) => live,
+        Err(code) => return code,
+    };
+    let made_by: &dyn Runs = match &live {
+        Some(live) => live,
+        None => &harness.factory,
+    };
     let options = SweepOptions {
         policy: args.policy.clone(),
         depth: args.depth,
@@ -93,12 +104,15 @@ pub(crate) fn command(args: SweepArgs, harness: &Harness) -> ExitCode {
     };
     let mut anything = false;
     let (mut swept, mut skipped, mut found, mut distinct) = (0u64, 0u64, 0u64, 0usize);
-    let factory = &harness.factory;
     for scenario in &scenarios {
         if output::lost() {
             break;
         }
-        if let Some(skip) = harness.skip(scenario, &args.policy) {
+        let skip = match &live {
+            Some(live) => workload_skip(live, scenario, &args.policy, args.keep_cuts),
+            None => harness.skip(scenario, &args.policy),
+        };
+        if let Some(skip) = skip {
             if !args.quiet.failures_only {
                 out!("{}", report::skip_line(&scenario.path.display().to_string(), &args.policy, &skip));
             }
@@ -108,17 +122,18 @@ pub(crate) fn command(args: SweepArgs, harness: &Harness) -> ExitCode {
         swept += 1;
         // Wall time, for the summary line only: the uncut run and the sweep's, as they took.
         let started = std::time::Instant::now();
-        let plan = explore::plan(factory, scenario, &options);
+        let plan = explore::plan(made_by, scenario, &options);
         let progress = Progress::new(plan.jobs.len() as u64);
         let runs = map_ordered(
             output::while_wanted(plan.jobs.iter()),
             args.jobs.workers(plan.jobs.len() as u64),
-            |job| explore::run_job(factory, &plan, job),
+            |job| explore::run_job(made_by, &plan, job),
             |_, run| progress.completed(matches!(run.verdict, explore::Verdict::Fired(_)), None),
         );
         progress.finish();
         let elapsed = started.elapsed();
-        let report = explore::report(factory, plan, runs);
+        let baseline_us = plan.baseline.wall_us;
+        let report = explore::report(made_by, plan, runs);
         let found_here = !report.baseline_fired.is_empty() || !report.findings.is_empty();
         found += u64::from(found_here);
         distinct += report.findings.len();
@@ -163,13 +178,16 @@ pub(crate) fn command(args: SweepArgs, harness: &Harness) -> ExitCode {
             if report.skipped > 0 { format!(", {} pairs over the budget", report.skipped) } else { String::new() },
             report.findings.len()
         );
+        if live.is_some() {
+            out!("  {}", live_timings(baseline_us, &report.runs));
+        }
         for finding in &report.findings {
             anything = true;
             let ids: Vec<String> = finding.placements.iter().map(|p| p.id()).collect();
             let written = args
                 .out
                 .as_ref()
-                .map(|folder| format!(" -> {}", write_finding(folder, finding, harness)))
+                .map(|folder| format!(" -> {}", write_finding(folder, finding, harness, live.as_ref())))
                 .unwrap_or_default();
             let runs = match finding.count() {
                 1 => String::new(),
@@ -181,7 +199,7 @@ pub(crate) fn command(args: SweepArgs, harness: &Harness) -> ExitCode {
     out!(
         "swept {swept} workload(s): {found} with findings ({distinct} distinct finding{}), {skipped} skipped (harness {})",
         if distinct == 1 { "" } else { "s" },
-        harness.name()
+        made_by.name()
     );
     if anything {
         ExitCode::from(EXIT_FAILED)
@@ -190,6 +208,21 @@ pub(crate) fn command(args: SweepArgs, harness: &Harness) -> ExitCode {
     } else {
         ExitCode::SUCCESS
     }
+}
+
+/// How long the live runs took, each in real time: a live sweep's cost is its slowest runs.
+fn live_timings(baseline_us: u64, runs: &[explore::SweepRun]) -> String {
+    let seconds = |us: u64| us as f64 / 1e6;
+    let mut walls: Vec<u64> = runs.iter().map(|r| r.wall_us).collect();
+    walls.sort_unstable();
+    let mean = walls.iter().sum::<u64>().checked_div(walls.len() as u64).unwrap_or(0);
+    format!(
+        "live: the uncut run {:.2} s; the cut runs {:.2} s on average, {:.2} s to {:.2} s (wall time each)",
+        seconds(baseline_us),
+        seconds(mean),
+        seconds(walls.first().copied().unwrap_or(0)),
+        seconds(walls.last().copied().unwrap_or(0))
+    )
 }
 
 /// Times a depth-1 sweep of `workload` under the harness, on one core, for `rig bench`; 1 if it

@@ -11,7 +11,8 @@
 //! [`report`] to spread the runs over threads as `rig sweep` does) and [`explore`], which shrinks
 //! each failure it finds (to the cuts that fired, then one cut and one step at a time) into
 //! [`Exploration::shrunk`]. A [`Finding`]'s `scenario_file` is a scenario file of its own; the
-//! CLI adds the line that replays it with its binary.
+//! CLI adds the line that replays it with its binary. They make their runs through [`Runs`]: any
+//! harness factory in the simulation, or a harness process live (`rig sweep --live`).
 //!
 //! ```
 //! use rig::explore::{self, SweepOptions};
@@ -50,6 +51,52 @@ use crate::run::{run_with, RunOutcome};
 use crate::scenario::{PolicyRun, Scenario};
 use std::collections::BTreeSet;
 use std::sync::Arc;
+
+/// What makes the runs of a sweep or an exploration: a harness factory, in the simulation (what
+/// every `Arc<dyn HarnessFactory>` is), or a harness process run live.
+pub trait Runs: Sync {
+    /// The harness's name, for what found a finding.
+    fn name(&self) -> &str;
+    /// One run of `scenario` under `run`'s policy.
+    fn run(&self, scenario: &Scenario, run: &PolicyRun, seed: u64) -> RunOutcome;
+    /// Why `scenario` cannot be run this way (a cut only the simulation can make, live); such
+    /// placements are left out of the cut space.
+    fn cannot(&self, _scenario: &Scenario) -> Option<Vec<String>> {
+        None
+    }
+    /// What a finding made under a known-bad policy is checked against, under `reference`.
+    fn reference(&self) -> &dyn Runs;
+}
+
+impl Runs for Arc<dyn HarnessFactory> {
+    fn name(&self) -> &str {
+        self.as_ref().name()
+    }
+
+    fn run(&self, scenario: &Scenario, run: &PolicyRun, seed: u64) -> RunOutcome {
+        run_with(self, scenario, run, seed)
+    }
+
+    fn reference(&self) -> &dyn Runs {
+        self
+    }
+}
+
+/// The cut space of `workload` that `harness` can run.
+fn runnable_space(
+    harness: &dyn Runs,
+    workload: &Scenario,
+    baseline: &RunOutcome,
+    options: &SpaceOptions,
+) -> Vec<Placement> {
+    let mut space = cut_space(workload, baseline, options);
+    space.retain(|placement| {
+        let mut variant = workload.clone();
+        placement.apply(&mut variant);
+        harness.cannot(&variant).is_none()
+    });
+    space
+}
 
 /// Something the rig found: an oracle a placement of cuts makes fire, as a scenario file.
 #[derive(Debug, Clone)]
@@ -148,18 +195,14 @@ impl Finding {
     }
 
     /// Checks the finding against the reference harness, for a finding under another policy.
-    pub fn check_reference(
-        &mut self,
-        harness: &Arc<dyn HarnessFactory>,
-        workload: &Scenario,
-        removed: &BTreeSet<usize>,
-    ) {
+    pub fn check_reference(&mut self, harness: &dyn Runs, workload: &Scenario, removed: &BTreeSet<usize>) {
         if self.policy == "reference" {
             return;
         }
         let variant = without_steps(workload, removed);
-        let (outcome, _) = run_placed(harness, &variant, &self.placements, "reference", self.seed);
-        let baseline = run_with(harness, &variant, &bare_run("reference"), self.seed);
+        let reference = harness.reference();
+        let (outcome, _) = run_placed(reference, &variant, &self.placements, "reference", self.seed);
+        let baseline = reference.run(&variant, &bare_run("reference"), self.seed);
         self.reference_fired = Some(fired(&outcome).difference(&fired(&baseline)).cloned().collect());
     }
 }
@@ -197,7 +240,7 @@ pub fn fired(outcome: &RunOutcome) -> BTreeSet<String> {
 
 /// Runs `scenario` with `placements` added; `None` when some placement never fired.
 pub(crate) fn run_placed(
-    harness: &Arc<dyn HarnessFactory>,
+    harness: &dyn Runs,
     scenario: &Scenario,
     placements: &[Placement],
     policy: &str,
@@ -205,7 +248,7 @@ pub(crate) fn run_placed(
 ) -> (RunOutcome, bool) {
     let mut variant = scenario.clone();
     let indices = space::apply_all(placements, &mut variant);
-    let outcome = run_with(harness, &variant, &bare_run(policy), seed);
+    let outcome = harness.run(&variant, &bare_run(policy), seed);
     let reached = placements.iter().zip(&indices).all(|(p, i)| p.fired(&outcome, *i));
     (outcome, reached)
 }

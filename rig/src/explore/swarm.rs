@@ -4,15 +4,12 @@
 //! time, then the workload's steps, while the same oracle still fires. The same seed always
 //! draws the same mix, so `rig explore FILE --seed N` replays it bit for bit.
 
-use super::space::{cut_space, Kind, Placement, SpaceOptions};
-use super::{bare_run, finding, fired, run_placed, without_steps, workload, Finding, Found};
-use crate::harness::HarnessFactory;
-use crate::run::run_with;
+use super::space::{Kind, Placement, SpaceOptions};
+use super::{bare_run, finding, fired, run_placed, runnable_space, without_steps, workload, Finding, Found, Runs};
 use crate::scenario::Scenario;
 use crate::streams::component_stream;
 use rand::Rng;
 use std::collections::BTreeSet;
-use std::sync::Arc;
 
 /// The most cuts one seed's mix holds.
 pub const MIX_CUTS_MAX: usize = 4;
@@ -71,7 +68,7 @@ fn draw(seed: u64, space: &[Placement], workload: &Scenario) -> Vec<Placement> {
 /// whose delivery was a removed step is left running, and `liveness` fires with no cut at all),
 /// and a finding shrunk into that is no finding.
 fn still_fires(
-    harness: &Arc<dyn HarnessFactory>,
+    harness: &dyn Runs,
     workload: &Scenario,
     placements: &[Placement],
     removed: &BTreeSet<usize>,
@@ -86,21 +83,15 @@ fn still_fires(
     }
     // The whole workload's uncut run does not trip it (that is how it was chosen); a shorter one
     // may.
-    removed.is_empty() || !fired(&run_with(harness, &variant, &bare_run(policy), seed)).contains(oracle)
+    removed.is_empty() || !fired(&harness.run(&variant, &bare_run(policy), seed)).contains(oracle)
 }
 
 /// Explores one seed of `scenario`'s workload under `policy`.
-pub fn explore(
-    harness: &Arc<dyn HarnessFactory>,
-    scenario: &Scenario,
-    policy: &str,
-    seed: u64,
-    keep_cuts: bool,
-) -> Exploration {
+pub fn explore(harness: &dyn Runs, scenario: &Scenario, policy: &str, seed: u64, keep_cuts: bool) -> Exploration {
     let workload = workload(scenario, keep_cuts);
-    let baseline = run_with(harness, &workload, &bare_run(policy), seed);
+    let baseline = harness.run(&workload, &bare_run(policy), seed);
     let baseline_fired = fired(&baseline);
-    let space = cut_space(&workload, &baseline, &SpaceOptions::default());
+    let space = runnable_space(harness, &workload, &baseline, &SpaceOptions::default());
     let mix = draw(seed, &space, &workload);
     let mut exploration = Exploration { seed, mix: mix.clone(), fired: BTreeSet::new(), shrunk: None, runs: 1 };
     if mix.is_empty() {
@@ -108,7 +99,7 @@ pub fn explore(
     }
     let mut variant = workload.clone();
     let indices = super::space::apply_all(&mix, &mut variant);
-    let outcome = run_with(harness, &variant, &bare_run(policy), seed);
+    let outcome = harness.run(&variant, &bare_run(policy), seed);
     exploration.runs += 1;
     exploration.fired = fired(&outcome).difference(&baseline_fired).cloned().collect();
     let Some(oracle) = exploration.fired.iter().next().cloned() else { return exploration };

@@ -1,14 +1,12 @@
 //! `rig sweep`: every placement of the cut space at depth 1, then bounded pairs, most promising
 //! first (sites next to effects, commits and acknowledgements).
 
-use super::space::{cut_space, Placement, SpaceOptions};
-use super::{bare_run, finding, fired, run_placed, workload, Finding, Found, Signature};
-use crate::harness::HarnessFactory;
-use crate::run::{run_with, RunOutcome};
+use super::space::{Placement, SpaceOptions};
+use super::{bare_run, finding, fired, run_placed, runnable_space, workload, Finding, Found, Runs, Signature};
+use crate::run::RunOutcome;
 use crate::scenario::Scenario;
 use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
 
 /// What to sweep and how far.
 #[derive(Debug, Clone)]
@@ -83,11 +81,11 @@ pub struct SweepReport {
 }
 
 /// Runs the uncut workload and lays out every run of the sweep.
-pub fn plan(harness: &Arc<dyn HarnessFactory>, scenario: &Scenario, options: &SweepOptions) -> SweepPlan {
+pub fn plan(harness: &dyn Runs, scenario: &Scenario, options: &SweepOptions) -> SweepPlan {
     let workload = workload(scenario, options.keep_cuts);
-    let baseline = run_with(harness, &workload, &bare_run(&options.policy), options.seed);
+    let baseline = harness.run(&workload, &bare_run(&options.policy), options.seed);
     let baseline_fired = fired(&baseline);
-    let singles = cut_space(&workload, &baseline, &options.space);
+    let singles = runnable_space(harness, &workload, &baseline, &options.space);
     let mut jobs: Vec<Vec<Placement>> = singles.iter().map(|p| vec![p.clone()]).collect();
     let budget = options.budget.unwrap_or(match options.depth {
         1 => singles.len(),
@@ -117,7 +115,7 @@ pub fn plan(harness: &Arc<dyn HarnessFactory>, scenario: &Scenario, options: &Sw
 }
 
 /// Makes one run of the plan.
-pub fn run_job(harness: &Arc<dyn HarnessFactory>, plan: &SweepPlan, placements: &[Placement]) -> SweepRun {
+pub fn run_job(harness: &dyn Runs, plan: &SweepPlan, placements: &[Placement]) -> SweepRun {
     let (outcome, reached) = run_placed(harness, &plan.workload, placements, &plan.options.policy, plan.options.seed);
     let new: BTreeSet<String> = fired(&outcome).difference(&plan.baseline_fired).cloned().collect();
     let verdict = if !reached {
@@ -133,7 +131,7 @@ pub fn run_job(harness: &Arc<dyn HarnessFactory>, plan: &SweepPlan, placements: 
 /// Folds the runs (in plan order) into findings: one per [`Signature`], the first run found,
 /// naming the others in [`Finding::also`]; each checked against the reference harness when it
 /// was found under another policy.
-pub fn report(harness: &Arc<dyn HarnessFactory>, plan: SweepPlan, runs: Vec<SweepRun>) -> SweepReport {
+pub fn report(harness: &dyn Runs, plan: SweepPlan, runs: Vec<SweepRun>) -> SweepReport {
     let mut findings: BTreeMap<Signature, Finding> = BTreeMap::new();
     for run in &runs {
         let Verdict::Fired(oracles) = &run.verdict else { continue };
@@ -175,7 +173,7 @@ pub fn report(harness: &Arc<dyn HarnessFactory>, plan: SweepPlan, runs: Vec<Swee
 }
 
 /// Sweeps `scenario`'s workload under `options`, one run after another.
-pub fn sweep(harness: &Arc<dyn HarnessFactory>, scenario: &Scenario, options: &SweepOptions) -> SweepReport {
+pub fn sweep(harness: &dyn Runs, scenario: &Scenario, options: &SweepOptions) -> SweepReport {
     let plan = plan(harness, scenario, options);
     let runs = plan.jobs.iter().map(|job| run_job(harness, &plan, job)).collect();
     report(harness, plan, runs)

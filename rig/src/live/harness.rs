@@ -55,7 +55,12 @@ pub struct HarnessProcess {
 /// Serves as a harness worker until the process is stopped. `Err` for bad arguments or a
 /// runtime that cannot start; connection failures are retried, and reported on stderr.
 pub fn serve_harness(process: &HarnessProcess) -> Result<(), String> {
-    let url = proxy::UpstreamUrl::parse(&process.url)?;
+    // A query (the run key in the URL `rig live --spawn` gives) is passed on as it is.
+    let (base, query) = match process.url.split_once('?') {
+        Some((base, query)) => (base, format!("?{query}")),
+        None => (process.url.as_str(), String::new()),
+    };
+    let url = proxy::UpstreamUrl::parse(base)?;
     if let Some(policy) = &process.policy {
         check_policy(policy)?;
     }
@@ -66,7 +71,7 @@ pub fn serve_harness(process: &HarnessProcess) -> Result<(), String> {
         ("", HARNESS) => "/".to_string(),
         ("", host) => format!("/{host}"),
         (prefix, _) => prefix.to_string(),
-    };
+    } + &query;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

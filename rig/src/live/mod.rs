@@ -20,11 +20,13 @@ mod plan;
 mod rigfns;
 mod runner;
 mod spawn;
+mod sweep;
 
 pub use harness::{serve_harness, HarnessProcess};
 pub use plan::{check_time_scale, prepare_live, LiveScenario, Processes};
 pub use rigfns::{config_json, RIG_CONFIG, RIG_NOTE};
 pub use spawn::{SpawnOptions, HOST_VARIABLE, URL_VARIABLE};
+pub use sweep::{LiveRuns, LiveSweepOptions};
 
 use crate::bus::Bus;
 use crate::layout::RecordLayout;
@@ -141,6 +143,12 @@ pub fn run_live(
         reference_particulars: Rc::clone(&reference_particulars),
         declared_quiet: Rc::clone(&declared_quiet),
     };
+    // The run's id is the key of the processes it starts: no other run, of this rig or another,
+    // has it.
+    let key = format!("{}-{run_number}", std::process::id());
+    if options.spawn.is_some() {
+        net.require_key(&key);
+    }
     let rig = rig_host(&world, &net, functions);
     let layout = RecordLayout::default();
     let bounds = Bounds {
@@ -153,7 +161,8 @@ pub fn run_live(
             .map_err(|e| format!("cannot start the live runtime: {e}"))?;
     runner.watch_quiet(declared_quiet);
     if let Some(spawn) = &options.spawn {
-        let urls = external.iter().map(|host| (host.clone(), listener.url(host))).collect();
+        let url = |host: &str| format!("{}?{}={key}", listener.url(host), net::RUN_KEY_PARAMETER);
+        let urls = external.iter().map(|host| (host.clone(), url(host))).collect();
         let label = format!("{}.{}.run{run_number}", scenario.name(), run.policy);
         runner.own_processes(Supervisor::new(spawn.clone(), label, urls))?;
     }

@@ -55,7 +55,14 @@ pub struct Net {
     /// How many times each external host was crashed in this run.
     crashes: RefCell<BTreeMap<String, u64>>,
     relays: Cell<u64>,
+    /// With `--spawn`: the key every process of this run has in its URL. A connection from the
+    /// network without it is no process of this run's (a worker of an earlier run on this
+    /// port, reconnecting) and is refused.
+    run_key: RefCell<Option<String>>,
 }
+
+/// The query parameter that carries a run's key in the URLs of the processes the rig starts.
+pub const RUN_KEY_PARAMETER: &str = "rig-run";
 
 impl Net {
     pub fn new(
@@ -81,6 +88,27 @@ impl Net {
             crashed: RefCell::default(),
             crashes: RefCell::default(),
             relays: Cell::new(0),
+            run_key: RefCell::default(),
+        })
+    }
+
+    /// Only processes whose URL carries `key` may connect from the network from now on.
+    pub fn require_key(&self, key: &str) {
+        *self.run_key.borrow_mut() = Some(key.to_string());
+    }
+
+    /// Why a connection from the network asking for `target` (path and query) is not one of this
+    /// run's processes, when the run's processes are the rig's.
+    fn stranger(&self, target: &str) -> Option<String> {
+        let key = self.run_key.borrow();
+        let key = key.as_deref()?;
+        let query = target.split_once('?').map_or("", |(_, query)| query);
+        let carries = query.split('&').any(|pair| pair == format!("{RUN_KEY_PARAMETER}={key}"));
+        (!carries).then(|| {
+            format!(
+                "refused a connection at `{target}`: not a process this run started (its URL lacks this run's \
+                 {RUN_KEY_PARAMETER} key; a worker of an earlier run on this port?)"
+            )
         })
     }
 
@@ -225,6 +253,10 @@ async fn connection<S: AsyncRead + AsyncWrite + Unpin + 'static>(net: Rc<Net>, m
     let path = hello.path.split('?').next().unwrap_or("/").to_string();
     if path.ends_with("/otel") {
         return drain_telemetry(stream, hello).await;
+    }
+    if let Some(why) = net.stranger(&hello.path).filter(|_| from_network) {
+        net.observer.refused("?", &why);
+        return drop(proxy::reject_client(&mut stream, 403, &format!("rig live: {why}")).await);
     }
     let host = match net.host_for(&path, from_network) {
         Ok(host) => host,
