@@ -587,7 +587,9 @@ fn a_live_sweep_of_the_swallowing_python_worker_finds_what_the_simulated_sweep_f
         assert!(line.contains(" live ") && line.contains("--spawn") && !line.contains("NOT REPRODUCED"), "{line}");
         let written = line.split(" -> ").nth(1).and_then(|rest| rest.split(" (replay: ").next()).expect("a file");
         let text = std::fs::read_to_string(written).expect("the finding was written");
-        assert!(text.lines().nth(1).is_some_and(|l| l.starts_with("# Replay it live with `")), "{text}");
+        // The replay line follows the finding's header (which says what found it, and with which cut).
+        let header = text.lines().take_while(|l| l.starts_with('#'));
+        assert!(header.clone().any(|l| l.starts_with("# Replay it live with `")), "{text}");
     }
     let processes = std::fs::read_dir(out.join("processes")).expect("the processes' output").count();
     assert!(processes >= 8, "one output file per process start: {processes}");
