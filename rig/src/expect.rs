@@ -61,8 +61,9 @@ pub struct After {
 }
 
 /// Notes the rig's own components write (the queue, the proxy, the engine): what they saw, not a
-/// harness's account of itself.
-fn is_rig_note(what: &str) -> bool {
+/// harness's account of itself. A shared expectation may read these; a harness's own notes judge
+/// only the reference harness.
+pub fn is_rig_note(what: &str) -> bool {
     what.starts_with("queue_")
         || what.starts_with("proxy_")
         || what.starts_with("model_")

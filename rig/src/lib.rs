@@ -44,6 +44,7 @@ pub use capability::{Capabilities, Capability, Requirements, Skip, DELEGATE_TOOL
 pub use clock::{within, Clock, Elapsed};
 pub use condition::{Condition, Test};
 pub use cut::{Interrupt, INTERRUPT_POINTS};
+pub use expect::is_rig_note;
 pub use harness::{
     Binding, BindingPoint, HarnessConfig, HarnessEnv, HarnessFactory, Policy, ProcessControl, ReferenceHarness, Tool,
 };
