@@ -9,6 +9,9 @@ use serde_json::{json, Value};
 use std::rc::Rc;
 
 pub(crate) const INPUT_SCOPE: &str = "harness_queue";
+/// How many more times, in the background, a new turn is offered to the turn queue (each time
+/// with the settings' enqueue attempts) after neither it nor its hold could be recorded.
+const ENQUEUE_ROUNDS: u32 = 6;
 
 impl Worker {
     /// `{host}::send`: the message starts a turn, or waits behind the one under way.
@@ -49,9 +52,15 @@ impl Worker {
 
     /// Admits the session's queued input as a new turn, if its turn has ended and input waits.
     pub(crate) async fn admit(self: &Rc<Self>, bus: &Bus, session: &str) {
-        let Ok(Value::Array(listed)) = self.call(bus, "state::list", json!({ "scope": INPUT_SCOPE })).await else {
-            return;
-        };
+        let mut listed = None;
+        for attempt in 0..3 {
+            if let Ok(Value::Array(entries)) = self.call(bus, "state::list", json!({ "scope": INPUT_SCOPE })).await {
+                listed = Some(entries);
+                break;
+            }
+            self.back_off(attempt).await;
+        }
+        let Some(listed) = listed else { return };
         let waiting: Vec<(String, Value)> = listed
             .into_iter()
             .filter(|e| e["value"]["session_id"] == session)
@@ -64,7 +73,28 @@ impl Worker {
         if record["status"].as_str().is_some_and(|s| !FINAL.contains(&s)) {
             return;
         }
-        let _ = self.start_turn(bus, session, &waiting).await;
+        // Input the ended turn was admitted from, whose removal did not land, is spent: removed
+        // now, never admitted again.
+        let spent: Vec<&str> =
+            record["input_keys"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+        let (spent, waiting): (Vec<_>, Vec<_>) =
+            waiting.into_iter().partition(|(key, _)| spent.contains(&key.as_str()));
+        for (key, _) in &spent {
+            self.remove_input(bus, key).await;
+        }
+        if !waiting.is_empty() {
+            let _ = self.start_turn(bus, session, &waiting).await;
+        }
+    }
+
+    /// Removes an admitted input's entry, trying a few times.
+    async fn remove_input(&self, bus: &Bus, key: &str) {
+        for attempt in 0..3 {
+            if self.call(bus, "state::delete", json!({ "scope": INPUT_SCOPE, "key": key })).await.is_ok() {
+                return;
+            }
+            self.back_off(attempt).await;
+        }
     }
 
     /// A new turn made of `input` (`(key, message)`): its record at step 0 naming the input, the
@@ -78,7 +108,7 @@ impl Worker {
     ) -> Result<String, String> {
         let turn_id = format!("turn-{}", self.env.new_id());
         let keys: Vec<&String> = input.iter().map(|(key, _)| key).collect();
-        let mut record = json!({
+        let record = json!({
             "session_id": session, "turn_id": turn_id, "status": "running", "step": 0, "input_keys": keys,
         });
         self.store(bus, TURN_SCOPE, session, &record).await?;
@@ -89,14 +119,47 @@ impl Worker {
                 fields.entry("role").or_insert(json!("user"));
             }
             self.append(bus, &record, entry).await;
-            let _ = self.call(bus, "state::delete", json!({ "scope": INPUT_SCOPE, "key": key })).await;
+            self.remove_input(bus, key).await;
         }
-        if let Err(why) = self.enqueue(bus, session, &turn_id).await {
-            record["status"] = json!("held");
-            record["held_reason"] = json!(format!("the new turn could not be put on the turn queue: {why}"));
-            self.store(bus, TURN_SCOPE, session, &record).await?;
-        }
+        self.enqueue_new_turn(bus, record).await;
         Ok(turn_id)
+    }
+
+    /// Puts a new turn on the turn queue. A turn that cannot be enqueued is held, with why; when
+    /// even the hold cannot be written, both are tried again in the background, further apart,
+    /// so the turn is not left running with nobody to deliver it.
+    pub(crate) async fn enqueue_new_turn(self: &Rc<Self>, bus: &Bus, record: Value) {
+        let (Ok(session), Ok(turn_id)) = (text(&record, "session_id"), text(&record, "turn_id")) else { return };
+        let Err(why) = self.enqueue(bus, &session, &turn_id).await else { return };
+        if self.hold_unqueued(bus, &record, &why).await.is_err() {
+            tokio::task::spawn_local(Rc::clone(self).enqueue_later(bus.clone(), record));
+        }
+    }
+
+    async fn hold_unqueued(&self, bus: &Bus, record: &Value, why: &str) -> Result<(), String> {
+        let mut held = record.clone();
+        held["status"] = json!("held");
+        held["held_reason"] = json!(format!("the new turn could not be put on the turn queue: {why}"));
+        self.store(bus, TURN_SCOPE, record["session_id"].as_str().unwrap_or_default(), &held).await
+    }
+
+    async fn enqueue_later(self: Rc<Self>, bus: Bus, record: Value) {
+        for round in 0..ENQUEUE_ROUNDS {
+            self.back_off(round + 3).await;
+            let Ok(stored) = self.get(&bus, TURN_SCOPE, record["session_id"].as_str().unwrap_or_default()).await else {
+                continue;
+            };
+            // Delivered, held or followed meanwhile: nothing left to do.
+            if stored["turn_id"] != record["turn_id"] || stored["status"] != "running" {
+                return;
+            }
+            let (session, turn_id) = (text(&stored, "session_id"), text(&stored, "turn_id"));
+            let (Ok(session), Ok(turn_id)) = (session, turn_id) else { return };
+            let Err(why) = self.enqueue(&bus, &session, &turn_id).await else { return };
+            if self.hold_unqueued(&bus, &stored, &why).await.is_ok() {
+                return;
+            }
+        }
     }
 
     async fn enqueue(&self, bus: &Bus, session: &str, turn_id: &str) -> Result<(), String> {

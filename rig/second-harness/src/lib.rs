@@ -8,9 +8,11 @@
 //!   redelivery, a restart or an import continues the very same actions;
 //! - a write is retried whole and a write of unknown outcome is confirmed by reading it back.
 //!
-//! It serves turns, checkpoints, `send` and a switch (`export`, `import`); nothing else.
+//! It serves turns, checkpoints, `send`, a switch (`export`, `import`) and dead letters (it holds
+//! the turn a dead letter carried, naming it); nothing else.
 
 mod actions;
+mod dead_letter;
 mod input;
 mod store;
 mod switch;
@@ -39,7 +41,9 @@ impl HarnessFactory for SecondHarness {
     }
 
     fn capabilities(&self) -> Capabilities {
-        [Capability::Turns, Capability::Checkpoints, Capability::Switch, Capability::Send].into_iter().collect()
+        [Capability::Turns, Capability::Checkpoints, Capability::Switch, Capability::Send, Capability::DeadLetters]
+            .into_iter()
+            .collect()
     }
 
     fn layout(&self) -> rig::RecordLayout {
@@ -93,6 +97,7 @@ impl Provider for Worker {
                 "import" => self.import(&bus, &data).await,
                 "export" => self.export(&bus, &data).await,
                 "send" => self.send(&bus, &data).await,
+                "dead-letter" => self.dead_letter(&bus, &data).await,
                 _ => Err(ErrorBody::new("function_not_found", format!("the second harness has no `{name}`"))),
             })
         })

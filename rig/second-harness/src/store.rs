@@ -173,7 +173,7 @@ impl Worker {
     }
 
     /// Forgets a lease that a newer owner took.
-    fn lose(&self, session: &str) {
+    pub(crate) fn lose(&self, session: &str) {
         let lease = self.leases.borrow_mut().remove(session);
         if let Some(lease) = lease {
             // The renewal may be this very task: detach rather than abort it mid-poll.

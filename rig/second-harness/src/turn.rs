@@ -38,6 +38,7 @@ impl Worker {
         let _working = lock.lock().await;
         let record = self.get(bus, TURN_SCOPE, &session).await.map_err(|e| ErrorBody::new("unavailable", e))?;
         if !is_current(&record, &turn_id, step) {
+            self.finish_after_a_crash(bus, &session, &record).await;
             return Ok(skipped(&session, &turn_id, "not the session's current turn at that step"));
         }
         self.own(bus, &session, false).await?;
@@ -67,6 +68,13 @@ impl Worker {
             Ended::Unfinished(why) => {
                 self.release(bus, &session).await;
                 Err(ErrorBody::new("unavailable", why))
+            }
+            // Refused for a stale token with no newer owner in sight: the newer grant may have been
+            // this worker's own (a grant whose answer was lost, asked again). Forget the lease and
+            // answer an error, so the queue delivers the turn again to whoever owns it now.
+            Ended::Superseded(None) if self.not_exported(&session).is_ok() => {
+                self.lose(&session);
+                Err(ErrorBody::new("fenced_out", format!("a newer lease of session {session} was granted")))
             }
             Ended::Superseded(stored) => {
                 let mut reply = skipped(&session, turn_id.as_str().unwrap_or_default(), "superseded");
@@ -198,6 +206,13 @@ impl Worker {
     async fn generate(&self, bus: &Bus, record: &Value) -> Result<Generated, String> {
         let messages = self.call(bus, "session::messages", json!({ "session_id": record["session_id"] })).await;
         let messages = messages.map_err(|e| format!("session::messages: {e}"))?;
+        // A delivery that died between transcribing the answer and recording the end finds the
+        // answer there: the turn ends with it, without asking the model again.
+        let answer_key = format!("{}:answer", record["turn_id"].as_str().unwrap_or_default());
+        let entries = messages["entries"].as_array().map(Vec::as_slice).unwrap_or_default();
+        if let Some(answer) = entries.iter().find(|e| e["entry_key"] == answer_key.as_str()) {
+            return Ok(Generated::Answer(answer["text"].clone()));
+        }
         let tools: Vec<Value> = self
             .env
             .config
@@ -257,4 +272,18 @@ pub(crate) fn is_current(record: &Value, turn_id: &str, step: u64) -> bool {
 
 fn skipped(session: &str, turn_id: &str, reason: &str) -> Value {
     json!({ "session_id": session, "turn_id": turn_id, "skipped": true, "reason": reason })
+}
+
+impl Worker {
+    /// What a delivery that is not current may still owe, when the worker that ran the turn died
+    /// before finishing it: the session's queued input admitted after a recorded end, or a new
+    /// turn that was recorded but never reached the turn queue put there.
+    async fn finish_after_a_crash(self: &Rc<Self>, bus: &Bus, session: &str, record: &Value) {
+        if record["status"].as_str().is_some_and(|s| FINAL.contains(&s)) {
+            self.admit(bus, session).await;
+        } else if record["status"] == "running" && record["step"] == 0 {
+            // Enqueued already, perhaps: a second delivery of it finds it ended, and runs nothing.
+            self.enqueue_new_turn(bus, record.clone()).await;
+        }
+    }
 }

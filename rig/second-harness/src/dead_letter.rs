@@ -1,0 +1,59 @@
+//! Dead letters: a turn delivery the queue gave up on. The contract's "Queue deliveries and dead
+//! letters": answering the offer means the harness has durably dealt with it; this harness holds
+//! the turn it carried for a person, naming the dead letter, and answers only once the hold is
+//! in the store (an error has the queue offer it again).
+
+use crate::turn::{is_current, Ended, TURN_SCOPE};
+use crate::{text, Worker};
+use rig::{Bus, ErrorBody};
+use serde_json::{json, Value};
+use std::rc::Rc;
+
+impl Worker {
+    /// `{host}::dead-letter {queue, message_id, function_id, data, deliveries, reason}`.
+    pub(crate) async fn dead_letter(self: &Rc<Self>, bus: &Bus, offer: &Value) -> Result<Value, ErrorBody> {
+        let delivery = &offer["data"];
+        let session = text(delivery, "session_id")?;
+        let lock = self.session_lock(&session);
+        let _working = lock.lock().await;
+        let unavailable = |e: String| ErrorBody::new("unavailable", e);
+        let record = self.get(bus, TURN_SCOPE, &session).await.map_err(unavailable)?;
+        // A call that names only its session (an import) carried the session's turn.
+        let turn_id = delivery["turn_id"]
+            .as_str()
+            .map_or_else(|| record["turn_id"].as_str().unwrap_or_default().to_string(), str::to_string);
+        // A turn that has moved on (ended, held, or followed by another) owes the letter nothing.
+        if !is_current(&record, &turn_id, 0) {
+            return Ok(json!({ "session_id": session, "turn_id": turn_id, "held": false }));
+        }
+        self.own(bus, &session, false).await?;
+        let record = self.get(bus, TURN_SCOPE, &session).await.map_err(unavailable)?;
+        if !is_current(&record, &turn_id, 0) {
+            self.release(bus, &session).await;
+            return Ok(json!({ "session_id": session, "turn_id": turn_id, "held": false }));
+        }
+        let why = format!(
+            "dead letter {} of queue {}: {} deliveries of {} failed ({}); a person decides what the turn does next",
+            offer["message_id"].as_str().unwrap_or("?"),
+            offer["queue"].as_str().unwrap_or("?"),
+            offer["deliveries"],
+            offer["function_id"].as_str().unwrap_or("?"),
+            offer["reason"].as_str().unwrap_or("no reason given"),
+        );
+        match self.end(bus, record, "held", Some(why)).await {
+            Ended::Recorded { durable: true, .. } => {
+                self.release(bus, &session).await;
+                Ok(json!({ "session_id": session, "turn_id": turn_id, "held": true }))
+            }
+            // The hold is still owed (written in the background): not dealt with yet.
+            Ended::Recorded { durable: false, .. } => {
+                Err(ErrorBody::new("unavailable", "the hold of the dead-lettered turn is not in the store yet"))
+            }
+            Ended::Superseded(_) => Err(ErrorBody::new("not_owner", format!("session {session} has a newer owner"))),
+            Ended::Unfinished(why) => {
+                self.release(bus, &session).await;
+                Err(ErrorBody::new("unavailable", why))
+            }
+        }
+    }
+}
