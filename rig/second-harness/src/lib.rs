@@ -8,12 +8,13 @@
 //!   redelivery, a restart or an import continues the very same actions;
 //! - a write is retried whole and a write of unknown outcome is confirmed by reading it back.
 //!
-//! It serves turns, checkpoints, `send`, a switch (`export`, `import`) and dead letters (it holds
-//! the turn a dead letter carried, naming it); nothing else.
+//! It serves turns, checkpoints, `send`, `status`, a switch (`export`, `import`), dead letters (it
+//! holds the turn a dead letter carried, naming it) and `turn-completed` bindings; nothing else.
 
 mod actions;
 mod dead_letter;
 mod input;
+mod status;
 mod store;
 mod switch;
 mod turn;
@@ -41,9 +42,17 @@ impl HarnessFactory for SecondHarness {
     }
 
     fn capabilities(&self) -> Capabilities {
-        [Capability::Turns, Capability::Checkpoints, Capability::Switch, Capability::Send, Capability::DeadLetters]
-            .into_iter()
-            .collect()
+        [
+            Capability::Turns,
+            Capability::Checkpoints,
+            Capability::Switch,
+            Capability::Send,
+            Capability::Status,
+            Capability::Lifecycle,
+            Capability::DeadLetters,
+        ]
+        .into_iter()
+        .collect()
     }
 
     fn layout(&self) -> rig::RecordLayout {
@@ -98,6 +107,7 @@ impl Provider for Worker {
                 "export" => self.export(&bus, &data).await,
                 "send" => self.send(&bus, &data).await,
                 "dead-letter" => self.dead_letter(&bus, &data).await,
+                "status" => self.status(&bus, &data).await,
                 _ => Err(ErrorBody::new("function_not_found", format!("the second harness has no `{name}`"))),
             })
         })

@@ -58,6 +58,8 @@ impl Worker {
         match self.run(bus, record).await {
             Ended::Recorded { status, durable } => {
                 if durable {
+                    let ended = json!({ "session_id": session, "turn_id": turn_id, "status": status });
+                    self.tell_completed(bus, &ended).await;
                     self.admit(bus, &session).await;
                     self.release(bus, &session).await;
                     Ok(json!({ "session_id": session, "turn_id": turn_id, "status": status }))
@@ -254,6 +256,7 @@ impl OwedEnd {
             worker.back_off(self.tries + round).await;
             match worker.put_turn(&bus, &self.record, 1).await {
                 Ok(()) => {
+                    worker.tell_completed(&bus, &self.record).await;
                     worker.admit(&bus, &session).await;
                     worker.release(&bus, &session).await;
                     return;
@@ -276,10 +279,12 @@ fn skipped(session: &str, turn_id: &str, reason: &str) -> Value {
 
 impl Worker {
     /// What a delivery that is not current may still owe, when the worker that ran the turn died
-    /// before finishing it: the session's queued input admitted after a recorded end, or a new
-    /// turn that was recorded but never reached the turn queue put there.
+    /// before finishing it: the bound functions told of a recorded end and the session's queued
+    /// input admitted after it, or a new turn that was recorded but never reached the turn queue
+    /// put there.
     async fn finish_after_a_crash(self: &Rc<Self>, bus: &Bus, session: &str, record: &Value) {
         if record["status"].as_str().is_some_and(|s| FINAL.contains(&s)) {
+            self.tell_completed(bus, record).await;
             self.admit(bus, session).await;
         } else if record["status"] == "running" && record["step"] == 0 {
             // Enqueued already, perhaps: a second delivery of it finds it ended, and runs nothing.
