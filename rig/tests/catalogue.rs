@@ -209,6 +209,54 @@ fn reference_particulars(file: &toml::Table) -> Vec<String> {
             }
         }
     }
+    found.extend(script_particulars(file, &record));
+    found
+}
+
+/// A cut that must fire, or a step the script waits on, that names what only the reference
+/// harness writes or sends never fires, or never comes, for another harness: its file then
+/// fails as untested or stalls. Such a cut is `optional` (and its `[policy.reference]` expects
+/// it to fire); such a wait is restated through the contract.
+fn script_particulars(file: &toml::Table, record: &dyn Fn(&str, &str, String) -> Option<String>) -> Vec<String> {
+    let mut found = Vec::new();
+    let value_fields = |condition: &toml::Table| -> Vec<String> {
+        condition.keys().filter_map(|k| k.strip_prefix("value.")).map(str::to_string).collect()
+    };
+    for (index, cut) in file.get("cut").and_then(toml::Value::as_array).into_iter().flatten().enumerate() {
+        if cut.get("optional").and_then(toml::Value::as_bool) == Some(true) {
+            continue;
+        }
+        let function = cut.get("function").and_then(|v| v.as_str()).unwrap_or_default();
+        let what = format!("cut #{} (not optional)", index + 1);
+        if function == "session::set-status" {
+            found.push(format!("{what}: `session::set-status` is a call a harness may not make"));
+        }
+        let Some(condition) = cut.get("match").and_then(toml::Value::as_table) else { continue };
+        if let Some(scope) = condition.get("scope").and_then(|v| v.as_str()) {
+            for field in value_fields(condition) {
+                found.extend(record(scope, &field, what.clone()));
+            }
+        }
+    }
+    for (index, step) in file.get("step").and_then(toml::Value::as_array).into_iter().flatten().enumerate() {
+        let Some(condition) = step.get("wait_until").and_then(|w| w.get("match")).and_then(toml::Value::as_table)
+        else {
+            continue;
+        };
+        let what = format!("step #{} waits", index + 1);
+        let text = |field: &str| condition.get(field).and_then(|v| v.as_str()).unwrap_or_default().to_string();
+        match text("kind").as_str() {
+            "commit" => {
+                for field in value_fields(condition) {
+                    found.extend(record(&text("scope"), &field, what.clone()));
+                }
+            }
+            "note" if condition.get("what").and_then(|v| v.as_str()).is_some_and(|w| !rig::is_rig_note(w)) => {
+                found.push(format!("{what} on a note of the harness's own ({})", text("what")));
+            }
+            _ => {}
+        }
+    }
     found
 }
 
@@ -241,6 +289,18 @@ fn the_contract_check_catches_a_reference_particular() {
         r#"
 [[step]]
 invoke = { function = "harness::turn", payload = {}, name = "turn" }
+[[step]]
+wait_until = { match = { kind = "commit", scope = "harness_turn", "value.predecessor" = "t1" }, within_ms = 10 }
+[[step]]
+wait_until = { match = { kind = "commit", scope = "harness_turn", "value.step" = 0 }, within_ms = 10 }
+[[cut]]
+function = "state::set"
+match = { scope = "harness_turn", "value.calls.t1:1:0.status" = "complete" }
+action = "reject"
+[[cut]]
+function = "session::set-status"
+action = "crash-caller-before"
+optional = true
 [expect]
 rpc.turn = { outcome = "ok", "result.status" = "completed", "result.next_step" = 2 }
 state."harness_turn/s1" = { status = "completed", "calls.t1:1:0.status" = "complete", "budget.used.model_rounds" = 1 }
@@ -257,6 +317,8 @@ events = [{ match = { kind = "note", what = "finalization_deferred" }, count = 1
         "`budget.used.model_rounds`",
         "calls.\"state::set\"",
         "finalization_deferred",
+        "cut #1 (not optional): `calls.t1:1:0.status`",
+        "step #2 waits: `predecessor`",
     ];
     for what in expected {
         assert!(found.iter().any(|f| f.contains(what)), "{what} not found in {found:#?}");
