@@ -134,6 +134,19 @@ fn wait_for_rpc<D: WorldDriver>(runner: &mut D, name: &str, within_ms: u64) -> R
     Ok((end != WaitEnd::Met).then(|| format!("no outcome for `{name}` within {within_ms} ms ({end:?})")))
 }
 
+/// After its link is repaired, the client is back once it has a connection again: its calls
+/// would otherwise find none (`disconnected`) for as long as its reconnection backoff lasts.
+fn wait_for_driver<D: WorldDriver>(runner: &mut D) -> Result<Option<String>, Stop> {
+    let ready_ms_max = runner.ready_ms_max();
+    let deadline = runner.now_ms().saturating_add(ready_ms_max);
+    if runner.run_until(Some(deadline), |r| r.driver_connected())? != WaitEnd::Met {
+        return Ok(Some(format!(
+            "the driver did not connect again within {ready_ms_max} ms of the repair of its link"
+        )));
+    }
+    Ok(None)
+}
+
 /// Runs one step; `Some(reason)` when the step itself could not complete.
 fn execute_step<D: WorldDriver>(runner: &mut D, topology: &Topology, step: &Step) -> Result<Option<String>, Stop> {
     match step {
@@ -195,7 +208,12 @@ fn execute_step<D: WorldDriver>(runner: &mut D, topology: &Topology, step: &Step
             }
         }
         Step::Partition(a, b) => runner.partition(a, b),
-        Step::Repair(a, b) => runner.repair(a, b),
+        Step::Repair(a, b) => {
+            runner.repair(a, b);
+            if [a, b].iter().any(|host| host.as_str() == topology::DRIVER) {
+                return wait_for_driver(runner);
+            }
+        }
         Step::Hold(a, b) => runner.hold(a, b),
         Step::Release(a, b) => runner.release(a, b),
         Step::Heal => runner.heal(),

@@ -70,6 +70,9 @@
 //! - `drop-unavailable`: a call of a tool the overlay took away is skipped, with no result.
 //! - `in-memory-expiry`: a held call's approval expiry is kept in the holding worker's memory
 //!   only, lost with it.
+//! - `status-from-memory`: `status` answers from the worker's memory of the session (what it
+//!   last read for a client), not from the store: a client that comes back is told what the
+//!   session was when it left.
 
 mod actions;
 mod approvals;
@@ -139,10 +142,11 @@ pub enum Policy {
     CallUnavailable,
     DropUnavailable,
     InMemoryExpiry,
+    StatusFromMemory,
 }
 
 impl Policy {
-    pub const ALL: [Policy; 34] = [
+    pub const ALL: [Policy; 35] = [
         Policy::Swallow,
         Policy::Propagate,
         Policy::Reference,
@@ -177,6 +181,7 @@ impl Policy {
         Policy::CallUnavailable,
         Policy::DropUnavailable,
         Policy::InMemoryExpiry,
+        Policy::StatusFromMemory,
     ];
 
     pub fn name(self) -> &'static str {
@@ -215,6 +220,7 @@ impl Policy {
             Policy::CallUnavailable => "call-unavailable",
             Policy::DropUnavailable => "drop-unavailable",
             Policy::InMemoryExpiry => "in-memory-expiry",
+            Policy::StatusFromMemory => "status-from-memory",
         }
     }
 
@@ -334,6 +340,8 @@ struct Worker {
     manifests: RefCell<BTreeMap<String, Value>>,
     /// Approval expiries kept in memory, by action id (only under `in-memory-expiry`).
     expiries: RefCell<BTreeMap<String, u64>>,
+    /// The last `status` answer per session, by session (only under `status-from-memory`).
+    status_memory: RefCell<BTreeMap<String, Value>>,
 }
 
 impl Worker {
@@ -352,6 +360,7 @@ impl Worker {
             exported: RefCell::default(),
             manifests: RefCell::default(),
             expiries: RefCell::default(),
+            status_memory: RefCell::default(),
         })
     }
 

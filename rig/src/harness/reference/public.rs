@@ -3,7 +3,7 @@
 //! `turn-completed` lifecycle trigger, told to the functions bound to it once a turn's terminal
 //! state is durable.
 
-use super::{error_body, is_terminal, TurnRequest, Worker, QUEUE_SCOPE, TURN_SCOPE};
+use super::{error_body, is_terminal, Policy, TurnRequest, Worker, QUEUE_SCOPE, TURN_SCOPE};
 use crate::bus::{Bus, ErrorBody};
 use crate::harness::BindingPoint;
 use serde_json::{json, Value};
@@ -35,6 +35,13 @@ impl Worker {
     pub(super) async fn status(&self, bus: &Bus, data: &Value) -> Result<Value, ErrorBody> {
         let session_id =
             data["session_id"].as_str().ok_or_else(|| ErrorBody::new("bad_request", "missing `session_id`"))?;
+        if self.policy == Policy::StatusFromMemory {
+            // The known-bad answer: what this worker last told a client, however the turn moved
+            // on since.
+            if let Some(remembered) = self.status_memory.borrow().get(session_id) {
+                return Ok(remembered.clone());
+            }
+        }
         let record = self.get_turn(bus, session_id).await.map_err(|e| error_body("get_turn", &e))?;
         let record = record.unwrap_or_else(|| json!({ "status": "none" }));
         let pending: Vec<Value> = record["calls"]
@@ -68,10 +75,14 @@ impl Worker {
             .filter(|e| e["value"]["parent"]["session_id"] == json!(session_id))
             .map(|e| e["key"].clone())
             .collect();
-        Ok(json!({
+        let answer = json!({
             "session_id": session_id, "turn_id": record["turn_id"], "status": record["status"], "step": record["step"],
             "pending_calls": pending, "queued": queued, "children": children,
-        }))
+        });
+        if self.policy == Policy::StatusFromMemory {
+            self.status_memory.borrow_mut().insert(session_id.to_string(), answer.clone());
+        }
+        Ok(answer)
     }
 
     /// `{host}::send {session_id, message, idempotency_key?}`: starts a turn on the message, or
