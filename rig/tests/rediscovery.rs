@@ -47,9 +47,24 @@ fn table() -> Vec<Row> {
         row("swallow", "queued-successor.toml", Explore(6..7), "liveness"),
         row("propagate", "multi-round.toml", Explore(9..10), "liveness"),
         row("unguarded", "multi-round.toml", Explore(1..2), "monotonic"),
-        row("replay-unfinished", "switch-with-lease.toml", Sweep("crash-caller-after @ call ticket::create[action_id=t1:1:0]#1"), "blind-replay"),
-        row("fresh-key", "switch-with-lease.toml", Sweep("isolate-caller @ call ticket::create[action_id=t1:1:0]#1"), "effects"),
-        row("no-fencing", "switch-with-lease.toml", Sweep("isolate-caller @ call session::append[session_id=s1]#1"), "one-owner"),
+        row(
+            "replay-unfinished",
+            "switch-with-lease.toml",
+            Sweep("crash-caller-after @ call ticket::create[action_id=t1:1:0]#1"),
+            "blind-replay",
+        ),
+        row(
+            "fresh-key",
+            "switch-with-lease.toml",
+            Sweep("isolate-caller @ call ticket::create[action_id=t1:1:0]#1"),
+            "effects",
+        ),
+        row(
+            "no-fencing",
+            "switch-with-lease.toml",
+            Sweep("isolate-caller @ call session::append[session_id=s1]#1"),
+            "one-owner",
+        ),
         row("assume-failed", "multi-round.toml", Explore(48..49), "ledger"),
         row("close-unsettled", "multi-round.toml", Explore(15..16), "calls-closed"),
         row("results-only-when-answered", "multi-round.toml", Explore(13..14), "calls-closed"),
@@ -127,11 +142,8 @@ fn the_table_covers_every_known_bad_policy_with_an_oracle_it_declares() {
         policies.iter().map(|cells| cells[0].clone()).filter(|p| p != "reference").collect();
     assert!(known_bad.len() > 30, "the policy table of oracles.md: {known_bad:?}");
     let rows = table();
-    let listed: BTreeSet<String> = rows
-        .iter()
-        .map(|r| r.policy.to_string())
-        .chain(NOT_BY_ORACLES.iter().map(|(p, _)| p.to_string()))
-        .collect();
+    let listed: BTreeSet<String> =
+        rows.iter().map(|r| r.policy.to_string()).chain(NOT_BY_ORACLES.iter().map(|(p, _)| p.to_string())).collect();
     assert_eq!(listed, known_bad, "every known-bad policy is rediscovered or said not to be rediscoverable");
     for r in &rows {
         let cells = policies.iter().find(|cells| cells[0] == r.policy).unwrap();
@@ -158,7 +170,11 @@ fn the_rediscovery_section_of_explore_md_is_this_table() {
             };
             vec![r.policy.to_string(), r.workload.to_string(), how, r.oracle.to_string()]
         })
-        .chain(NOT_BY_ORACLES.iter().map(|(p, why)| vec![p.to_string(), "none".into(), why.replace('`', ""), "none".into()]))
+        .chain(
+            NOT_BY_ORACLES
+                .iter()
+                .map(|(p, why)| vec![p.to_string(), "none".into(), why.replace('`', ""), "none".into()]),
+        )
         .collect();
     assert_eq!(documented, expected, "rig/docs/explore.md's Rediscovery table");
 }
