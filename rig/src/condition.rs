@@ -282,4 +282,129 @@ mod tests {
         assert!(Condition::from_toml("at_ms", &empty).is_err());
         assert!(Condition::new("a..b", vec![Test::Eq("1".into())]).is_err());
     }
+
+    fn table(toml_value: &str) -> toml::Value {
+        toml::from_str::<toml::Table>(&format!("v = {toml_value}")).unwrap()["v"].clone()
+    }
+
+    fn error(path: &str, toml_value: &str) -> String {
+        Condition::from_toml(path, &table(toml_value)).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn each_comparison_holds_exactly_up_to_its_bound() {
+        // Below, at and above the bound, for each relation: a comparison off by one either way
+        // (a deadline judged a tick early or late) fails here.
+        let judge = |test: &str| [4, 5, 6].map(|n| condition("n", test).matches(&json!({ "n": n })));
+        assert_eq!(judge("{ lt = 5 }"), [true, false, false]);
+        assert_eq!(judge("{ le = 5 }"), [true, true, false]);
+        assert_eq!(judge("{ gt = 5 }"), [false, false, true]);
+        assert_eq!(judge("{ ge = 5 }"), [false, true, true]);
+        // Fractional bounds are read as written, not rounded.
+        assert_eq!(judge("{ lt = 4.5 }"), [true, false, false]);
+        assert_eq!(judge("{ gt = 5.5 }"), [false, false, true]);
+        assert!(!condition("n", "{ ge = 0 }").matches(&json!({})), "a missing field is no number");
+    }
+
+    #[test]
+    fn absent_and_present_tell_a_missing_or_null_field_from_a_set_one() {
+        let doc = json!({ "set": 0, "null": null });
+        let judge = |test: &str| ["set", "null", "missing"].map(|path| condition(path, test).matches(&doc));
+        assert_eq!(judge("{ absent = true }"), [false, true, true]);
+        assert_eq!(judge("{ absent = false }"), [true, false, false]);
+        assert_eq!(judge("{ present = true }"), [true, false, false]);
+        assert_eq!(judge("{ present = false }"), [false, true, true]);
+    }
+
+    #[test]
+    fn contains_and_len_judge_each_kind_of_value() {
+        let doc = json!({
+            "text": "dead letter m1", "list": ["a", 2, true], "fields": { "x": 1, "y": 2 }, "accented": "héllo", "n": 12
+        });
+        let judge = |path: &str, test: &str| condition(path, test).matches(&doc);
+        assert!(judge("text", "{ contains = \"letter\" }"));
+        assert!(!judge("text", "{ contains = \"parcel\" }"));
+        // An array contains an element whose text is the operand, not one that merely differs.
+        assert!(judge("list", "{ contains = \"a\" }"));
+        assert!(judge("list", "{ contains = 2 }"));
+        assert!(judge("list", "{ contains = true }"));
+        assert!(!judge("list", "{ contains = \"b\" }"));
+        assert!(!judge("n", "{ contains = \"1\" }"), "a number contains nothing");
+        assert!(!judge("fields", "{ contains = \"x\" }"), "an object is judged by `len`, not `contains`");
+        // Length: entries of an array or object, characters (not bytes) of a string.
+        assert!(judge("list", "{ len = 3 }") && !judge("list", "{ len = 2 }"));
+        assert!(judge("fields", "{ len = 2 }") && !judge("fields", "{ len = 1 }"));
+        assert!(judge("accented", "{ len = 5 }") && !judge("accented", "{ len = 6 }"));
+        assert!(!judge("missing", "{ len = 0 }"), "a missing field has no length");
+    }
+
+    #[test]
+    fn scalars_of_every_kind_compare_as_text() {
+        let doc = json!({ "s": "x", "i": 3, "f": 0.5, "b": true });
+        for (path, value) in [("s", "\"x\""), ("i", "3"), ("f", "0.5"), ("b", "true")] {
+            assert!(condition(path, value).matches(&doc), "{path} = {value}");
+            assert!(condition(path, &format!("{{ eq = {value} }}")).matches(&doc), "{path} eq {value}");
+            assert!(!condition(path, &format!("{{ ne = {value} }}")).matches(&doc), "{path} ne {value}");
+            assert!(condition(path, &format!("{{ one_of = [\"other\", {value}] }}")).matches(&doc));
+        }
+        assert!(!condition("s", "\"y\"").matches(&doc));
+        assert!(!condition("s", "{ one_of = [\"y\", \"z\"] }").matches(&doc));
+        assert!(!condition("missing", "{ one_of = [\"null\"] }").matches(&doc));
+    }
+
+    #[test]
+    fn what_a_condition_says_of_itself() {
+        let c = condition("value.calls.t1", "{ one_of = [\"done\", \"held\"] }");
+        assert_eq!(c.path(), "value.calls.t1");
+        assert_eq!(c.accepted_texts(), Some(vec!["done", "held"]));
+        assert_eq!(condition("status", "\"held\"").accepted_texts(), Some(vec!["held"]));
+        assert_eq!(condition("status", "{ ne = \"held\" }").accepted_texts(), None);
+        assert!(condition("kind", "\"note\"").is_on_field("kind"));
+        assert!(!condition("kind", "\"note\"").is_on_field("what"));
+        assert!(!condition("kind.x", "\"note\"").is_on_field("kind"), "a nested path is not the field");
+        // How each test reads in a failure message.
+        let shown = |test: &str| condition("f", test).to_string();
+        assert_eq!(shown("\"x\""), "f=x");
+        assert_eq!(shown("{ eq = \"x\" }"), "f=x");
+        assert_eq!(shown("{ ne = \"x\" }"), "f != x");
+        assert_eq!(shown("{ lt = 1 }"), "f < 1");
+        assert_eq!(shown("{ le = 1 }"), "f <= 1");
+        assert_eq!(shown("{ gt = 1 }"), "f > 1");
+        assert_eq!(shown("{ ge = 1.5 }"), "f >= 1.5");
+        assert_eq!(shown("{ absent = true }"), "f absent");
+        assert_eq!(shown("{ present = true }"), "f present");
+        assert_eq!(shown("{ one_of = [\"a\", 2] }"), "f one of [a, 2]");
+        assert_eq!(shown("{ contains = \"a\" }"), "f contains a");
+        assert_eq!(shown("{ len = 2 }"), "f of length 2");
+        assert_eq!(shown("{ ge = 1, lt = 2 }"), "f >= 1 and < 2");
+    }
+
+    #[test]
+    fn all_hold_needs_every_condition() {
+        let doc = json!({ "a": 1, "b": 2 });
+        assert!(all_hold(&[], &doc), "no condition holds of anything");
+        assert!(all_hold(&[condition("a", "1"), condition("b", "2")], &doc));
+        assert!(!all_hold(&[condition("a", "1"), condition("b", "3")], &doc));
+        assert!(!all_hold(&[condition("a", "0"), condition("b", "2")], &doc));
+    }
+
+    #[test]
+    fn each_malformed_operand_is_an_error_that_says_what_was_expected() {
+        assert!(error("f", "[1]").contains("expected a string, number or boolean"));
+        assert!(error("f", "{ eq = [1] }").contains("expected a string, number or boolean"));
+        assert!(error("f", "{ lt = \"5\" }").contains("`lt` expects a number"));
+        assert!(error("f", "{ ge = true }").contains("`ge` expects a number"));
+        assert!(error("f", "{ absent = 1 }").contains("`absent` expects true or false"));
+        assert!(error("f", "{ present = \"yes\" }").contains("`present` expects true or false"));
+        assert!(error("f", "{ len = -1 }").contains("`len` expects a whole number"));
+        assert!(error("f", "{ len = 1.5 }").contains("`len` expects a whole number"));
+        assert!(error("f", "{ one_of = [] }").contains("`one_of` expects a non-empty list"));
+        assert!(error("f", "{ one_of = \"a\" }").contains("`one_of` expects a non-empty list"));
+        assert!(error("f", "{ one_of = [[1]] }").contains("expected a string, number or boolean"));
+        assert!(error("", "1").contains("empty segment"));
+        // The edges that are fine.
+        assert!(condition("f", "{ len = 0 }").matches(&json!({ "f": [] })));
+        assert!(condition("f", "{ one_of = [\"a\"] }").matches(&json!({ "f": "a" })));
+        assert_eq!(Condition::equals("a.b", "1").unwrap(), condition("a.b", "\"1\""));
+    }
 }

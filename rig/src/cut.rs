@@ -263,4 +263,27 @@ mod tests {
         assert_eq!(table.decide("harness", "after_acceptance"), Some((0, Interrupt::Freeze)));
         assert_eq!(table.decide("harness", "after_acceptance"), None);
     }
+
+    #[test]
+    fn healing_disarms_process_cuts_and_the_table_reports_what_fired() {
+        let interrupt = |point: &str, interrupt| ProcessCut {
+            worker: "harness".into(),
+            point: point.into(),
+            interrupt,
+            trigger: Trigger::new(0, Count::Always, false),
+        };
+        let mut table = ProcessCutTable::new([
+            interrupt("before_submission", Interrupt::Crash),
+            interrupt("after_completion", Interrupt::Pause { ms: 10 }),
+        ]);
+        assert_eq!(table.decide("harness", "before_submission"), Some((0, Interrupt::Crash)));
+        assert_eq!(table.decide("harness", "before_submission"), Some((0, Interrupt::Crash)), "always");
+        table.heal();
+        assert_eq!(table.decide("harness", "before_submission"), None, "healed");
+        let cuts = table.cuts();
+        assert_eq!(cuts.len(), 2);
+        assert_eq!((cuts[0].trigger.fired(), cuts[0].trigger.is_vacuous()), (2, false));
+        assert!(cuts[1].trigger.is_vacuous(), "the second interrupt's point was never reached");
+        assert_eq!(cuts[1].interrupt.name(), "pause");
+    }
 }

@@ -363,4 +363,298 @@ mod tests {
         let none = failures_of(toml::Value::Integer(0), &[&redeliver], &[&later, &redeliver]);
         assert!(none.len() == 1 && none[0].contains("no [what=queue_dispatch] before it"), "{none:?}");
     }
+
+    fn at(at_ms: u64, kind: EventKind) -> Event {
+        Event { at_ms, host: "h".into(), kind }
+    }
+
+    fn note_event(at_ms: u64, what: &str, detail: Value) -> Event {
+        at(at_ms, EventKind::Note { what: what.into(), detail })
+    }
+
+    fn rpc_event(at_ms: u64, name: &str) -> Event {
+        at(at_ms, EventKind::Rpc { name: name.into(), function: "harness::turn".into(), outcome: json!({}) })
+    }
+
+    fn effect_event(effect: &str, accepted: bool) -> Event {
+        at(
+            5,
+            EventKind::Effect {
+                effect: effect.into(),
+                action: "a1".into(),
+                idempotency_key: None,
+                token: None,
+                domain: None,
+                accepted,
+                reason: String::new(),
+                by: None,
+                invocation_id: None,
+            },
+        )
+    }
+
+    fn is(path: &str, text: &str) -> Condition {
+        Condition::equals(path, text).unwrap()
+    }
+
+    /// What a run left behind, to check expectations against.
+    struct Fixture {
+        rpc: BTreeMap<String, Value>,
+        store: StateStore,
+        events: Vec<Event>,
+        effects: BTreeMap<String, u64>,
+        sessions: SessionService,
+        unused: Vec<String>,
+        layout: RecordLayout,
+    }
+
+    impl Fixture {
+        fn new(events: Vec<Event>) -> Self {
+            let mut store = StateStore::new();
+            store.seed(
+                "harness_turn",
+                "s1",
+                json!({ "status": "completed", "calls": { "c1": { "status": "complete" }, "c2": { "status": "failed" } } }),
+            );
+            let mut sessions = SessionService::new();
+            sessions.seed_message("s1", json!({ "role": "user", "content": "hi" }));
+            sessions.seed_message("s1", json!({ "role": "assistant", "content": "done" }));
+            Self {
+                rpc: BTreeMap::from([("first".to_string(), json!({ "outcome": "ok", "status": "completed" }))]),
+                store,
+                effects: effect_counts(&events),
+                events,
+                sessions,
+                unused: Vec::new(),
+                layout: RecordLayout::default(),
+            }
+        }
+
+        fn observed(&self) -> Observed<'_> {
+            Observed {
+                rpc: &self.rpc,
+                store: &self.store,
+                events: &self.events,
+                effects: &self.effects,
+                sessions: &self.sessions,
+                unused: &self.unused,
+                layout: &self.layout,
+            }
+        }
+
+        fn check(&self, expectation: Expectation) -> Vec<String> {
+            check(&[expectation], &self.observed())
+        }
+    }
+
+    fn events(conditions: Vec<Condition>) -> EventsExpectation {
+        EventsExpectation { conditions, ..EventsExpectation::default() }
+    }
+
+    #[test]
+    fn rig_notes_are_told_from_a_harnesss_own() {
+        for what in ["queue_redeliver", "proxy_held", "model_contract", "unreadable_frame", "outbox_full"] {
+            assert!(is_rig_note(what), "{what}");
+        }
+        for what in ["finalize_retry", "approval_expired", "queue", "a_queue_note"] {
+            assert!(!is_rig_note(what), "{what}");
+        }
+        let reads = |conditions: Vec<Condition>| Expectation::Events(events(conditions)).reads_harness_notes();
+        assert!(reads(vec![is("kind", "note"), is("what", "finalize_retry")]));
+        assert!(reads(vec![is("kind", "note")]), "every note, the harness's among them");
+        assert!(!reads(vec![is("kind", "note"), is("what", "queue_redeliver")]));
+        let mixed = Condition::from_toml(
+            "what",
+            &toml::from_str::<toml::Table>("v = { one_of = [\"queue_redeliver\", \"finalize_retry\"] }").unwrap()["v"],
+        )
+        .unwrap();
+        assert!(reads(vec![is("kind", "note"), mixed]), "one harness note among the accepted is enough");
+        assert!(!reads(vec![is("kind", "effect"), is("what", "finalize_retry")]), "not about notes");
+        assert!(!reads(vec![is("what", "finalize_retry")]), "no kind named: not about notes");
+        assert!(!Expectation::ModelScript.reads_harness_notes());
+    }
+
+    #[test]
+    fn effects_are_counted_from_accepted_ledger_entries_by_kind() {
+        let counts = effect_counts(&[
+            effect_event("ticket", true),
+            effect_event("ticket", true),
+            effect_event("ticket", false),
+            effect_event("email", true),
+            note_event(1, "ticket", json!({})),
+        ]);
+        assert_eq!(counts, BTreeMap::from([("email".to_string(), 1), ("ticket".to_string(), 2)]));
+        let fixture = Fixture::new(vec![effect_event("ticket", true)]);
+        let effects = |pairs: &[(&str, u64)]| {
+            fixture.check(Expectation::Effects(pairs.iter().map(|(k, n)| (k.to_string(), *n)).collect()))
+        };
+        assert!(effects(&[("ticket", 1)]).is_empty());
+        assert!(effects(&[("ticket", 1), ("email", 0)]).is_empty(), "an absent kind is zero");
+        assert_eq!(effects(&[("ticket", 2)]), ["effects `ticket`: expected 2, the ledger shows 1"]);
+        assert_eq!(effects(&[]), ["effects `ticket`: expected 0, the ledger shows 1"], "a kind not named must be zero");
+    }
+
+    #[test]
+    fn records_replies_and_actions_fail_only_when_a_condition_does() {
+        let fixture = Fixture::new(Vec::new());
+        let rpc = |conditions| fixture.check(Expectation::Rpc { name: "first".into(), conditions });
+        assert!(rpc(vec![is("status", "completed")]).is_empty());
+        assert_eq!(
+            rpc(vec![is("outcome", "ok"), is("status", "failed")]),
+            [
+                r#"rpc `first`: status expected = failed, found `completed` (outcome {"outcome":"ok","status":"completed"})"#
+            ]
+        );
+        let unknown = fixture.check(Expectation::Rpc { name: "never".into(), conditions: vec![is("outcome", "none")] });
+        assert!(unknown.is_empty(), "an invocation that never answered has the outcome `none`");
+
+        let state = |key: &str, conditions| {
+            fixture.check(Expectation::State { scope: "harness_turn".into(), key: key.into(), conditions })
+        };
+        assert!(state("s1", vec![is("status", "completed")]).is_empty());
+        assert_eq!(
+            state("s1", vec![is("status", "failed")]),
+            ["state harness_turn/s1: status expected = failed, found `completed`"]
+        );
+        assert_eq!(
+            state("s2", vec![is("status", "failed")]),
+            ["state harness_turn/s2: expected a record (status=failed), found none"]
+        );
+
+        let absent = |key: &str| fixture.check(Expectation::Absent { scope: "harness_turn".into(), key: key.into() });
+        assert!(absent("s2").is_empty());
+        assert_eq!(absent("s1").len(), 1);
+
+        let actions =
+            |session: &str, conditions| fixture.check(Expectation::Actions { session: session.into(), conditions });
+        assert!(actions("s1", vec![is("count", "2"), is("done", "1"), is("failed", "1")]).is_empty());
+        let failed = actions("s1", vec![is("done", "2")]);
+        assert!(
+            failed.len() == 1 && failed[0].starts_with("actions of s1: done expected = 2, found `1`"),
+            "{failed:?}"
+        );
+        let none = actions("s2", vec![is("count", "0")]);
+        assert!(none.len() == 1 && none[0].contains("found no turn record"), "{none:?}");
+    }
+
+    #[test]
+    fn a_known_bad_policy_must_break_what_it_says_it_breaks() {
+        let fixture = Fixture::new(Vec::new());
+        let holds = || {
+            vec![Expectation::State {
+                scope: "harness_turn".into(),
+                key: "s1".into(),
+                conditions: vec![is("status", "completed")],
+            }]
+        };
+        let fails = || vec![Expectation::Rpc { name: "first".into(), conditions: vec![is("status", "failed")] }];
+        let judged = broken(&[("rpc".into(), fails()), ("state".into(), holds())], &fixture.observed());
+        assert_eq!(judged.len(), 2);
+        assert_eq!((judged[0].0.as_str(), judged[0].1.len()), ("rpc", 1));
+        assert_eq!((judged[1].0.as_str(), judged[1].1.len()), ("state", 0));
+        assert_eq!(
+            check_broken(&judged),
+            ["`[expect]` state was expected to fail under this policy (it breaks it on purpose), and it held"]
+        );
+        assert!(check_broken(&judged[..1]).is_empty(), "the rpc expectation did break");
+    }
+
+    #[test]
+    fn a_transcript_must_hold_exactly_its_entries_in_order() {
+        let fixture = Fixture::new(Vec::new());
+        let transcript =
+            |session: &str, entries| fixture.check(Expectation::Transcript { session: session.into(), entries });
+        assert!(transcript("s1", vec![vec![is("role", "user")], vec![is("role", "assistant"), is("content", "done")]])
+            .is_empty());
+        assert_eq!(
+            transcript("s1", vec![vec![is("role", "user")]]),
+            ["transcript s1: expected 1 entries, found 2 [user, assistant]"]
+        );
+        let out_of_order = transcript("s1", vec![vec![is("role", "assistant")], vec![is("role", "assistant")]]);
+        assert!(
+            out_of_order.len() == 1 && out_of_order[0].starts_with("transcript s1 entry #1: role expected = assistant"),
+            "{out_of_order:?}"
+        );
+        assert!(transcript("s2", Vec::new()).is_empty(), "a session nobody wrote has an empty transcript");
+    }
+
+    #[test]
+    fn the_model_script_fails_on_what_the_model_noted_and_on_unused_replies() {
+        let mut fixture = Fixture::new(vec![
+            note_event(
+                7,
+                "model_contract",
+                json!({ "generation": 2, "problem": "unexpected request", "failed": ["tools differ"] }),
+            ),
+            note_event(9, "model_contract", json!({ "generation": 3, "problem": "beyond the script" })),
+            note_event(9, "finalize_retry", json!({ "generation": 4, "problem": "not the model's" })),
+        ]);
+        fixture.unused = vec!["reply 3 of s1 was never asked for".into()];
+        assert_eq!(
+            fixture.check(Expectation::ModelScript),
+            [
+                "model script: generation 2 at 7 ms: unexpected request: tools differ",
+                "model script: generation 3 at 9 ms: beyond the script",
+                "model script: reply 3 of s1 was never asked for",
+            ]
+        );
+        assert!(Fixture::new(Vec::new()).check(Expectation::ModelScript).is_empty());
+    }
+
+    #[test]
+    fn event_counts_hold_at_their_bounds_and_fail_past_them() {
+        let fixture = Fixture::new(vec![
+            note_event(1, "queue_dispatch", json!({ "m": 1 })),
+            note_event(2, "queue_dispatch", json!({ "m": 1 })),
+            note_event(3, "queue_ack", json!({ "m": 2 })),
+        ]);
+        let dispatches = || events(vec![is("kind", "note"), is("what", "queue_dispatch")]);
+        let judge = |count: Option<u64>, count_min: Option<u64>, count_max: Option<u64>| {
+            fixture.check(Expectation::Events(EventsExpectation { count, count_min, count_max, ..dispatches() })).len()
+        };
+        // Two dispatches: exactly two, at least one or two, at most two or three.
+        assert_eq!([judge(Some(2), None, None), judge(Some(1), None, None), judge(Some(3), None, None)], [0, 1, 1]);
+        assert_eq!([judge(None, Some(1), None), judge(None, Some(2), None), judge(None, Some(3), None)], [0, 0, 1]);
+        assert_eq!([judge(None, None, Some(1)), judge(None, None, Some(2)), judge(None, None, Some(3))], [1, 0, 0]);
+        assert_eq!(judge(None, Some(1), Some(3)), 0);
+        assert_eq!(
+            fixture.check(Expectation::Events(EventsExpectation { count: Some(0), ..dispatches() })),
+            ["events [kind=note, what=queue_dispatch]: expected 0, found 2"]
+        );
+        // Sameness: one value across every match holds; two distinct values fail.
+        let same = |path: &str, conditions| {
+            fixture.check(Expectation::Events(EventsExpectation { same: Some(path.into()), ..events(conditions) }))
+        };
+        assert!(same("detail.m", dispatches().conditions).is_empty());
+        assert_eq!(
+            same("detail.m", vec![is("kind", "note")]),
+            ["events [kind=note]: `detail.m` differs between them (2 distinct values)"]
+        );
+        assert_eq!(same("detail.absent", vec![is("kind", "note")]).len(), 0, "missing everywhere is the same");
+    }
+
+    #[test]
+    fn before_rpc_counts_only_what_came_before_that_outcome() {
+        let fixture = Fixture::new(vec![
+            note_event(1, "queue_dispatch", json!({})),
+            note_event(2, "queue_dispatch", json!({})),
+            rpc_event(3, "first"),
+            note_event(4, "queue_dispatch", json!({})),
+        ]);
+        let before = |name: &str, count: u64| {
+            fixture.check(Expectation::Events(EventsExpectation {
+                before_rpc: Some(name.into()),
+                count: Some(count),
+                ..events(vec![is("what", "queue_dispatch")])
+            }))
+        };
+        assert!(before("first", 2).is_empty());
+        assert_eq!(before("first", 3).len(), 1);
+        assert_eq!(before("later", 2), ["events [what=queue_dispatch]: no outcome for `later` to count up to"]);
+        let all = fixture.check(Expectation::Events(EventsExpectation {
+            count: Some(3),
+            ..events(vec![is("what", "queue_dispatch")])
+        }));
+        assert!(all.is_empty(), "{all:?}");
+    }
 }
