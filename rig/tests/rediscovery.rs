@@ -84,14 +84,20 @@ fn table() -> Vec<Row> {
         row("call-unavailable", "config-promoted-and-withdrawn.toml", Uncut, "safety-overlay"),
         row("drop-unavailable", "config-promoted-and-withdrawn.toml", Uncut, "calls-closed"),
         row("cancel-by-clock", "cancel-during-an-effect.toml", Uncut, "cancellation"),
+        row(
+            "redo-completed-rounds",
+            "long-turn.toml",
+            Sweep("crash @ point harness@after_completion#2"),
+            "recovery-cost",
+        ),
+        row("status-from-memory", "status-during-and-after.toml", Uncut, "truthful-reply"),
     ]
 }
 
 /// The known-bad policies no sweep or exploration of a workload finds, with why. Most break only
 /// what a file's own expectations of its story judge (`breaks`), which sweeps and explorations
 /// do not hold; one has no workload the reference harness sweeps clean.
-const NOT_BY_ORACLES: [(&str, &str); 9] = [
-    ("redo-completed-rounds", "not yet rediscovered: no seed of explore --seeds 0..12 on multi-round.toml trips recovery-cost (left open)"),
+const NOT_BY_ORACLES: [(&str, &str); 7] = [
     ("stale-context", "the model is never fed the tool results: only the model script's `expect` on each request sees it"),
     ("entry-per-delta", "a streamed reply enters the transcript as one entry per delta: only the file's transcript sees it"),
     ("hold-drops-mutations", "a holding hook's own changes are lost: only the target's calls (their arguments) show it"),
@@ -99,7 +105,6 @@ const NOT_BY_ORACLES: [(&str, &str); 9] = [
     ("arrival-order-stream", "a streamed reply assembled in arrival order: only the file's transcript sees the text"),
     ("resume-without-cas", "a resumed turn runs inside the Resume call, which nothing delivers again: a workload of two presses trips one-owner uncut, but every cut of a resuming worker leaves the turn to nobody (liveness under reference too), so no such workload sweeps clean; control/resume/two-presses.toml catches it"),
     ("in-memory-expiry", "an expiry lost with its worker: a late release runs the call, which no oracle holds to the approval"),
-    ("status-from-memory", "not yet rediscovered: it needs a client that asks `status` again after the turn moved on, which no sweep workload does; runtime/client-disconnect/away-while-the-turn-runs.toml catches it (truthful-reply)"),
 ];
 
 fn root() -> PathBuf {
