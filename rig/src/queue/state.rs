@@ -569,6 +569,52 @@ mod tests {
     }
 
     #[test]
+    fn a_restart_makes_every_delivery_and_dead_letter_in_flight_available_at_once() {
+        let mut queues = Queues::default();
+        let config = QueueConfig { max_retries: 0, dead_letter_function: Some("h".into()), ..QueueConfig::default() };
+        queues.define("q", config);
+        let dead = queues.enqueue("q", "f", json!({}), 0).unwrap();
+        let delivery = queues.poll(0).remove(0);
+        assert_eq!(queues.retry("q", &dead, delivery.attempt, 10, "error result"), Retry::DeadLettered);
+        assert_eq!(queues.due_dead_letters(10).len(), 1, "the dead letter is now in flight to its handler");
+        let waiting = queues.enqueue("q", "f", json!({}), 20).unwrap();
+        assert_eq!(queues.poll(20).len(), 1, "the second message is in flight");
+        assert_eq!(queues.recover_after_restart(500), 2, "one delivery and one dead letter were in flight");
+        assert_eq!(queues.next_available_after(499), Some(500));
+        let again = queues.poll(500);
+        assert_eq!((again.len(), again[0].message_id.as_str(), again[0].attempt), (1, waiting.as_str(), 2));
+        let offered = queues.due_dead_letters(500);
+        assert_eq!((offered.len(), offered[0].attempt), (1, 2), "offered again at once");
+        assert_eq!(queues.recover_after_restart(600), 2, "both in flight again");
+        assert_eq!(queues.recover_after_restart(600), 0, "nothing was in flight");
+    }
+
+    #[test]
+    fn the_next_wake_up_is_strictly_after_now() {
+        let mut queues = grouped(1_000, 0);
+        assert_eq!(queues.next_available_after(0), None, "an empty queue never wakes the pump");
+        queues.enqueue("q", "f", json!({"session_id": "s1"}), 0).unwrap();
+        assert_eq!(queues.next_available_after(0), None, "available now is not a later wake-up");
+        queues.enqueue("q", "f", json!({"session_id": "s2"}), 50).unwrap();
+        assert_eq!(queues.next_available_after(10), Some(50));
+        assert_eq!(queues.next_available_after(50), None);
+    }
+
+    #[test]
+    fn a_queue_holds_at_most_its_limit_dead_letters_included() {
+        let mut queues = Queues::default();
+        queues.define("q", QueueConfig { max_retries: 0, ..QueueConfig::default() });
+        let id = queues.enqueue("q", "f", json!({}), 0).unwrap();
+        let delivery = queues.poll(0).remove(0);
+        assert_eq!(queues.retry("q", &id, delivery.attempt, 10, "error result"), Retry::DeadLettered);
+        for _ in 1..MESSAGES_MAX {
+            queues.enqueue("q", "f", json!({}), 20).unwrap();
+        }
+        let full = queues.enqueue("q", "f", json!({}), 30).unwrap_err();
+        assert_eq!(full, format!("queue `q` is full ({MESSAGES_MAX} messages)"), "the dead letter counts");
+    }
+
+    #[test]
     fn dead_letters_are_offered_to_the_handler_until_it_answers() {
         let mut queues = Queues::default();
         let config = QueueConfig {
