@@ -598,6 +598,39 @@ mod tests {
         queues.enqueue("q", "f", json!({"session_id": "s2"}), 50).unwrap();
         assert_eq!(queues.next_available_after(10), Some(50));
         assert_eq!(queues.next_available_after(50), None);
+        // A dead letter its handler refused is offered again after the backoff: a wake-up then,
+        // and none once that time has come.
+        let mut dead = Queues::default();
+        let config = QueueConfig { max_retries: 0, dead_letter_function: Some("h".into()), ..QueueConfig::default() };
+        dead.define("q", config);
+        let id = dead.enqueue("q", "f", json!({}), 0).unwrap();
+        let delivery = dead.poll(0).remove(0);
+        assert_eq!(dead.retry("q", &id, delivery.attempt, 10, "error result"), Retry::DeadLettered);
+        assert_eq!(dead.due_dead_letters(10).len(), 1);
+        let again_at = dead.dead_letter_refused("q", &id, 20).unwrap();
+        assert_eq!(dead.next_available_after(20), Some(again_at));
+        assert_eq!(dead.next_available_after(again_at), None);
+    }
+
+    #[test]
+    fn a_group_is_starved_only_while_every_slot_is_taken() {
+        let mut queues = Queues::default();
+        let config = QueueConfig { message_group_field: Some("s".into()), concurrency: 2, ..QueueConfig::default() };
+        queues.define("q", config);
+        queues.enqueue("q", "f", json!({"s": "s1"}), 0).unwrap();
+        assert_eq!(queues.poll(0).len(), 1);
+        queues.enqueue("q", "f", json!({"s": "s2"}), 5).unwrap();
+        assert!(queues.starved(5).is_empty(), "one slot is free: s2 is claimed at the next pass");
+    }
+
+    #[test]
+    fn the_pump_polls_at_the_shortest_interval_of_its_queues() {
+        let mut queues = Queues::default();
+        assert_eq!(queues.poll_interval_ms(), 100, "the default, with no queue defined");
+        queues.define("slow", QueueConfig { poll_interval_ms: 300, ..QueueConfig::default() });
+        assert_eq!(queues.poll_interval_ms(), 300);
+        queues.define("fast", QueueConfig { poll_interval_ms: 40, ..QueueConfig::default() });
+        assert_eq!(queues.poll_interval_ms(), 40);
     }
 
     #[test]
