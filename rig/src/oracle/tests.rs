@@ -650,3 +650,288 @@ fn one_owner_catches_a_worker_writing_a_turn_after_its_newer_owner_did() {
     let resumed = flat(&[&switched, &write(5, "harness", claimed)]);
     assert!(judge(&resumed, &none).is_empty());
 }
+
+/// The evidence of a run with everything but its events, store and ending chosen plainly.
+fn judge_ending(events: &[Event], store: &StateStore, ended_at_ms: u64, quiescent: bool) -> Vec<Oracle> {
+    let (sessions, layout) = (doubles::SessionService::new(), RecordLayout::default());
+    let evidence = Evidence {
+        events,
+        replies: &[],
+        store,
+        sessions: &sessions,
+        layout: &layout,
+        dead_letters: Vec::new(),
+        effect_functions: tickets(),
+        healed_at_ms: 0,
+        ended_at_ms,
+        quiescent,
+        effects_per_action_max: 1,
+        recovery: None,
+        config: None,
+        tool_functions: Default::default(),
+    };
+    let fired: BTreeSet<Oracle> = check(&evidence).into_iter().map(|v| v.oracle).collect();
+    fired.into_iter().collect()
+}
+
+#[test]
+fn blind_replay_counts_ownership_from_a_new_token_and_questions_only_to_the_service() {
+    let [first, first_effect] = send(1, "harness", false, "timeout");
+    let [again, again_effect] = send(5, "harness", true, "created");
+    // A renewal repeats the token: the question asked before it still counts.
+    let renewed = flat(&[
+        &[lease(0, "harness", 1)],
+        &[first, first_effect],
+        &[ask(2, "harness", "ticket::status"), lease(3, "harness", 1)],
+        &[again.clone(), again_effect.clone()],
+    ]);
+    assert!(fired(&renewed).is_empty(), "{:?}", fired(&renewed));
+    // A new token is a new ownership: what was asked before it was asked by the old owner.
+    let [first, first_effect] = send(1, "harness", false, "timeout");
+    let retaken = flat(&[
+        &[lease(0, "harness", 1)],
+        &[first, first_effect],
+        &[ask(2, "harness", "ticket::status"), lease(3, "harness", 2)],
+        &[again.clone(), again_effect.clone()],
+    ]);
+    assert_eq!(fired(&retaken), vec![Oracle::BlindReplay]);
+    // Naming the key to another service (the store) is no question to the ticket service.
+    let [first, first_effect] = send(1, "harness", false, "timeout");
+    let elsewhere = flat(&[
+        &[first, first_effect],
+        &[call_from(2, "harness", "state::get", json!({"idempotency_key": "k1", "client_reference": "a1"}))],
+        &[again, again_effect],
+    ]);
+    assert_eq!(fired(&elsewhere), vec![Oracle::BlindReplay]);
+}
+
+#[test]
+fn liveness_holds_a_command_to_a_held_turn_and_a_lease_only_to_a_finished_turn_of_a_live_run() {
+    let held = json!({"turn_id": "t1", "status": "held", "held_reason": "approval"});
+    let mut store = store_with("harness_turn", "s1", held);
+    store.seed(
+        CONTROL_SCOPE,
+        "s1",
+        json!({"commands": {"c1": {"command": "cancel", "state": "accepted", "turn_id": "t1"}}}),
+    );
+    assert_eq!(judge(&[], &store), vec![Oracle::Liveness], "a held turn does not apply the command either");
+
+    // Leases, at 100 ms into a run that ends at 1,000 ms: each lease runs 10 s.
+    let mut store = StateStore::new();
+    let lease_on = |store: &mut StateStore, scope: &str, session: &str, turn: Value| {
+        store.seed("harness_turn", session, turn);
+        let payload = json!({"scope": scope, "key": session, "owner": "harness", "ttl_ms": 10_000});
+        let call = doubles::Call { function: "state::acquire-lease", payload: &payload, now_ms: 100 };
+        doubles::Double::handle(store, call, &mut Vec::new()).unwrap();
+    };
+    lease_on(&mut store, "harness_owner", "s1", json!({"turn_id": "t1", "status": "paused"}));
+    lease_on(&mut store, "elsewhere", "s2", json!({"turn_id": "t2", "status": "completed"}));
+    assert!(judge_ending(&[], &store, 1_000, false).is_empty(), "a parked turn's lease, and a lease of another scope");
+    lease_on(&mut store, "harness_owner", "s3", json!({"turn_id": "t3", "status": "completed"}));
+    assert_eq!(judge_ending(&[], &store, 1_000, false), vec![Oracle::Liveness], "a finished turn's lease kept");
+    assert!(judge_ending(&[], &store, 1_000, true).is_empty(), "a quiet run renews nothing: the lease runs out");
+    assert!(judge_ending(&[], &store, 10_100, false).is_empty(), "expired at the end");
+}
+
+#[test]
+fn cancellation_counts_only_effect_requests_after_a_cancel_the_control_record_committed() {
+    let cancel = control_write(3, "cancel", "accepted", true);
+    let order = [arrives(3, "i3"), arrives(4, "i4")];
+    // A lookup naming the action after the cancel is a read, not an effect request.
+    let lookup = call_from(4, "harness", "ticket::status", json!({"action_id": "a1", "idempotency_key": "k1"}));
+    assert!(fired(&flat(&[&order, &cancel, &[lookup]])).is_empty());
+    // A cancel written where the store refused it, followed by a commit of another record that
+    // happens to hold `commands`, recorded no cancel.
+    let refused = control_write(3, "cancel", "accepted", false);
+    let other = event(
+        3,
+        EventKind::Commit {
+            scope: "elsewhere".into(),
+            key: "s1".into(),
+            value: json!({"commands": {"c1": {"command": "cancel", "state": "accepted", "turn_id": "t1"}}}),
+            version: 1,
+        },
+    );
+    let [create, effect] = send(4, "harness", true, "created");
+    assert!(fired(&flat(&[&order, &refused, &[other], &[create, effect]])).is_empty());
+}
+
+#[test]
+fn a_cancelled_turns_account_is_its_own_record_not_an_action_record_written_after_it() {
+    let layout = own_action_records();
+    let sessions = doubles::SessionService::new();
+    let cancelled = commit(
+        5,
+        json!({"session_id": "s1", "turn_id": "t1", "status": "cancelled", "cancellation": "cancelled-with-no-effect"}),
+    );
+    let ticket = send(1, "harness", true, "created");
+    let events = flat(&[&[action_commit(0, "started")], &ticket, &[cancelled, action_commit(6, "complete")]]);
+    assert_eq!(judge_with_layout(&events, &StateStore::new(), &sessions, &layout), vec![Oracle::Cancellation]);
+}
+
+/// A turn record with a hard limit on one dimension of its budget.
+fn budgeted(turn: &str, dimension: &str, hard: u64, extra: Value) -> Value {
+    let mut value =
+        json!({"turn_id": turn, "status": "running", "budget": {"limits": {dimension: {"hard": hard}}, "used": {}}});
+    value.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+    value
+}
+
+fn turn_commit(at_ms: u64, key: &str, value: Value) -> Event {
+    event(at_ms, EventKind::Commit { scope: "harness_turn".into(), key: key.into(), value, version: at_ms })
+}
+
+fn generation(at_ms: u64, turn: &str) -> Event {
+    event(
+        at_ms,
+        EventKind::Call {
+            service: "model".into(),
+            function: "model::generate".into(),
+            payload: json!({"turn_id": turn}),
+            caller: Some("harness".into()),
+            invocation_id: Some(format!("g{at_ms}{turn}")),
+        },
+    )
+}
+
+#[test]
+fn budget_counts_every_dimension_over_the_whole_delegation_tree() {
+    let child_of = |parent: &str| json!({"parent": {"session_id": "s1", "turn_id": parent}});
+    let tree = |dimension: &str, hard: u64, events: &[Event]| {
+        let mut all = vec![
+            turn_commit(0, "s1", budgeted("t1", dimension, hard, json!({}))),
+            turn_commit(0, "s2", budgeted("c1", dimension, 100, child_of("t1"))),
+        ];
+        all.extend_from_slice(events);
+        judge(&all, &StateStore::new())
+    };
+    // Model rounds: one each, two in the tree; a request the network repeated is one.
+    let rounds = [generation(1, "t1"), generation(2, "c1")];
+    assert!(tree("model_rounds", 2, &rounds).is_empty());
+    assert_eq!(tree("model_rounds", 1, &rounds), vec![Oracle::Budget]);
+    // Only generation requests are model rounds, whatever else names the turn.
+    let overlay = event(
+        3,
+        EventKind::Call {
+            service: "config".into(),
+            function: "config::overlay".into(),
+            payload: json!({"turn_id": "t1"}),
+            caller: Some("harness".into()),
+            invocation_id: Some("o3".into()),
+        },
+    );
+    assert!(tree("model_rounds", 2, &[rounds[0].clone(), rounds[1].clone(), overlay]).is_empty());
+    // Child turns: the parent delegated one.
+    assert!(tree("child_turns", 1, &[]).is_empty());
+    assert_eq!(tree("child_turns", 0, &[]), vec![Oracle::Budget]);
+    // Tool calls: the actions the turns recorded, the child's counted in its parent's tree.
+    let with_actions = |hard: u64| {
+        judge(
+            &[
+                turn_commit(
+                    0,
+                    "s1",
+                    budgeted("t1", "tool_calls", hard, json!({"calls": {"a1": {"status": "complete"}}})),
+                ),
+                turn_commit(
+                    0,
+                    "s2",
+                    budgeted(
+                        "c1",
+                        "tool_calls",
+                        100,
+                        json!({"calls": {"a2": {"status": "complete"}}, "parent": {"session_id": "s1", "turn_id": "t1"}}),
+                    ),
+                ),
+            ],
+            &StateStore::new(),
+        )
+    };
+    assert!(with_actions(2).is_empty());
+    assert_eq!(with_actions(1), vec![Oracle::Budget]);
+    // Wall time: from the turn's first record to its last request, a refused effect request
+    // included; a lookup is no request of the turn's.
+    let wall = |events: &[Event]| {
+        let mut all =
+            vec![turn_commit(0, "s1", budgeted("t1", "wall_ms", 100, json!({"calls": {"a1": {"status": "failed"}}})))];
+        all.extend_from_slice(events);
+        judge(&all, &StateStore::new())
+    };
+    let [late, refused] = send(200, "harness", false, "rejected");
+    assert_eq!(wall(&[late, refused]), vec![Oracle::Budget]);
+    let lookup = call_from(200, "harness", "ticket::status", json!({"action_id": "a1", "idempotency_key": "k1"}));
+    assert!(wall(&[lookup]).is_empty());
+}
+
+#[test]
+fn budget_counts_a_delegation_chain_to_its_depth_bound_and_survives_a_cycle() {
+    // A chain of 18 turns, each with one model round: the tree is counted 17 levels deep (the
+    // turn and 16 levels of delegation), so a limit of 17 holds.
+    let mut events = vec![turn_commit(0, "s0", budgeted("t0", "model_rounds", 17, json!({})))];
+    for level in 1..18 {
+        let parent = json!({"parent": {"session_id": format!("s{}", level - 1), "turn_id": format!("t{}", level - 1)}});
+        events.push(turn_commit(0, &format!("s{level}"), budgeted(&format!("t{level}"), "model_rounds", 100, parent)));
+    }
+    for level in 0..18 {
+        events.push(generation(1, &format!("t{level}")));
+    }
+    assert!(judge(&events, &StateStore::new()).is_empty());
+    // Records that name each other as parents (corrupt, but a harness may write them) end.
+    let cycle = [
+        turn_commit(
+            0,
+            "s1",
+            budgeted("t1", "model_rounds", 1_000, json!({"parent": {"session_id": "s2", "turn_id": "t2"}})),
+        ),
+        turn_commit(
+            0,
+            "s2",
+            budgeted("t2", "model_rounds", 1_000, json!({"parent": {"session_id": "s1", "turn_id": "t1"}})),
+        ),
+        generation(1, "t1"),
+    ];
+    assert!(judge(&cycle, &StateStore::new()).is_empty());
+}
+
+#[test]
+fn budget_reads_a_turns_own_record_not_an_action_record_written_after_it() {
+    let layout = own_action_records();
+    let sessions = doubles::SessionService::new();
+    let turn = commit(0, budgeted("t1", "effects", 0, json!({"session_id": "s1"})));
+    let ticket = send(1, "harness", true, "created");
+    let events = flat(&[&[turn, action_commit(0, "started")], &ticket, &[action_commit(2, "complete")]]);
+    assert_eq!(judge_with_layout(&events, &StateStore::new(), &sessions, &layout), vec![Oracle::Budget]);
+}
+
+#[test]
+fn one_owner_takes_only_a_raised_epoch_for_a_claim() {
+    let write = |at_ms: u64, worker: &str, epoch: u64| {
+        [
+            event(
+                at_ms,
+                EventKind::Call {
+                    service: "store".into(),
+                    function: "state::set".into(),
+                    payload: json!({}),
+                    caller: Some(worker.into()),
+                    invocation_id: Some(format!("s{at_ms}")),
+                },
+            ),
+            // No owner field: the first rule (two owners in one epoch) stays out of it.
+            commit(at_ms, json!({"turn_id": "t1", "status": "running", "epoch": epoch})),
+        ]
+    };
+    let none = StateStore::new();
+    // The replacement raises the epoch: it took the turn over; the old worker writing again is
+    // a second worker running it.
+    let taken = flat(&[&write(1, "harness", 1), &write(2, "replacement", 2)]);
+    assert!(judge(&taken, &none).is_empty(), "{:?}", judge(&taken, &none));
+    assert_eq!(judge(&flat(&[&taken, &write(3, "harness", 1)]), &none), vec![Oracle::OneOwner]);
+    assert!(judge(&flat(&[&taken, &write(3, "replacement", 2)]), &none).is_empty(), "the owner writes on");
+    // Writing the same epoch claims nothing: a worker that never claimed the turn wrote it.
+    assert_eq!(judge(&flat(&[&write(1, "harness", 1), &write(2, "replacement", 1)]), &none), vec![Oracle::OneOwner]);
+    // Epoch 0 is no claim: nobody owned the turn, so nobody wrote it after its owner.
+    assert!(judge(&flat(&[&write(1, "harness", 0), &write(2, "replacement", 0)]), &none).is_empty());
+    // A lower epoch is no claim either.
+    assert_eq!(judge(&flat(&[&write(1, "harness", 2), &write(2, "replacement", 1)]), &none), vec![Oracle::OneOwner]);
+}
