@@ -935,3 +935,96 @@ fn one_owner_takes_only_a_raised_epoch_for_a_claim() {
     // A lower epoch is no claim either.
     assert_eq!(judge(&flat(&[&write(1, "harness", 2), &write(2, "replacement", 1)]), &none), vec![Oracle::OneOwner]);
 }
+
+/// A world with versioned configuration: agent-17 and agent-18, `ticket.create` calling
+/// `ticket::create`.
+fn judge_config(events: &[Event]) -> Vec<Oracle> {
+    let version = |prompt: &str, profile: &str| doubles::ConfigVersion {
+        system_prompt: prompt.into(),
+        tools: vec!["ticket.create".into()],
+        tool_catalogue: "tools-1".into(),
+        policy: "policy-1".into(),
+        model_profile: profile.into(),
+    };
+    let config = doubles::ConfigSettings {
+        production: "agent-17".into(),
+        versions: BTreeMap::from([
+            ("agent-17".to_string(), version("be brief", "small")),
+            ("agent-18".to_string(), version("be thorough", "large")),
+        ]),
+    };
+    let (store, sessions, layout) = (StateStore::new(), doubles::SessionService::new(), RecordLayout::default());
+    let evidence = Evidence {
+        events,
+        replies: &[],
+        store: &store,
+        sessions: &sessions,
+        layout: &layout,
+        dead_letters: Vec::new(),
+        effect_functions: tickets(),
+        healed_at_ms: 0,
+        ended_at_ms: 10,
+        quiescent: true,
+        effects_per_action_max: 1,
+        recovery: None,
+        config: Some(&config),
+        tool_functions: BTreeMap::from([("ticket.create".to_string(), "ticket::create".to_string())]),
+    };
+    let fired: BTreeSet<Oracle> = check(&evidence).into_iter().map(|v| v.oracle).collect();
+    fired.into_iter().collect()
+}
+
+fn generation_with(at_ms: u64, caller: &str, payload: Value) -> Event {
+    event(
+        at_ms,
+        EventKind::Call {
+            service: "model".into(),
+            function: "model::generate".into(),
+            payload,
+            caller: Some(caller.into()),
+            invocation_id: Some(format!("g{at_ms}")),
+        },
+    )
+}
+
+#[test]
+fn pinned_config_holds_a_request_to_its_versions_prompt_and_profile() {
+    let request = |prompt: &str, profile: &str| {
+        let payload =
+            json!({"turn_id": "t1", "config_version": "agent-17", "system_prompt": prompt, "model_profile": profile});
+        // Read the overlay first, so that only the pin is judged.
+        vec![
+            call_from(0, "harness", "config::overlay", json!({"turn_id": "t1"})),
+            generation_with(1, "harness", payload),
+        ]
+    };
+    assert!(judge_config(&request("be brief", "small")).is_empty());
+    assert_eq!(judge_config(&request("be thorough", "small")), vec![Oracle::PinnedConfig], "agent-18's prompt");
+    assert_eq!(judge_config(&request("be brief", "large")), vec![Oracle::PinnedConfig], "agent-18's profile");
+}
+
+#[test]
+fn safety_overlay_reads_the_overlay_from_the_config_services_own_changes_and_judges_workers_only() {
+    let note = |at_ms: u64, host: &str, what: &str, excluded: &[&str]| Event {
+        at_ms,
+        host: host.into(),
+        kind: EventKind::Note { what: what.into(), detail: json!({"excluded": excluded}) },
+    };
+    let read = |at_ms: u64, caller: &str| call_from(at_ms, caller, "config::overlay", json!({"turn_id": "t1"}));
+    let recorded = commit(0, json!({"turn_id": "t1", "status": "running", "calls": {"a1": {"status": "complete"}}}));
+    let [create, effect] = send(5, "harness", true, "created");
+    let revoked = note(1, "config", "overlay_changed", &["ticket.create"]);
+    let after = |between: Event| {
+        flat(&[&[recorded.clone(), revoked.clone(), between, read(3, "harness")], &[create.clone(), effect.clone()]])
+    };
+    // Revoked, then another note (the harness's own, or the service's note of a promotion): the
+    // revocation stands, and the worker called the tool it took away.
+    assert_eq!(judge_config(&after(note(2, "harness", "approval_expired", &[]))), vec![Oracle::SafetyOverlay]);
+    assert_eq!(judge_config(&after(note(2, "config", "config_promoted", &[]))), vec![Oracle::SafetyOverlay]);
+    assert_eq!(judge_config(&after(note(2, "harness", "overlay_changed", &[]))), vec![Oracle::SafetyOverlay]);
+    // Reinstated by the service itself: the call is fine.
+    assert!(judge_config(&after(note(2, "config", "overlay_changed", &[]))).is_empty());
+    // The scenario's own client is no worker: its calls need no look at the overlay.
+    let [driver_create, driver_effect] = send(5, "driver", true, "created");
+    assert!(judge_config(&[recorded.clone(), revoked.clone(), driver_create, driver_effect]).is_empty());
+}
