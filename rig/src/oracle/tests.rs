@@ -821,9 +821,12 @@ fn budget_counts_every_dimension_over_the_whole_delegation_tree() {
         },
     );
     assert!(tree("model_rounds", 2, &[rounds[0].clone(), rounds[1].clone(), overlay]).is_empty());
-    // Child turns: the parent delegated one.
+    // Child turns: the parent delegated one; with a grandchild, two in the tree.
     assert!(tree("child_turns", 1, &[]).is_empty());
     assert_eq!(tree("child_turns", 0, &[]), vec![Oracle::Budget]);
+    let grandchild = turn_commit(0, "s3", budgeted("g1", "child_turns", 100, child_of("c1")));
+    assert!(tree("child_turns", 2, &[grandchild.clone()]).is_empty());
+    assert_eq!(tree("child_turns", 1, &[grandchild]), vec![Oracle::Budget]);
     // Tool calls: the actions the turns recorded, the child's counted in its parent's tree.
     let with_actions = |hard: u64| {
         judge(
@@ -1024,6 +1027,35 @@ fn safety_overlay_reads_the_overlay_from_the_config_services_own_changes_and_jud
     assert_eq!(judge_config(&after(note(2, "harness", "overlay_changed", &[]))), vec![Oracle::SafetyOverlay]);
     // Reinstated by the service itself: the call is fine.
     assert!(judge_config(&after(note(2, "config", "overlay_changed", &[]))).is_empty());
+    // What was sent is named: a generation request, or a call.
+    let generate = generation_with(4, "harness", json!({"turn_id": "t1", "tools": [{"name": "ticket.create"}]}));
+    let details = |events: &[Event]| {
+        let config = doubles::ConfigSettings { production: "v".into(), versions: BTreeMap::new() };
+        let (store, sessions, layout) = (StateStore::new(), doubles::SessionService::new(), RecordLayout::default());
+        let evidence = Evidence {
+            events,
+            replies: &[],
+            store: &store,
+            sessions: &sessions,
+            layout: &layout,
+            dead_letters: Vec::new(),
+            effect_functions: tickets(),
+            healed_at_ms: 0,
+            ended_at_ms: 10,
+            quiescent: true,
+            effects_per_action_max: 1,
+            recovery: None,
+            config: Some(&config),
+            tool_functions: BTreeMap::from([("ticket.create".to_string(), "ticket::create".to_string())]),
+        };
+        let mut violations = Vec::new();
+        versions::safety_overlay(&evidence, &mut violations);
+        violations.into_iter().map(|v| v.detail).collect::<Vec<_>>()
+    };
+    let offered = details(&[revoked.clone(), read(3, "harness"), generate]);
+    assert!(offered.len() == 1 && offered[0].contains("sent a generation request (`model::generate`)"), "{offered:?}");
+    let called = details(&after(note(2, "harness", "approval_expired", &[])));
+    assert!(called.len() == 1 && called[0].contains("sent a call (`ticket::create`)"), "{called:?}");
     // The scenario's own client is no worker: its calls need no look at the overlay.
     let [driver_create, driver_effect] = send(5, "driver", true, "created");
     assert!(judge_config(&[recorded.clone(), revoked.clone(), driver_create, driver_effect]).is_empty());
