@@ -104,13 +104,10 @@ impl QueueWorker {
     /// Notes each group that starts waiting because other groups hold every in-flight slot.
     fn note_starvation(&self, now: u64) {
         let starved = self.env.queues.borrow().starved(now);
-        let current: BTreeSet<(String, String)> = starved.iter().map(|(q, g, _)| (q.clone(), g.clone())).collect();
-        for (queue, group, held_by) in &starved {
-            if !self.starved.borrow().contains(&(queue.clone(), group.clone())) {
-                self.note("queue_starved", json!({ "queue": queue, "group": group, "held_by": held_by }));
-            }
+        let begun = begun_starving(&mut self.starved.borrow_mut(), starved);
+        for (queue, group, held_by) in begun {
+            self.note("queue_starved", json!({ "queue": queue, "group": group, "held_by": held_by }));
         }
-        *self.starved.borrow_mut() = current;
     }
 
     async fn deliver(self: Rc<Self>, dispatch: Dispatch) {
@@ -217,5 +214,35 @@ fn merge(mut base: Value, extra: Value) -> Value {
 impl Provider for QueueWorker {
     fn invoke(self: Rc<Self>, call: Invocation, _bus: Bus) -> Pin<Box<dyn Future<Output = Answer>>> {
         Box::pin(async move { Some(self.serve(&call)) })
+    }
+}
+
+/// The starvations of `starved` (`(queue, group, held_by)`, as [`state::Queues::starved`] finds
+/// them this pass) that were not going on at the last pass, whose groups `noted` remembers: each
+/// starvation is noted once, when it begins, however many passes it lasts. `noted` becomes this
+/// pass's groups, so a group starved again later is noted again.
+fn begun_starving(
+    noted: &mut BTreeSet<(String, String)>,
+    starved: Vec<(String, String, Vec<String>)>,
+) -> Vec<(String, String, Vec<String>)> {
+    let current: BTreeSet<(String, String)> = starved.iter().map(|(q, g, _)| (q.clone(), g.clone())).collect();
+    let begun = starved.into_iter().filter(|(q, g, _)| !noted.contains(&(q.clone(), g.clone()))).collect();
+    *noted = current;
+    begun
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_starvation_is_noted_when_it_begins_and_again_only_after_it_ended() {
+        let starving = |group: &str| ("q".to_string(), group.to_string(), vec!["s1".to_string()]);
+        let mut noted = BTreeSet::new();
+        assert_eq!(begun_starving(&mut noted, vec![starving("s2")]), vec![starving("s2")]);
+        assert!(begun_starving(&mut noted, vec![starving("s2")]).is_empty(), "still the same starvation");
+        assert_eq!(begun_starving(&mut noted, vec![starving("s2"), starving("s3")]), vec![starving("s3")]);
+        assert!(begun_starving(&mut noted, Vec::new()).is_empty());
+        assert_eq!(begun_starving(&mut noted, vec![starving("s2")]), vec![starving("s2")], "a new starvation");
     }
 }
