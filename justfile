@@ -46,3 +46,13 @@ mutants shard="0/1":
     RIG_SEED=0 RIG_MUTANTS=1 cargo mutants --shard {{shard}} -o target/mutants
     RIG_SEED=0 RIG_MUTANTS=1 cargo mutants --config .cargo/mutants-explore.toml --shard {{shard}} -o target/mutants-explore
     .ci/mutants-report target/mutants target/mutants-explore
+
+# Mutation testing of one module, the fast way: its mutants (a regex on their names, which start
+# with the file's path) against the unit tests first, then what survived against the full
+# selection; `.ci/mutants-report` reads both passes. For example
+# `just mutants-module '^rig/src/oracle/' target/mutants-oracle`.
+mutants-module re out="target/mutants-module" config=".cargo/mutants.toml":
+    RIG_SEED=0 RIG_MUTANTS=1 cargo mutants --config .cargo/mutants-unit.toml --re '{{re}}' -o {{out}}
+    RIG_SEED=0 RIG_MUTANTS=1 cargo mutants --config {{config}} --re '{{re}}' -o {{out}} --iterate
+    .ci/mutants-report --files {{out}}/mutants.out.old {{out}}/mutants.out
+
