@@ -825,7 +825,7 @@ fn budget_counts_every_dimension_over_the_whole_delegation_tree() {
     assert!(tree("child_turns", 1, &[]).is_empty());
     assert_eq!(tree("child_turns", 0, &[]), vec![Oracle::Budget]);
     let grandchild = turn_commit(0, "s3", budgeted("g1", "child_turns", 100, child_of("c1")));
-    assert!(tree("child_turns", 2, &[grandchild.clone()]).is_empty());
+    assert!(tree("child_turns", 2, std::slice::from_ref(&grandchild)).is_empty());
     assert_eq!(tree("child_turns", 1, &[grandchild]), vec![Oracle::Budget]);
     // Tool calls: the actions the turns recorded, the child's counted in its parent's tree.
     let with_actions = |hard: u64| {
