@@ -230,6 +230,15 @@ mod tests {
     }
 
     #[test]
+    fn a_version_written_without_catalogue_policy_or_profile_gets_the_defaults() {
+        let version: ConfigVersion = serde_json::from_value(json!({ "system_prompt": "p", "tools": [] })).unwrap();
+        assert_eq!(
+            (version.tool_catalogue.as_str(), version.policy.as_str(), version.model_profile.as_str()),
+            ("tools-1", "policy-1", "default")
+        );
+    }
+
+    #[test]
     fn promotion_moves_the_pointer_and_versions_stay_as_they_were() {
         let mut config = service();
         let resolved = call(&mut config, "config::resolve", json!({})).0.unwrap();

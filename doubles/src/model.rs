@@ -162,6 +162,25 @@ mod tests {
     }
 
     #[test]
+    fn unused_replies_are_named_by_their_place_in_the_script() {
+        let mut model =
+            ScriptedModel::new([json!({ "text": "one" }), json!({ "text": "two" }), json!({ "text": "three" })]);
+        generate(&mut model, json!({})).0.unwrap();
+        assert_eq!(
+            model.unused(),
+            [
+                r#"scripted model reply #2 ({"text":"two"}) was never asked for"#,
+                r#"scripted model reply #3 ({"text":"three"}) was never asked for"#,
+            ]
+        );
+        let reply = ScriptedReply { optional: true, ..ScriptedReply::new(json!({ "text": "spare" })) };
+        assert_eq!(
+            format!("{reply:?}"),
+            r#"ScriptedReply { reply: Object {"text": String("spare")}, expect: false, optional: true }"#
+        );
+    }
+
+    #[test]
     fn a_reply_answers_only_the_request_it_expects() {
         let expects_a_result: RequestCheck = Rc::new(|request: &Value| {
             if request["messages"].as_array().is_some_and(|m| m.len() == 2) {

@@ -183,7 +183,7 @@ mod tests {
         let services = Services {
             tickets: Some(TicketConfig::default()),
             declared: [("recorder".to_string(), declared)].into(),
-            config: None,
+            config: Some(doubles::ConfigSettings { production: "v1".into(), versions: Default::default() }),
         };
         let built = services.build(Rc::default(), Rc::default(), ScriptedModel::new([]));
         let answered: Vec<(String, Vec<String>)> = built
