@@ -438,6 +438,11 @@ mod tests {
         store.handle(call("state::delete", &get), &mut seen).unwrap();
         assert_eq!(store.handle(call("state::get", &get), &mut seen).unwrap(), Value::Null);
         assert_eq!(seen.len(), 3, "two writes and one delete took effect");
+        assert!(
+            matches!(&seen[2], Observation::Commit { value: None, version: 3, .. }),
+            "a delete is the record's next version, with no value: {:?}",
+            seen[2]
+        );
     }
 
     #[test]
