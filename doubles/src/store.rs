@@ -616,6 +616,11 @@ mod tests {
         let stale = json!({"scope": "lease", "key": "s1", "owner": "A", "token": 1});
         assert_eq!(lease_op(&mut store, "state::release-lease", stale, 8), json!({"released": false}));
         assert_eq!(store.lease("lease", "s1").unwrap().owner, "B");
+        // Releasing takes the holder's token and its name both: the current token under another
+        // owner, or the owner with an older token, frees nothing.
+        let not_the_owner = json!({"scope": "lease", "key": "s1", "owner": "A", "token": 2});
+        assert_eq!(lease_op(&mut store, "state::release-lease", not_the_owner, 8), json!({"released": false}));
+        assert_eq!(store.lease("lease", "s1").unwrap().owner, "B");
         // Expiry does not reset the counter either.
         assert_eq!(acquire(&mut store, "A", 100, 500)["token"], json!(3));
     }

@@ -391,6 +391,16 @@ mod tests {
         let current = at(&mut service, 0, "ticket::create", fenced("a1", "k1", "s/1", 18), &mut seen);
         assert_eq!(current.unwrap()["ticket_id"], json!("T-1"));
         assert_eq!(service.tickets().len(), 1);
+        // A lease grant the rig tells the service of (as a double) raises the bar the same way.
+        Double::observe_grant(&mut service, "s/1", 19);
+        let stale = at(&mut service, 0, "ticket::create", fenced("a2", "k2", "s/1", 18), &mut seen);
+        assert_eq!(stale.unwrap_err().code, "stale_token");
+    }
+
+    #[test]
+    fn a_service_answers_with_the_config_it_was_built_with() {
+        let config = TicketConfig { idempotency: false, idempotency_window_ms: 5, lookup: false, fencing: false };
+        assert_eq!(TicketService::new(config.clone()).config(), &config);
     }
 
     #[test]
