@@ -148,6 +148,18 @@ mod tests {
     }
 
     #[test]
+    fn a_typed_null_matches_only_null_and_a_condition_reads_as_written() {
+        use crate::project::Found;
+        let null = FieldMatch::null("a").unwrap();
+        assert!(null.holds_for_found(&Found::Null));
+        assert!(!null.holds_for_found(&Found::Str("null".into())), "the string `null` is no null");
+        assert!(!null.holds_for(&serde_json::json!("null")));
+        let text = FieldMatch::parse("a=null").unwrap();
+        assert!(text.holds_for_found(&Found::Str("null".into())) && text.holds_for_found(&Found::Null));
+        assert_eq!(FieldMatch::parse("result.step=1").unwrap().to_string(), "result.step=1");
+    }
+
+    #[test]
     fn rejects_malformed_conditions() {
         assert_eq!(FieldMatch::parse("type"), Err(FieldMatchError::MissingEquals("type".into())));
         assert!(matches!(FieldMatch::parse("a..b=1"), Err(FieldMatchError::EmptySegment(_))));

@@ -368,6 +368,21 @@ mod tests {
         }
         assert!(projection.read("{\"type\": \"x\", \"missing\"").is_none(), "not JSON: no fields");
         assert!(projection.read("{} trailing").is_none());
+        // Arrays walked element by element when no path ends at them, and the walk goes on
+        // past them; a key with an escape is unescaped before it is looked up.
+        let frame = json!({"list": [10, {"k": "v"}, 12], "we\"ird": 1, "after": "a"});
+        let conditions = ["list.0=10", "list.1.k=v", "list.2=12", "list.3=x", "we\"ird=1", "after=a"];
+        let mut projection = Projection::default();
+        let indices: Vec<usize> =
+            conditions.iter().map(|c| projection.add(FieldMatch::parse(c).unwrap().segments())).collect();
+        let text = frame.to_string();
+        let found = projection.read(&text).expect("valid JSON");
+        for (condition, index) in conditions.iter().zip(indices) {
+            let condition = FieldMatch::parse(condition).unwrap();
+            let projected = found[index].as_ref().is_some_and(|f| condition.holds_for_found(f));
+            assert_eq!(projected, condition.matches(&frame), "{condition}");
+            assert_eq!(projected, condition.path() != "list.3", "{condition}");
+        }
         // Once every path is found, the rest is not read.
         let mut one = Projection::default();
         one.add(&["type".to_string()]);

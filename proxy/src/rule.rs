@@ -1113,6 +1113,81 @@ mod tests {
     }
 
     #[test]
+    fn limits_hold_up_to_and_including_their_bound() {
+        assert!(Rule::parse("delay=600000").is_ok(), "the longest delay");
+        assert!(Rule::parse("reorder=600000").is_ok(), "the longest reorder hold");
+        assert!(Rule::parse("reorder=600001").unwrap_err().to_string().contains("above the limit"));
+        let close = |reason_bytes: usize| Rule::parse(&format!("close=4000:{}", "r".repeat(reason_bytes)));
+        assert!(close(MAX_CLOSE_REASON_BYTES).is_ok(), "the longest close reason");
+        assert!(close(MAX_CLOSE_REASON_BYTES + 1).unwrap_err().to_string().contains("fit in a close frame"));
+        let named =
+            |name: &str| parse_rules_toml(&format!("[[rule]]\naction = \"drop\"\nname = \"{name}\"\n"), "r.toml");
+        assert!(named(&"n".repeat(128)).is_ok(), "a name of 128 characters");
+        for bad in ["n".repeat(129), String::new(), "a/b".into(), "a b".into(), "a?b".into(), "a#b".into()] {
+            let err = named(&bad).unwrap_err().to_string();
+            assert!(err.contains("name must be 1-128 characters"), "{bad:?}: {err}");
+        }
+        // A close field on another action is refused, each field alone.
+        for field in ["close_code = 4000", "close_reason = \"bye\""] {
+            let err = parse_rules_toml(&format!("[[rule]]\naction = \"drop\"\n{field}\n"), "r.toml").unwrap_err();
+            assert!(err.to_string().contains("only for action close"), "{field}: {err}");
+        }
+        let err = parse_rules_toml("[[rule]]\naction = \"drop\"\ndelay_ms = 5\n", "r.toml").unwrap_err();
+        assert!(err.to_string().contains("only for actions delay and reorder"), "{err}");
+    }
+
+    #[test]
+    fn a_rule_reads_back_as_written_without_a_skip_it_does_not_have() {
+        let rule = Rule::parse("drop once up type=x").unwrap();
+        assert_eq!(rule.to_string(), "drop once up -- type=x");
+        assert_eq!(rule.label(), "drop once up -- type=x", "an unnamed rule is labelled by its form");
+        let named = parse_rules_toml("[[rule]]\nname = \"cut\"\naction = \"drop\"\n", "r.toml").unwrap();
+        assert_eq!(named[0].label(), "cut");
+        assert_eq!(Action::Drop.as_str(), "drop");
+    }
+
+    #[test]
+    fn a_rules_file_is_read_from_disk_and_its_errors_say_where() {
+        let path = std::env::temp_dir().join(format!("proxy-rules-{}.toml", std::process::id()));
+        std::fs::write(&path, "[[rule]]\naction = \"drop\"\ncount = \"once\"\n").unwrap();
+        let rules = load_rules_file(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!((rules.len(), rules[0].action), (1, ActionKind::Drop));
+        assert!(load_rules_file(&path).unwrap_err().to_string().contains(&path.display().to_string()));
+        // Line and column count characters, and an offset inside a character counts from its start.
+        assert_eq!(line_column("ab\ncd", 4), (2, 2));
+        assert_eq!(line_column("é\nx", 1), (1, 1));
+        assert_eq!(line_column("é\nx", 2), (1, 2));
+    }
+
+    #[test]
+    fn removing_says_whether_a_rule_was_there() {
+        let mut set = RuleSet::with_rules(0, [Rule::parse("drop").unwrap()]).unwrap();
+        assert!(!set.is_empty());
+        assert!(!set.remove("rule-9"));
+        assert!(set.remove("rule-1"));
+        assert!(set.is_empty() && set.len() == 0);
+    }
+
+    #[test]
+    fn a_rule_that_always_fires_draws_nothing_from_the_generator() {
+        // Rules with probability 1 draw no number, so adding one changes no other rule's draws.
+        let b = Rule::parse("drop always p=0.5 type=b").unwrap();
+        let sure = Rule::parse("duplicate always p=1 type=a").unwrap();
+        let mut alone = RuleSet::with_rules(7, [b.clone()]).unwrap();
+        let mut with_sure = RuleSet::with_rules(7, [sure, b]).unwrap();
+        let (a, b) = (json!({"type": "a"}), json!({"type": "b"}));
+        let mut drawn = (Vec::new(), Vec::new());
+        for _ in 0..32 {
+            with_sure.decide(Direction::Up, FrameKind::Text, Some(&a));
+            drawn.0.push(alone.decide(Direction::Up, FrameKind::Text, Some(&b)).action);
+            drawn.1.push(with_sure.decide(Direction::Up, FrameKind::Text, Some(&b)).action);
+        }
+        assert_eq!(drawn.0, drawn.1);
+        assert!(drawn.0.contains(&Action::Drop) && drawn.0.contains(&Action::Forward), "{:?}", drawn.0);
+    }
+
+    #[test]
     fn reads_the_toml_shape() {
         let rules = parse_rules_toml(
             r#"
