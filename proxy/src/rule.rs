@@ -1230,6 +1230,8 @@ kind = "binary"
             parse_rules_toml("[[rule]]\naction = \"drop\"\ncount = \"twice\"\n", "r.toml").unwrap_err().to_string();
         assert!(err.contains("r.toml") && err.contains("line 3"), "{err}");
         assert!(err.contains("\"once\", \"always\" or a positive integer"), "{err}");
+        let err = parse_rules_toml("[[rule]]\naction = \"drop\"\ncount = true\n", "r.toml").unwrap_err().to_string();
+        assert!(err.contains("expected \"once\", \"always\" or a positive integer"), "a count of another type: {err}");
         let err = parse_rules_toml("[[rule]]\naction = \"drop\"\nactoin = 1\n", "r.toml").unwrap_err().to_string();
         assert!(err.contains("line 3") && err.contains("actoin"), "{err}");
         let err = parse_rules_toml("[[rule]]\naction = \"delay\"\n", "r.toml").unwrap_err().to_string();
