@@ -1161,6 +1161,14 @@ mod tests {
     }
 
     #[test]
+    fn a_rule_serializes_its_skip_only_when_it_has_one() {
+        let plain = serde_json::to_value(Rule::parse("drop once up").unwrap()).unwrap();
+        assert!(plain.get("skip").is_none(), "{plain}");
+        let skipping = serde_json::to_value(Rule::parse("drop once up skip=2").unwrap()).unwrap();
+        assert_eq!(skipping["skip"], 2, "{skipping}");
+    }
+
+    #[test]
     fn removing_says_whether_a_rule_was_there() {
         let mut set = RuleSet::with_rules(0, [Rule::parse("drop").unwrap()]).unwrap();
         assert!(!set.is_empty());
