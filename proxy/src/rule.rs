@@ -1434,6 +1434,9 @@ kind = "binary"
         assert!(!set.selects("rule-1", Direction::Up, FrameKind::Text, Some(result)), "another direction");
         assert!(!set.selects("rule-1", Direction::Down, FrameKind::Text, Some(r#"{"type":"other"}"#)));
         assert!(!set.selects("no-such-rule", Direction::Down, FrameKind::Text, Some(result)));
+        let text_only = RuleSet::with_rules(0, [Rule::parse("reorder always down text").unwrap()]).unwrap();
+        assert!(text_only.selects("rule-1", Direction::Down, FrameKind::Text, Some(result)));
+        assert!(!text_only.selects("rule-1", Direction::Down, FrameKind::Binary, None), "a text rule, a binary frame");
         let mut twice = RuleSet::with_rules(0, [Rule::parse("reorder always down").unwrap()]).unwrap();
         let except = twice.decide_frame_except(Direction::Down, FrameKind::Text, Some(result), Some("rule-1"));
         assert_eq!(except.action, Action::Forward, "the partner is not taken by the rule that holds for it");
