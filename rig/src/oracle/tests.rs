@@ -651,8 +651,15 @@ fn one_owner_catches_a_worker_writing_a_turn_after_its_newer_owner_did() {
     assert!(judge(&resumed, &none).is_empty());
 }
 
-/// The evidence of a run with everything but its events, store and ending chosen plainly.
-fn judge_ending(events: &[Event], store: &StateStore, ended_at_ms: u64, quiescent: bool) -> Vec<Oracle> {
+/// Every violation of a run with everything but its events, store, configuration and ending
+/// chosen plainly (the world's one tool, `ticket.create`, calls `ticket::create`).
+fn violations_of(
+    events: &[Event],
+    store: &StateStore,
+    config: Option<&doubles::ConfigSettings>,
+    ended_at_ms: u64,
+    quiescent: bool,
+) -> Vec<Violation> {
     let (sessions, layout) = (doubles::SessionService::new(), RecordLayout::default());
     let evidence = Evidence {
         events,
@@ -667,11 +674,19 @@ fn judge_ending(events: &[Event], store: &StateStore, ended_at_ms: u64, quiescen
         quiescent,
         effects_per_action_max: 1,
         recovery: None,
-        config: None,
-        tool_functions: Default::default(),
+        config,
+        tool_functions: BTreeMap::from([("ticket.create".to_string(), "ticket::create".to_string())]),
     };
-    let fired: BTreeSet<Oracle> = check(&evidence).into_iter().map(|v| v.oracle).collect();
+    check(&evidence)
+}
+
+fn oracles_of(violations: Vec<Violation>) -> Vec<Oracle> {
+    let fired: BTreeSet<Oracle> = violations.into_iter().map(|v| v.oracle).collect();
     fired.into_iter().collect()
+}
+
+fn judge_ending(events: &[Event], store: &StateStore, ended_at_ms: u64, quiescent: bool) -> Vec<Oracle> {
+    oracles_of(violations_of(events, store, None, ended_at_ms, quiescent))
 }
 
 #[test]
@@ -939,9 +954,8 @@ fn one_owner_takes_only_a_raised_epoch_for_a_claim() {
     assert_eq!(judge(&flat(&[&write(1, "harness", 2), &write(2, "replacement", 1)]), &none), vec![Oracle::OneOwner]);
 }
 
-/// A world with versioned configuration: agent-17 and agent-18, `ticket.create` calling
-/// `ticket::create`.
-fn judge_config(events: &[Event]) -> Vec<Oracle> {
+/// A world with versioned configuration: agent-17 and agent-18.
+fn two_versions() -> doubles::ConfigSettings {
     let version = |prompt: &str, profile: &str| doubles::ConfigVersion {
         system_prompt: prompt.into(),
         tools: vec!["ticket.create".into()],
@@ -949,32 +963,17 @@ fn judge_config(events: &[Event]) -> Vec<Oracle> {
         policy: "policy-1".into(),
         model_profile: profile.into(),
     };
-    let config = doubles::ConfigSettings {
+    doubles::ConfigSettings {
         production: "agent-17".into(),
         versions: BTreeMap::from([
             ("agent-17".to_string(), version("be brief", "small")),
             ("agent-18".to_string(), version("be thorough", "large")),
         ]),
-    };
-    let (store, sessions, layout) = (StateStore::new(), doubles::SessionService::new(), RecordLayout::default());
-    let evidence = Evidence {
-        events,
-        replies: &[],
-        store: &store,
-        sessions: &sessions,
-        layout: &layout,
-        dead_letters: Vec::new(),
-        effect_functions: tickets(),
-        healed_at_ms: 0,
-        ended_at_ms: 10,
-        quiescent: true,
-        effects_per_action_max: 1,
-        recovery: None,
-        config: Some(&config),
-        tool_functions: BTreeMap::from([("ticket.create".to_string(), "ticket::create".to_string())]),
-    };
-    let fired: BTreeSet<Oracle> = check(&evidence).into_iter().map(|v| v.oracle).collect();
-    fired.into_iter().collect()
+    }
+}
+
+fn judge_config(events: &[Event]) -> Vec<Oracle> {
+    oracles_of(violations_of(events, &StateStore::new(), Some(&two_versions()), 10, true))
 }
 
 fn generation_with(at_ms: u64, caller: &str, payload: Value) -> Event {
@@ -1030,27 +1029,8 @@ fn safety_overlay_reads_the_overlay_from_the_config_services_own_changes_and_jud
     // What was sent is named: a generation request, or a call.
     let generate = generation_with(4, "harness", json!({"turn_id": "t1", "tools": [{"name": "ticket.create"}]}));
     let details = |events: &[Event]| {
-        let config = doubles::ConfigSettings { production: "v".into(), versions: BTreeMap::new() };
-        let (store, sessions, layout) = (StateStore::new(), doubles::SessionService::new(), RecordLayout::default());
-        let evidence = Evidence {
-            events,
-            replies: &[],
-            store: &store,
-            sessions: &sessions,
-            layout: &layout,
-            dead_letters: Vec::new(),
-            effect_functions: tickets(),
-            healed_at_ms: 0,
-            ended_at_ms: 10,
-            quiescent: true,
-            effects_per_action_max: 1,
-            recovery: None,
-            config: Some(&config),
-            tool_functions: BTreeMap::from([("ticket.create".to_string(), "ticket::create".to_string())]),
-        };
-        let mut violations = Vec::new();
-        versions::safety_overlay(&evidence, &mut violations);
-        violations.into_iter().map(|v| v.detail).collect::<Vec<_>>()
+        let violations = violations_of(events, &StateStore::new(), Some(&two_versions()), 10, true);
+        violations.into_iter().filter(|v| v.oracle == Oracle::SafetyOverlay).map(|v| v.detail).collect::<Vec<_>>()
     };
     let offered = details(&[revoked.clone(), read(3, "harness"), generate]);
     assert!(offered.len() == 1 && offered[0].contains("sent a generation request (`model::generate`)"), "{offered:?}");
