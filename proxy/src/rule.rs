@@ -1174,7 +1174,8 @@ mod tests {
         assert!(!set.is_empty());
         assert!(!set.remove("rule-9"));
         assert!(set.remove("rule-1"));
-        assert!(set.is_empty() && set.len() == 0);
+        assert!(set.is_empty());
+        assert_eq!(set.len(), 0);
     }
 
     #[test]
