@@ -174,10 +174,9 @@ mod tests {
             ]
         );
         let reply = ScriptedReply { optional: true, ..ScriptedReply::new(json!({ "text": "spare" })) };
-        assert_eq!(
-            format!("{reply:?}"),
-            r#"ScriptedReply { reply: Object {"text": String("spare")}, expect: false, optional: true }"#
-        );
+        let shown = format!("{reply:?}");
+        assert!(shown.starts_with("ScriptedReply {") && shown.contains("spare"), "{shown}");
+        assert!(shown.contains("expect: false") && shown.contains("optional: true"), "{shown}");
     }
 
     #[test]
