@@ -12,7 +12,9 @@
 //!
 //! A file that needs a capability the harness does not declare
 //! ([`HarnessFactory::capabilities`]) is reported *ignored*, with what it needs and where the
-//! file asks for it: never passed, never failed. A file with no snapshot yet writes its first
+//! file asks for it: never passed, never failed. A suite given `every_file_runs = true` fails such
+//! a file instead, for a harness meant to run the whole folder (the reference over the
+//! catalogue): a capability or policy it stopped declaring would otherwise pass files silently. A file with no snapshot yet writes its first
 //! one and passes (say what it claims by reviewing and committing it); with `CI` set, a missing
 //! snapshot fails instead, as insta does. A changed snapshot always fails.
 //!
@@ -92,19 +94,35 @@ pub struct Suite {
     scenarios: PathBuf,
     snapshots: Option<PathBuf>,
     target: Option<TestTarget>,
+    every_file_runs: bool,
 }
 
 impl Suite {
     /// Scenario files under `scenarios`, a path relative to `crate_root` (your crate's
     /// `env!("CARGO_MANIFEST_DIR")`).
     pub fn new(harness: Arc<dyn HarnessFactory>, crate_root: &str, scenarios: &str) -> Self {
-        Self { harness, scenarios: Path::new(crate_root).join(scenarios), snapshots: None, target: None }
+        Self {
+            harness,
+            scenarios: Path::new(crate_root).join(scenarios),
+            snapshots: None,
+            target: None,
+            every_file_runs: false,
+        }
     }
 
     /// Compares each file's outcome with the insta snapshot of the same relative path and stem
     /// under `snapshots` (relative to the crate root too).
     pub fn with_snapshots(mut self, crate_root: &str, snapshots: &str) -> Self {
         self.snapshots = Some(Path::new(crate_root).join(snapshots));
+        self
+    }
+
+    /// Fails a file the harness would skip (a capability it does not declare, or none of the
+    /// file's policies), where it is otherwise reported ignored: for a harness meant to run the
+    /// whole folder, so that a capability or policy it stops declaring cannot turn files into
+    /// silent passes.
+    pub fn every_file_runs(mut self) -> Self {
+        self.every_file_runs = true;
         self
     }
 
@@ -166,6 +184,14 @@ impl Suite {
         let seeds = seeds()?;
         let mutation_mode = mutation_mode();
         let (runs, skipped) = self.runnable(&scenario);
+        if self.every_file_runs && !skipped.is_empty() {
+            return Err(format!(
+                "{}: the suite requires every file to run under harness `{}`, and it would skip:\n  {}",
+                relative.display(),
+                self.harness.name(),
+                skipped.join("\n  ")
+            ));
+        }
         if runs.is_empty() {
             return Ok(Checked::Skipped(skipped.join("; ")));
         }
@@ -314,16 +340,18 @@ fn input_file_name(input: &Path) -> String {
 /// One test per scenario file under a folder, checked against a harness (see [`Suite::check`]).
 ///
 /// `harness` is an `Arc<dyn HarnessFactory>`; `scenarios` and `snapshots` are paths relative to
-/// the calling crate's root; `snapshots` is optional. Use it in a test target with
+/// the calling crate's root; `snapshots` is optional; `every_file_runs = true` (optional, after
+/// `snapshots`) fails a file the harness would skip ([`Suite::every_file_runs`]). Use it in a test target with
 /// `harness = false`: it is the target's `main`.
 #[macro_export]
 macro_rules! scenario_tests {
-    (harness = $harness:expr, scenarios = $scenarios:literal $(, snapshots = $snapshots:literal)? $(,)?) => {
+    (harness = $harness:expr, scenarios = $scenarios:literal $(, snapshots = $snapshots:literal)? $(, every_file_runs = $every:literal)? $(,)?) => {
         fn main() -> ::std::process::ExitCode {
             let root = env!("CARGO_MANIFEST_DIR");
             let suite = $crate::testing::Suite::new($harness, root, $scenarios)
                 .in_test_target(root, env!("CARGO_PKG_NAME"), env!("CARGO_CRATE_NAME"));
             $( let suite = suite.with_snapshots(root, $snapshots); )?
+            $( let suite = if $every { suite.every_file_runs() } else { suite }; )?
             suite.main()
         }
     };

@@ -1,6 +1,7 @@
 //! `scenario_tests!`'s checks, as a user's crate meets them: a file needing a capability the
-//! harness lacks is skipped with the reason; failures read as text; a new file writes its first
-//! snapshot and passes, a changed snapshot fails, and in CI a missing one fails.
+//! harness lacks is skipped with the reason (a failure where every file must run); failures read
+//! as text; a new file writes its first snapshot and passes, a changed snapshot fails, and in CI
+//! a missing one fails.
 //!
 //! One test, because it sets `CI` for a while (the environment is the whole process's).
 
@@ -78,6 +79,13 @@ fn skips_failures_and_snapshots_as_a_user_meets_them() {
         "[reference] skipped: needs switch (step #2 invoke.function = \"harness::export\"), and harness `turns-only` \
          does not declare it"
     );
+    // A suite that requires every file to run fails it instead, saying what it would skip.
+    let required = suite(Arc::new(TurnsOnly), &root).every_file_runs();
+    let refused = required.check(&scenarios.join("switch.toml")).unwrap_err();
+    assert!(refused.contains("requires every file to run under harness `turns-only`"), "{refused}");
+    assert!(refused.contains(&why), "{refused}");
+    let without_snapshots = Suite::new(Arc::new(TurnsOnly), root.to_str().unwrap(), "scenarios").every_file_runs();
+    assert_eq!(without_snapshots.check(&scenarios.join("healthy.toml")), Ok(Checked::Passed), "a file it runs");
     // The reference has it: the same file runs.
     assert_eq!(suite(rig::reference(), &root).check(&scenarios.join("switch.toml")), Ok(Checked::Passed));
 

@@ -778,4 +778,14 @@ mod tests {
         assert!(!is_current(&record, &request("t0", 1)), "another turn");
         assert!(!is_current(&json!({"turn_id": "t1", "status": "failed", "step": 2}), &request("t1", 2)));
     }
+
+    #[test]
+    fn the_reference_is_rerun_by_rig_and_held_to_its_particulars() {
+        // Its runs' repro lines name the `rig` binary, by this name (any other harness's name
+        // their own command), and its report lines leave the harness unnamed.
+        assert_eq!(crate::run::Rerun::default_for(ReferenceHarness.name()), crate::run::Rerun::Cli("rig".into()));
+        // The `[policy.reference]` sections describe this harness: its suite is held to them
+        // (a port of it could say yes too; a harness of its own says no).
+        assert!(ReferenceHarness.reference_particulars());
+    }
 }
