@@ -459,3 +459,50 @@ impl Worker {
         self.write(bus, record).await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    /// The class each action of a record lands in, by id.
+    fn classes(calls: Value) -> BTreeMap<String, String> {
+        let report = classify(&json!({ "calls": calls }), "w1");
+        let mut classes = BTreeMap::new();
+        for class in ["complete", "resumable", "held", "unsettled"] {
+            for line in report[class].as_array().unwrap() {
+                classes.insert(line["action_id"].as_str().unwrap().to_string(), class.to_string());
+            }
+        }
+        classes
+    }
+
+    #[test]
+    fn an_action_is_unsettled_only_while_nothing_established_its_outcome() {
+        let classes = classes(json!({
+            "a-started": { "status": "started" },
+            "a-unknown": { "status": "unknown" },
+            // Reconciliation found it had not happened, and it was not sent since: safe to send.
+            "b-started-reconciled": { "status": "started", "reconciled": true },
+            "b-unknown-reconciled": { "status": "unknown", "reconciled": true },
+            "b-started-sent-again": { "status": "started", "reconciled": false },
+            "c-complete": { "status": "complete" },
+            "c-failed": { "status": "failed" },
+            "d-held": { "status": "held", "hold": { "hook": "approvals::approve" } },
+            "e-released": { "status": "released" },
+        }));
+        let expected = [
+            ("a-started", "unsettled"),
+            ("a-unknown", "unsettled"),
+            ("b-started-reconciled", "resumable"),
+            ("b-unknown-reconciled", "resumable"),
+            ("b-started-sent-again", "unsettled"),
+            ("c-complete", "complete"),
+            ("c-failed", "complete"),
+            ("d-held", "held"),
+            ("e-released", "resumable"),
+        ];
+        let expected: BTreeMap<String, String> = expected.iter().map(|(a, c)| (a.to_string(), c.to_string())).collect();
+        assert_eq!(classes, expected);
+    }
+}
