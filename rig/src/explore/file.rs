@@ -264,4 +264,83 @@ mod tests {
         assert_eq!((parsed.cuts.len(), parsed.steps.len()), (1, 1));
         assert_eq!(parsed.proxy.map(|p| p.rules.len()), Some(1));
     }
+
+    fn crash_at_write() -> Placement {
+        Placement {
+            site: Site::Call { function: "state::set".into(), about: Vec::new(), nth: 1 },
+            kind: Kind::CrashCallerAfter,
+            ms: None,
+        }
+    }
+
+    fn contents<'a>(
+        placements: &'a [Placement],
+        policy: &'a str,
+        oracle: &'a str,
+        fired: &'a BTreeSet<String>,
+    ) -> Contents<'a> {
+        static NONE: BTreeSet<usize> = BTreeSet::new();
+        Contents { about: "found", placements, policy, oracle, fired, removed_steps: &NONE }
+    }
+
+    #[test]
+    fn one_cut_is_the_cut_and_several_are_numbered() {
+        let scenario = workload(&load("scenarios/workloads/multi-round.toml"), false);
+        let fired = BTreeSet::from(["ledger".to_string()]);
+        let one = [crash_at_write()];
+        let text = scenario_toml(&scenario, &contents(&one, "unguarded", "ledger", &fired));
+        assert!(text.contains("\n# The cut: crash-caller-after @ call state::set[]#1\n"), "{text}");
+        let two = [crash_at_write(), crash_at_write()];
+        let text = scenario_toml(&scenario, &contents(&two, "unguarded", "ledger", &fired));
+        assert!(text.contains("\n# Cut 1 of 2: ") && text.contains("\n# Cut 2 of 2: "), "{text}");
+    }
+
+    #[test]
+    fn the_reference_declares_nothing_and_a_limit_is_no_policys_violation() {
+        let scenario = workload(&load("scenarios/workloads/multi-round.toml"), false);
+        let placements = [crash_at_write()];
+        let policies_of = |policy: &str, oracle: &str, fired: &[&str]| {
+            let fired: BTreeSet<String> = fired.iter().map(|o| o.to_string()).collect();
+            let text = scenario_toml(&scenario, &contents(&placements, policy, oracle, &fired));
+            Scenario::parse(Path::new("finding.toml"), &text).unwrap().runs
+        };
+        let under_reference = policies_of("reference", "liveness", &["liveness"]);
+        assert_eq!(under_reference.len(), 1);
+        assert!(under_reference[0].expected_violations.is_empty(), "a correct harness trips nothing");
+        let limit = policies_of("unguarded", "limit", &["limit"]);
+        assert_eq!(limit.iter().map(|r| r.policy.as_str()).collect::<Vec<_>>(), ["reference"], "a limit is no oracle");
+        let bad = policies_of("unguarded", "monotonic", &["limit", "ledger", "monotonic"]);
+        let declared: BTreeSet<&str> = bad[1].expected_violations.iter().map(|o| o.name()).collect();
+        assert_eq!((bad[1].policy.as_str(), declared), ("unguarded", BTreeSet::from(["ledger", "monotonic"])));
+    }
+
+    #[test]
+    fn shrinking_removes_steps_written_inline_too() {
+        let source = r#"about = "inline steps"
+step = [
+  { invoke = { function = "harness::status", payload = { session_id = "s1" }, name = "first" } },
+  { invoke = { function = "harness::status", payload = { session_id = "s1" }, name = "second" } },
+  { invoke = { function = "harness::status", payload = { session_id = "s1" }, name = "third" } },
+]
+[policy.reference]
+"#;
+        let scenario = Scenario::parse(Path::new("inline.toml"), source).unwrap_or_else(|e| panic!("{e}"));
+        let removed = BTreeSet::from([0, 2]);
+        let none = BTreeSet::new();
+        let contents = Contents {
+            about: "found",
+            placements: &[],
+            policy: "reference",
+            oracle: "liveness",
+            fired: &none,
+            removed_steps: &removed,
+        };
+        let text = scenario_toml(&scenario, &contents);
+        let parsed = Scenario::parse(Path::new("finding.toml"), &text).unwrap();
+        assert_eq!(parsed.steps.len(), 1, "{text}");
+        assert!(
+            text.contains("name = \"second\"") && !text.contains("\"first\"") && !text.contains("\"third\""),
+            "{text}"
+        );
+    }
 }

@@ -363,4 +363,98 @@ mod tests {
         let kept = Scenario::parse(Path::new("kept.toml"), &kept.scenario_file).unwrap();
         assert_eq!(kept.cuts.len(), original.cuts.len(), "--keep-cuts keeps them in the finding too");
     }
+
+    fn crash_at_write(nth: u64) -> Placement {
+        Placement {
+            site: space::Site::Call {
+                function: "state::set".into(),
+                about: vec![("scope".into(), "harness_turn".into())],
+                nth,
+            },
+            kind: space::Kind::CrashCallerAfter,
+            ms: None,
+        }
+    }
+
+    fn drop_result() -> Placement {
+        Placement {
+            site: space::Site::Frame {
+                worker: "harness".into(),
+                up: true,
+                frame: "invocationresult".into(),
+                function: "harness::turn".into(),
+                nth: 1,
+            },
+            kind: space::Kind::Drop,
+            ms: None,
+        }
+    }
+
+    fn found_in_multi_round(placements: &[Placement], policy: &str) -> Finding {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/workloads/multi-round.toml");
+        let scenario = workload(&Scenario::load(&path).unwrap(), false);
+        let fired = BTreeSet::from(["ledger".to_string()]);
+        let found = Found { oracle: "ledger", fired: &fired };
+        finding(&scenario, placements, policy, found, 3, &BTreeSet::new(), "sweep of harness `reference`")
+    }
+
+    #[test]
+    fn a_signature_is_the_oracle_and_the_cuts_classes_in_any_order() {
+        let (first, second) = (crash_at_write(2), drop_result());
+        let signature = Signature::of("w.toml", "ledger", &[second.clone(), first.clone()]);
+        assert_eq!(signature, Signature::of("w.toml", "ledger", &[first.clone(), second.clone()]));
+        assert_eq!(signature, Signature::of("w.toml", "ledger", &[crash_at_write(5), second.clone()]), "any ordinal");
+        assert_ne!(signature, Signature::of("w.toml", "effects", &[first.clone(), second.clone()]));
+        assert_eq!(
+            signature.to_string(),
+            "`ledger` with crash-caller-after @ call state::set[scope=harness_turn] + \
+             drop @ frame invocationresult harness::turn from harness"
+        );
+    }
+
+    #[test]
+    fn a_finding_counts_and_lists_the_other_runs_that_came_to_it() {
+        let mut found = found_in_multi_round(&[crash_at_write(2)], "unguarded");
+        assert_eq!(found.count(), 1);
+        assert!(!found.file_text(&[]).contains(ALSO_NOTE), "no other run, no line about them");
+
+        found.also = vec!["seed 4".into(), "seed 9".into()];
+        assert_eq!((found.count(), found.also_listed()), (3, "seed 4; seed 9".to_string()));
+        let text = found.file_text(&["# replay: rig explore FILE --seeds 3..4".into()]);
+        let lines: Vec<&str> = text.lines().collect();
+        let at =
+            |line: &str| lines.iter().position(|l| *l == line).unwrap_or_else(|| panic!("no `{line}` in:\n{text}"));
+        let (replay, count, others) = (
+            at("# replay: rig explore FILE --seeds 3..4"),
+            at(&format!("# 3{ALSO_NOTE}.")),
+            at(&format!("# {ALSO_NOTE_OTHERS}seed 4; seed 9.")),
+        );
+        assert!(replay < count && count < others, "the notes, then how many, then which:\n{text}");
+
+        found.also = (1..=ALSO_LISTED_MAX + 2).map(|seed| format!("seed {seed}")).collect();
+        let listed = found.also_listed();
+        assert_eq!(found.count(), ALSO_LISTED_MAX + 3);
+        assert!(listed.starts_with("seed 1; seed 2; ") && listed.ends_with("; seed 20 and 2 more"), "{listed}");
+    }
+
+    #[test]
+    fn a_finding_is_named_by_its_workload_oracle_and_cut_classes() {
+        let one = found_in_multi_round(&[crash_at_write(2)], "unguarded");
+        assert_eq!(one.file_name, "multi-round--ledger--crash-caller-after-call-state-set-scope-harness-turn.toml");
+        assert!(
+            one.scenario_file.contains("`ledger` fires with this cut (and not without it):\n"),
+            "{}",
+            one.scenario_file
+        );
+        let two = found_in_multi_round(&[crash_at_write(2), drop_result()], "unguarded");
+        assert!(two.scenario_file.contains("`ledger` fires with these cuts (and not without them):\n"));
+        assert_eq!(slug("  A--b__C  "), "a-b-c", "runs of anything else become one dash, none at the ends");
+        assert_eq!(slug(&"x".repeat(200)).len(), 90, "a file name stays short");
+    }
+
+    #[test]
+    fn a_harness_runs_under_its_own_name() {
+        let reference = crate::reference();
+        assert_eq!(Runs::name(&reference), "reference");
+    }
 }
