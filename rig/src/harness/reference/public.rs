@@ -124,7 +124,7 @@ impl Worker {
                 // A turn may have started while this worker waited for the session.
                 let reply = match self.queue_behind(bus, session_id, data, true).await {
                     Ok(Some(reply)) => Ok(reply),
-                    Ok(None) => self.start_turn(bus, session_id, &data["message"]).await,
+                    Ok(None) => self.start_turn(bus, session_id, data).await,
                     Err(error) => Err(error),
                 };
                 self.hand_back(bus, session_id).await;
@@ -173,13 +173,19 @@ impl Worker {
         Ok(Some(sent(session_id, &record["turn_id"], true)))
     }
 
-    /// A new turn on `message`: the message enters the transcript, the turn record is written,
+    /// A new turn on the sent message: the message enters the transcript, the turn record is written,
     /// and the turn goes to the turn queue.
-    async fn start_turn(&self, bus: &Bus, session_id: &str, message: &Value) -> Result<Value, ErrorBody> {
+    async fn start_turn(&self, bus: &Bus, session_id: &str, data: &Value) -> Result<Value, ErrorBody> {
+        let message = &data["message"];
         let turn_id = format!("t-{}", self.env.new_id());
         let previous = self.get_turn(bus, session_id).await.ok().flatten();
         let turn_count = previous.as_ref().map_or(0, |r| r["turn_count"].as_u64().unwrap_or(0));
-        let key = Some(format!("{turn_id}:message"));
+        // A send that failed after its message entered the transcript is sent again under the
+        // same idempotency key: keyed by it, the message is not entered a second time.
+        let key = Some(match data["idempotency_key"].as_str() {
+            Some(idempotency_key) => format!("send:{idempotency_key}"),
+            None => format!("{turn_id}:message"),
+        });
         if !self.append_entry(bus, &json!(session_id), key, message.clone()).await {
             return Err(ErrorBody::new("unavailable", "the message could not be written to the session"));
         }
