@@ -343,4 +343,72 @@ step = [
             "{text}"
         );
     }
+
+    fn finding_text(source: &str, placements: &[Placement]) -> String {
+        let scenario = Scenario::parse(Path::new("workload.toml"), source).unwrap_or_else(|e| panic!("{e}"));
+        let none = BTreeSet::new();
+        let text = scenario_toml(&scenario, &contents(placements, "reference", "liveness", &none));
+        Scenario::parse(Path::new("finding.toml"), &text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        text
+    }
+
+    fn place(text: &str, what: &str) -> usize {
+        text.find(what).unwrap_or_else(|| panic!("no `{what}` in:\n{text}"))
+    }
+
+    /// A workload that wrote its steps before its world: each table's place in the text comes
+    /// from its position, which the finding sets in the shipped order.
+    #[test]
+    fn a_finding_orders_the_tables_of_a_workload_written_in_another_order() {
+        let source = r#"about = "steps first"
+[[step]]
+invoke = { function = "harness::status", payload = { session_id = "s1" }, name = "status" }
+
+[world]
+session_timeout_ms = 300
+
+[world.queue.harness-turn]
+message_group_field = "session_id"
+
+[policy.reference]
+"#;
+        let text = finding_text(source, &[crash_at_write()]);
+        let places: Vec<usize> = ["\n[world]\n", "\n[world.queue.harness-turn]\n", "\n[[cut]]\n", "\n[[step]]\n"]
+            .into_iter()
+            .map(|what| place(&text, what))
+            .collect();
+        assert!(places.windows(2).all(|w| w[0] < w[1]), "tables out of the shipped order:\n{text}");
+    }
+
+    /// A workload that wrote its cuts as an inline array keeps them, and the finding's cut is
+    /// added to them.
+    #[test]
+    fn a_cut_joins_the_cuts_a_workload_wrote_inline() {
+        let source = r#"about = "inline cuts"
+cut = [{ function = "session::messages", action = "delay", delay_ms = 5 }]
+
+[[step]]
+invoke = { function = "harness::status", payload = { session_id = "s1" }, name = "status" }
+
+[policy.reference]
+"#;
+        let text = finding_text(source, &[crash_at_write()]);
+        let parsed = Scenario::parse(Path::new("finding.toml"), &text).unwrap();
+        assert_eq!(parsed.cuts.len(), 2, "{text}");
+    }
+
+    /// Each timed kind writes its duration under the key the scenario format reads, and a cut
+    /// at the first matching call skips none.
+    #[test]
+    fn a_timed_cut_writes_its_duration_and_the_first_call_skips_none() {
+        let source = "about = \"timed\"\n[[step]]\nwait_ms = 1\n\n[policy.reference]\n";
+        for (kind, key) in
+            [(Kind::Delay, "delay_ms"), (Kind::PauseCaller, "pause_ms"), (Kind::IsolateCaller, "isolate_ms")]
+        {
+            let placement = Placement { kind, ms: Some(750), ..crash_at_write() };
+            let text = finding_text(source, &[placement]);
+            assert!(text.contains(&format!("\n{key} = 750\n")), "{kind:?}:\n{text}");
+            assert!(!text.contains("skip"), "{kind:?}:\n{text}");
+        }
+    }
 }

@@ -457,4 +457,20 @@ mod tests {
         let reference = crate::reference();
         assert_eq!(Runs::name(&reference), "reference");
     }
+
+    /// `limit` stands for a run that ended on a limit or a host's failure, not on an oracle.
+    #[test]
+    fn a_limit_or_a_failed_host_fires_limit_and_nothing_else_does() {
+        let scenario = scripted();
+        let mut outcome = crate::run::run(&scenario, &scenario.runs[0], 0);
+        outcome.violations.clear();
+        let fired_by = |outcome: &mut RunOutcome, failure: &str| {
+            outcome.failures = vec![failure.to_string()];
+            fired(outcome)
+        };
+        let limit = BTreeSet::from(["limit".to_string()]);
+        assert_eq!(fired_by(&mut outcome, "limit reached: 10000 steps (seed 0)"), limit);
+        assert_eq!(fired_by(&mut outcome, "a host's software failed: it panicked (seed 0)"), limit);
+        assert_eq!(fired_by(&mut outcome, "state harness_turn/s1: status expected = failed"), BTreeSet::new());
+    }
 }
