@@ -411,4 +411,18 @@ invoke = { function = "harness::status", payload = { session_id = "s1" }, name =
             assert!(!text.contains("skip"), "{kind:?}:\n{text}");
         }
     }
+
+    /// A pause at an interruption point says how long; a crash there has no duration.
+    #[test]
+    fn a_process_cut_writes_a_duration_for_a_pause_only() {
+        let source = "about = \"points\"\n[[step]]\nwait_ms = 1\n\n[policy.reference]\n";
+        let at = |kind: Kind| {
+            let site = Site::Point { worker: "harness".into(), point: "after_completion".into(), nth: 1 };
+            finding_text(source, &[Placement { site, kind, ms: Some(600) }])
+        };
+        let pause = at(Kind::Pause);
+        assert!(pause.contains("\n[[interrupt]]\n") && pause.contains("\npause_ms = 600\n"), "{pause}");
+        let crash = at(Kind::Crash);
+        assert!(crash.contains("\naction = \"crash\"\n") && !crash.contains("pause_ms"), "{crash}");
+    }
 }

@@ -362,3 +362,88 @@ pub fn cut_space(scenario: &Scenario, baseline: &RunOutcome, options: &SpaceOpti
     }
     placements
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn empty() -> Scenario {
+        let source = "about = \"nothing cut\"\n[[step]]\nwait_ms = 1\n\n[policy.reference]\n";
+        Scenario::parse(Path::new("empty.toml"), source).unwrap()
+    }
+
+    fn call(function: &str, nth: u64) -> Site {
+        Site::Call { function: function.into(), about: Vec::new(), nth }
+    }
+
+    fn frame(frame: &str, nth: u64) -> Site {
+        Site::Frame { worker: "harness".into(), up: true, frame: frame.into(), function: "harness::turn".into(), nth }
+    }
+
+    fn point(nth: u64) -> Site {
+        Site::Point { worker: "harness".into(), point: "after_completion".into(), nth }
+    }
+
+    fn applied(site: Site, kind: Kind) -> Scenario {
+        let mut scenario = empty();
+        Placement { site, kind, ms: Some(40) }.apply(&mut scenario);
+        scenario
+    }
+
+    #[test]
+    fn each_call_kind_becomes_its_own_service_fault_at_the_nth_call() {
+        let expected = [
+            (Kind::LostAck, ServiceFault::LostAck),
+            (Kind::Timeout, ServiceFault::Timeout),
+            (Kind::Delay, ServiceFault::Delay { ms: 40 }),
+            (Kind::CrashCallerBefore, ServiceFault::CrashCaller { after: false }),
+            (Kind::CrashCallerAfter, ServiceFault::CrashCaller { after: true }),
+            (Kind::CrashService, ServiceFault::CrashService),
+            (Kind::CrashEngine, ServiceFault::CrashEngine),
+            (Kind::IsolateCaller, ServiceFault::IsolateCaller { ms: 40 }),
+            (Kind::PauseCaller, ServiceFault::PauseCaller { ms: 40 }),
+        ];
+        for (kind, fault) in expected {
+            let scenario = applied(call("state::set", 3), kind);
+            let cut = &scenario.cuts[0];
+            assert_eq!((&cut.function, &cut.fault), (&"state::set".to_string(), &fault), "{kind:?}");
+            assert_eq!((cut.trigger.skip, cut.trigger.count, cut.trigger.optional), (2, Count::Times(1), true));
+        }
+        let rejected = applied(call("state::set", 1), Kind::Reject);
+        assert!(matches!(rejected.cuts[0].fault, ServiceFault::Reject { .. }), "{:?}", rejected.cuts[0].fault);
+    }
+
+    #[test]
+    fn a_point_kind_becomes_a_process_cut_and_a_frame_kind_a_proxy_rule() {
+        let crash = applied(point(2), Kind::Crash);
+        assert_eq!((crash.interrupts[0].interrupt, crash.interrupts[0].trigger.skip), (Interrupt::Crash, 1));
+        let pause = applied(point(1), Kind::Pause);
+        assert_eq!(pause.interrupts[0].interrupt, Interrupt::Pause { ms: 40 });
+        for (kind, action) in [(Kind::Drop, ActionKind::Drop), (Kind::Duplicate, ActionKind::Duplicate)] {
+            let scenario = applied(frame("invocationresult", 4), kind);
+            let setup = scenario.proxy.expect("a proxy rule");
+            assert_eq!((setup.rules[0].action, setup.rules[0].skip, &setup.optional), (action, 3, &vec![true]));
+        }
+    }
+
+    #[test]
+    fn a_site_is_shown_with_its_ordinal_and_classed_without_it() {
+        assert_eq!(call("state::get", 3).to_string(), "call state::get[]#3");
+        assert_eq!(point(2).to_string(), "point harness@after_completion#2");
+        assert_eq!(frame("invoke", 5).to_string(), "frame invoke harness::turn from harness#5");
+        assert_eq!(call("state::get", 3).class(), call("state::get", 1).class());
+    }
+
+    /// Effects first, then what commits or acknowledges, then reads and the other frames.
+    #[test]
+    fn the_sites_nearest_an_unrecorded_action_come_first() {
+        let promise = |site: Site| site.promise();
+        assert_eq!(promise(call("ticket::create", 1)), 3);
+        assert_eq!(promise(frame("invocationresult", 1)), 2);
+        assert_eq!(promise(call("state::set", 1)), 2);
+        assert_eq!(promise(point(1)), 2);
+        assert_eq!(promise(call("state::get", 1)), 1);
+        assert_eq!(promise(frame("invoke", 1)), 1);
+    }
+}
