@@ -473,4 +473,21 @@ mod tests {
         assert_eq!(fired_by(&mut outcome, "a host's software failed: it panicked (seed 0)"), limit);
         assert_eq!(fired_by(&mut outcome, "state harness_turn/s1: status expected = failed"), BTreeSet::new());
     }
+
+    /// A placement fired when the trace shows its own cut taking a call; one at a site the run
+    /// never reached did not.
+    #[test]
+    fn a_placement_fired_only_if_its_own_cut_took_a_call() {
+        let mut scenario = workload(&scripted(), false);
+        let at = |nth: u64| Placement {
+            site: space::Site::Call { function: "state::get".into(), about: Vec::new(), nth },
+            kind: space::Kind::Delay,
+            ms: Some(10),
+        };
+        let placements = [at(1), at(1_000)];
+        let indices = space::apply_all(&placements, &mut scenario);
+        let outcome = crate::run::run(&scenario, &scenario.runs[0], 0);
+        assert!(placements[0].fired(&outcome, indices[0]), "the first read is in every run");
+        assert!(!placements[1].fired(&outcome, indices[1]), "no run reads a thousand times");
+    }
 }
