@@ -261,7 +261,7 @@ mod tests {
                 json!({ "scope": "harness_turn", "key": "s1", "value": { "turn_id": "t1", "step": step } }),
             )
         };
-        let effects = EffectFunctions { effects: ["ticket::create".to_string()].into(), reconciliations: Vec::new() };
+        let effects = EffectFunctions { effects: ["ticket::create".to_string()].into(), ..Default::default() };
         let events = [
             call("model::generate", "a", json!({ "turn_id": "t1", "step": 0 })),
             call("model::generate", "a", json!({ "turn_id": "t1", "step": 0 })),

@@ -41,6 +41,9 @@ pub struct EffectFunctions {
     /// Functions that ask a service whether an action happened, with the payload field naming
     /// the action (its idempotency key or client reference).
     pub reconciliations: Vec<(String, &'static str)>,
+    /// The effect kinds whose service declares its calls safe to replay (`replay = "safe"`):
+    /// sending one again needs no question first.
+    pub replay_safe: BTreeSet<String>,
 }
 
 fn names(functions: &[&str]) -> Vec<String> {
@@ -103,6 +106,9 @@ impl Services {
             if let Some(effect) = config.effect_function(name) {
                 functions.effects.insert(effect);
                 functions.reconciliations.extend(reconcile_functions(name));
+                if config.replay == Replay::Safe {
+                    functions.replay_safe.extend(config.effect_kind(name));
+                }
             }
         }
         functions

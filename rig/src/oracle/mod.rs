@@ -296,6 +296,8 @@ fn blind_replay(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
             }
             // A stale-token refusal is the fencing oracle's business, and changes nothing.
             EventKind::Effect { reason, .. } if reason == "stale token" => {}
+            // A call its service declares safe to replay may be sent again unasked.
+            EventKind::Effect { effect, .. } if functions.replay_safe.contains(effect) => {}
             EventKind::Effect { effect, action, by, invocation_id, .. } => {
                 let sender = by.clone().unwrap_or_default();
                 let request = invocation_id.clone().unwrap_or_default();

@@ -102,6 +102,17 @@ fn judge_everything(
     sessions: &doubles::SessionService,
     layout: &RecordLayout,
 ) -> Vec<Oracle> {
+    judge_with_functions(events, replies, store, sessions, layout, tickets())
+}
+
+fn judge_with_functions(
+    events: &[Event],
+    replies: &[Reply],
+    store: &StateStore,
+    sessions: &doubles::SessionService,
+    layout: &RecordLayout,
+    effect_functions: crate::services::EffectFunctions,
+) -> Vec<Oracle> {
     let evidence = Evidence {
         events,
         replies,
@@ -109,7 +120,7 @@ fn judge_everything(
         sessions,
         layout,
         dead_letters: Vec::new(),
-        effect_functions: tickets(),
+        effect_functions,
         healed_at_ms: 0,
         ended_at_ms: 10,
         quiescent: true,
@@ -185,6 +196,14 @@ fn blind_replay_needs_the_sender_itself_to_ask_between_sends() {
     assert!(fired(&reconciled).is_empty());
     let blind = flat(&[&send(1, "harness", true, "created"), &send(3, "harness", false, "duplicate key")]);
     assert_eq!(fired(&blind), vec![Oracle::BlindReplay]);
+    // Unless the service declares its calls safe to replay.
+    let mut replay_safe = tickets();
+    replay_safe.replay_safe.insert("ticket.create".into());
+    let recorded = commit(0, json!({"turn_id": "t1", "status": "running", "calls": {"a1": {"status": "complete"}}}));
+    let safe_again: Vec<Event> = std::iter::once(recorded).chain(blind.iter().cloned()).collect();
+    let (store, sessions) = (StateStore::new(), doubles::SessionService::new());
+    let judged = judge_with_functions(&safe_again, &[], &store, &sessions, &RecordLayout::default(), replay_safe);
+    assert!(judged.is_empty(), "{judged:?}");
     // A check for some other key does not reconcile this action.
     let wrong_key = flat(&[
         &send(1, "harness", true, "created"),
