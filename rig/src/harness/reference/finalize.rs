@@ -928,3 +928,29 @@ impl Worker {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::harness::HarnessConfig;
+
+    fn config(terminalize_backoff_ms: u64, lease_ttl_ms: u64) -> HarnessConfig {
+        HarnessConfig { terminalize_backoff_ms, lease_ttl_ms, ..HarnessConfig::default() }
+    }
+
+    #[test]
+    fn a_deferred_retry_waits_twice_as_long_each_time_up_to_its_cap() {
+        let waits: Vec<u64> = (1..=4).map(|attempt| deferred_backoff(&config(100, 0), attempt)).collect();
+        assert_eq!(waits, [100, 200, 400, 800]);
+        assert_eq!(deferred_backoff(&config(100, 0), 40), DEFERRED_BACKOFF_MS_MAX);
+    }
+
+    /// What a live run is told: the capped backoff, or a third of the lease (the pause between
+    /// renewals) when that is longer.
+    #[test]
+    fn a_worker_waits_by_itself_at_most_its_capped_backoff_or_a_renewal_pause() {
+        assert_eq!(longest_own_wait_ms(&config(100, 0)), DEFERRED_BACKOFF_MS_MAX);
+        assert_eq!(longest_own_wait_ms(&config(100, 3_000)), DEFERRED_BACKOFF_MS_MAX);
+        assert_eq!(longest_own_wait_ms(&config(100, 30_000)), 10_000);
+    }
+}
