@@ -198,7 +198,7 @@ fn the_cut_space_lists_every_call_a_worker_makes_to_a_double_with_the_read_kinds
 }
 
 #[test]
-fn a_delay_is_past_the_deadline_of_the_call_it_delays() {
+fn a_delay_is_just_past_the_deadline_of_the_call_it_delays() {
     let (_, workload, space) = space_of("switch-with-lease.toml");
     let config = &workload.world.harness;
     for placement in space.iter().filter(|p| p.kind == Kind::Delay) {
@@ -208,9 +208,11 @@ fn a_delay_is_past_the_deadline_of_the_call_it_delays() {
             Some("ticket") => config.tool_timeout_ms,
             _ => config.session_timeout_ms,
         };
+        // Just past it: the late reply still arrives while the run goes on, to a caller that
+        // has given up on it.
         assert!(
-            placement.ms.is_some_and(|ms| ms > deadline),
-            "{}: {:?} is not past {deadline} ms",
+            placement.ms.is_some_and(|ms| ms > deadline && ms <= deadline + 1_000),
+            "{}: {:?} is not just past {deadline} ms",
             placement.id(),
             placement.ms
         );
