@@ -139,3 +139,55 @@ pub fn explore(harness: &dyn Runs, scenario: &Scenario, policy: &str, seed: u64,
     exploration.shrunk = Some(shrunk);
     exploration
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::space::Site;
+    use super::*;
+    use std::path::Path;
+
+    fn placement(nth: u64, kind: Kind, ms: Option<u64>) -> Placement {
+        Placement { site: Site::Call { function: "state::set".into(), about: Vec::new(), nth }, kind, ms }
+    }
+
+    /// A mix is at most four distinct placements of the space, with its timings drawn: a delay
+    /// from its deadline-passing length to three times it, a pause across one to four lease
+    /// lifetimes, an isolation from a tenth of the sweep's to twice it.
+    #[test]
+    fn a_mix_is_a_few_distinct_placements_with_drawn_timings() {
+        let source = "about = \"mix\"\n[world]\nlease_ttl_ms = 3000\n\n[[step]]\nwait_ms = 1\n\n[policy.reference]\n";
+        let workload = Scenario::parse(Path::new("mix.toml"), source).unwrap();
+        let space: Vec<Placement> = (1..=8)
+            .flat_map(|nth| {
+                [
+                    placement(nth, Kind::Delay, Some(1_000)),
+                    placement(nth, Kind::PauseCaller, Some(1)),
+                    placement(nth, Kind::IsolateCaller, Some(1_000)),
+                    placement(nth, Kind::Timeout, None),
+                ]
+            })
+            .collect();
+        let mut drawn_delays = BTreeSet::new();
+        for seed in 0..300 {
+            let mix = draw(seed, &space, &workload);
+            // None when the kinds the seed enabled are not in this space.
+            assert!(mix.len() <= MIX_CUTS_MAX, "seed {seed}: {} cuts", mix.len());
+            let sites: BTreeSet<_> = mix.iter().map(|p| (&p.site, p.kind)).collect();
+            assert_eq!(sites.len(), mix.len(), "seed {seed}: a placement twice");
+            for p in &mix {
+                let ms = p.ms.unwrap_or(0);
+                match p.kind {
+                    Kind::Delay => assert!((1_000..=3_000).contains(&ms), "seed {seed}: delay {ms}"),
+                    Kind::PauseCaller => assert!((3_000..=12_000).contains(&ms), "seed {seed}: pause {ms}"),
+                    Kind::IsolateCaller => assert!((100..=2_000).contains(&ms), "seed {seed}: isolation {ms}"),
+                    _ => assert_eq!(p.ms, None),
+                }
+                if p.kind == Kind::Delay {
+                    drawn_delays.insert(ms);
+                }
+            }
+            assert_eq!(mix, draw(seed, &space, &workload), "seed {seed} draws the same mix again");
+        }
+        assert!(drawn_delays.len() > 10, "delays are drawn, not fixed: {drawn_delays:?}");
+    }
+}
