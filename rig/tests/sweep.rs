@@ -361,3 +361,42 @@ fn every_finding_a_sweep_writes_reproduces() {
         failing.join("\n\n")
     );
 }
+
+/// A harness that counts the runs made through it.
+struct Counted {
+    inner: std::sync::Arc<dyn rig::HarnessFactory>,
+    runs: std::sync::atomic::AtomicUsize,
+}
+
+impl explore::Runs for Counted {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    fn run(&self, scenario: &Scenario, run: &rig::PolicyRun, seed: u64) -> rig::RunOutcome {
+        self.runs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        explore::Runs::run(&self.inner, scenario, run, seed)
+    }
+
+    fn reference(&self) -> &dyn explore::Runs {
+        &self.inner
+    }
+}
+
+/// An exploration reports the runs it made, and its shrinking drops the cuts the finding does not
+/// need.
+#[test]
+fn an_exploration_counts_its_runs_and_drops_the_cuts_it_does_not_need() {
+    let scenario = workload("multi-round.toml");
+    let harness = Counted { inner: rig::reference(), runs: Default::default() };
+    let found = (0..60)
+        .map(|seed| {
+            harness.runs.store(0, std::sync::atomic::Ordering::Relaxed);
+            let exploration = explore::explore(&harness, &scenario, "replay-unfinished", seed, false);
+            (exploration, harness.runs.load(std::sync::atomic::Ordering::Relaxed))
+        })
+        .find(|(e, _)| e.shrunk.is_some() && e.mix.len() > 1);
+    let (exploration, made) = found.expect("a seed whose mix of several cuts catches replay-unfinished");
+    assert_eq!(exploration.runs, made, "the runs an exploration reports are the runs it made");
+    assert!(exploration.shrunk.is_some_and(|shrunk| shrunk.placements.len() < exploration.mix.len()));
+}

@@ -190,4 +190,38 @@ mod tests {
         }
         assert!(drawn_delays.len() > 10, "delays are drawn, not fixed: {drawn_delays:?}");
     }
+
+    /// A workload step the finding does not need may go: with a late status read removed, the
+    /// cut still trips the oracle, and the shortened workload alone does not.
+    #[test]
+    fn a_step_the_finding_does_not_need_may_be_removed() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/workloads/multi-round.toml");
+        let text = std::fs::read_to_string(&path).unwrap()
+            + "\n[[step]]\ninvoke = { function = \"harness::status\", payload = { session_id = \"s1\" }, name = \"late\" }\n";
+        let workload = super::super::workload(&Scenario::parse(&path, &text).unwrap(), false);
+        let crash = Placement {
+            site: Site::Call {
+                function: "ticket::create".into(),
+                about: vec![("action_id".into(), "t1:1:0".into())],
+                nth: 1,
+            },
+            kind: Kind::CrashCallerAfter,
+            ms: None,
+        };
+        let harness = crate::reference();
+        let late = BTreeSet::from([workload.steps.len() - 1]);
+        let fires = |removed: &BTreeSet<usize>| {
+            still_fires(
+                &harness,
+                &workload,
+                std::slice::from_ref(&crash),
+                removed,
+                "replay-unfinished",
+                0,
+                "blind-replay",
+            )
+        };
+        assert!(fires(&BTreeSet::new()), "the cut trips blind-replay under replay-unfinished");
+        assert!(fires(&late), "and still does without the late status read");
+    }
 }
