@@ -400,3 +400,32 @@ fn an_exploration_counts_its_runs_and_drops_the_cuts_it_does_not_need() {
     assert_eq!(exploration.runs, made, "the runs an exploration reports are the runs it made");
     assert!(exploration.shrunk.is_some_and(|shrunk| shrunk.placements.len() < exploration.mix.len()));
 }
+
+/// Depth 2 adds pairs of placements at different sites, the most promising first, as many as the
+/// budget leaves room for; what does not fit is counted as skipped, never dropped silently.
+#[test]
+fn a_depth_two_plan_adds_the_most_promising_pairs_within_its_budget() {
+    let (harness, scenario) = (rig::reference(), workload("switch-with-lease.toml"));
+    let plan = |depth: u8, budget: Option<usize>| {
+        explore::plan(&harness, &scenario, &SweepOptions { depth, budget, ..SweepOptions::default() })
+    };
+    let one = plan(1, None);
+    assert!(one.jobs.iter().all(|job| job.len() == 1) && one.skipped == 0);
+    let singles: Vec<Placement> = one.jobs.iter().map(|job| job[0].clone()).collect();
+    let possible = (0..singles.len())
+        .flat_map(|i| (i + 1..singles.len()).map(move |j| (i, j)))
+        .filter(|&(i, j)| singles[i].site != singles[j].site)
+        .count();
+    let two = plan(2, None);
+    let pairs: Vec<&Vec<Placement>> = two.jobs.iter().filter(|job| job.len() == 2).collect();
+    assert_eq!(two.jobs.len() - pairs.len(), singles.len(), "every single first");
+    assert_eq!(pairs.len(), possible.min(explore::PAIRS_DEFAULT));
+    assert_eq!(pairs.len() + two.skipped, possible, "a pair that does not fit is skipped, and counted");
+    assert!(pairs.iter().all(|pair| pair[0].site != pair[1].site), "a pair is two sites");
+    let promise = |pair: &&Vec<Placement>| pair[0].site.promise() + pair[1].site.promise();
+    assert!(pairs.windows(2).all(|w| promise(&w[0]) >= promise(&w[1])), "the most promising first");
+    let tight = plan(2, Some(singles.len() + 3));
+    assert_eq!((tight.jobs.len(), tight.skipped), (singles.len() + 3, possible - 3));
+    let tighter = plan(1, Some(5));
+    assert_eq!((tighter.jobs.len(), tighter.skipped), (5, singles.len() - 5));
+}
