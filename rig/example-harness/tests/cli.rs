@@ -113,21 +113,21 @@ fn what_it_cannot_serve_is_skipped_everywhere_and_only_skips_exit_2() {
     assert!(
         stdout.contains("SKIP ") && stdout.contains("needs cancel (step #3 invoke.function = \"harness::cancel\")")
     );
-    assert!(stdout.ends_with("0 passed, 0 failed, 4 skipped (harness naive)\n"), "{stdout}");
+    assert!(stdout.ends_with("0 passed, 0 failed, 6 skipped (harness naive)\n"), "{stdout}");
 
     let json = naive(&["run", cancel, failing, "--json", "--seeds", "0..2"]);
     let lines: Vec<serde_json::Value> =
         String::from_utf8_lossy(&json.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-    assert_eq!(lines.len(), 10, "one line per run, the skipped ones too");
+    assert_eq!(lines.len(), 14, "one line per run, the skipped ones too");
     let skipped: Vec<_> = lines.iter().filter(|l| !l["skipped"].is_null()).collect();
-    assert_eq!(skipped.len(), 8);
+    assert_eq!(skipped.len(), 12);
     assert!(skipped.iter().all(|l| l["passed"].is_null() && l["missing"] == serde_json::json!(["cancel"])));
 
     let junit = scratch("junit").join("junit.xml");
     let matrix = naive(&["matrix", cancel, failing, "--seeds", "0..2", "--junit", junit.to_str().unwrap()]);
     let stdout = String::from_utf8_lossy(&matrix.stdout);
-    assert!(stdout.contains("shard 1/1: 0 passed, 2 failed, 8 skipped (harness naive)"), "{stdout}");
+    assert!(stdout.contains("shard 1/1: 0 passed, 2 failed, 12 skipped (harness naive)"), "{stdout}");
     let xml = std::fs::read_to_string(&junit).unwrap();
-    assert_eq!(xml.matches("<skipped").count(), 4, "{xml}");
+    assert_eq!(xml.matches("<skipped").count(), 6, "{xml}");
     assert!(xml.contains("needs cancel"), "{xml}");
 }
