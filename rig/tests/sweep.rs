@@ -424,6 +424,25 @@ fn a_depth_two_plan_adds_the_most_promising_pairs_within_its_budget() {
     assert!(pairs.iter().all(|pair| pair[0].site != pair[1].site), "a pair is two sites");
     let promise = |pair: &&Vec<Placement>| pair[0].site.promise() + pair[1].site.promise();
     assert!(pairs.windows(2).all(|w| promise(&w[0]) >= promise(&w[1])), "the most promising first");
+    // Exactly which pairs, in which order, all of them (a budget that fits every pair): by the
+    // sum of the two sites' promise, highest first, ties in the order the singles came (first
+    // by the first site, then by the second).
+    let all = plan(2, Some(singles.len() + possible));
+    assert_eq!(all.skipped, 0);
+    let pairs: Vec<&Vec<Placement>> = all.jobs.iter().filter(|job| job.len() == 2).collect();
+    let index = |placement: &Placement| singles.iter().position(|single| single == placement).unwrap();
+    let mut expected: Vec<(usize, usize)> = (0..singles.len())
+        .flat_map(|i| (i + 1..singles.len()).map(move |j| (i, j)))
+        .filter(|&(i, j)| singles[i].site != singles[j].site)
+        .collect();
+    let sum = |&(i, j): &(usize, usize)| singles[i].site.promise() + singles[j].site.promise();
+    expected.sort_by_key(|pair| (std::cmp::Reverse(sum(pair)), *pair));
+    let planned: Vec<(usize, usize)> = pairs.iter().map(|pair| (index(&pair[0]), index(&pair[1]))).collect();
+    let first_difference = planned.iter().zip(&expected).position(|(planned, expected)| planned != expected);
+    assert_eq!(planned.len(), expected.len());
+    assert_eq!(first_difference, None, "pairs by their promise, ties in site order");
+    let promises: std::collections::BTreeSet<u8> = singles.iter().map(|single| single.site.promise()).collect();
+    assert!(promises.len() > 2, "the workload offers sites of three promises, so sums and ties tell orders apart");
     let tight = plan(2, Some(singles.len() + 3));
     assert_eq!((tight.jobs.len(), tight.skipped), (singles.len() + 3, possible - 3));
     let tighter = plan(1, Some(5));
