@@ -94,7 +94,12 @@ impl Worker {
         *entry = json!({ "tool": entry["tool"], "args": entry["args"], "status": "failed", "error": error, "expired": true });
         record["status"] = json!("running");
         record["held_reason"] = Value::Null;
+        // As after a release, no queue delivers the turn from here on: this worker drives it on,
+        // and a worker of this host that starts drives it on again should this one die first.
+        record[super::hooks::RELEASED_BY] = json!(self.env.host);
         if self.write(bus, &record).await.is_err() {
+            // The store may have recorded it all the same: then nobody else would drive it on.
+            self.finish_settlement_later(bus, request, id, super::hooks::Settlement::Expiry);
             return Err(crate::bus::ErrorBody::new("unavailable", "could not record the expiry"));
         }
         self.expiries.borrow_mut().remove(id);

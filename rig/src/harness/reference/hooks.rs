@@ -240,7 +240,7 @@ impl Worker {
             Err(Stop::FencedOut) => return self.fenced_out(&request),
             Err(_) => {
                 // The store may have recorded it all the same: then nobody else would run the call.
-                self.finish_release_later(bus, &request, id);
+                self.finish_settlement_later(bus, &request, id, Settlement::Release);
                 return Err(ErrorBody::new("unavailable", "could not record the release"));
             }
         }
@@ -255,13 +255,48 @@ impl Worker {
 /// the turn on since: no queue delivers it again.
 pub(super) const RELEASED_BY: &str = "released_by";
 
+/// What a held call's settlement whose write got no answer was: the call's status once the
+/// write landed, and the notes that say whether it did.
+#[derive(Clone, Copy)]
+pub(super) enum Settlement {
+    /// Released (`resolve`, `execute`): the call runs.
+    Release,
+    /// Denied as its approval expired: the turn goes on to the model.
+    Expiry,
+}
+
+impl Settlement {
+    fn landed_status(self) -> &'static str {
+        match self {
+            Settlement::Release => "released",
+            Settlement::Expiry => "failed",
+        }
+    }
+
+    fn notes(self) -> (&'static str, &'static str) {
+        match self {
+            Settlement::Release => ("release_confirmed", "release_unconfirmed"),
+            Settlement::Expiry => ("expiry_confirmed", "expiry_unconfirmed"),
+        }
+    }
+}
+
 impl Worker {
-    /// A release whose write got no good answer: once the store answers again, if it says the
-    /// call was released (the write landed), the turn is driven on and the call runs; if it says
-    /// the call is still held, the release never happened and its caller was told so. Tried a
-    /// bounded number of times, after a backoff each.
-    fn finish_release_later(self: &Rc<Self>, bus: &Bus, request: &TurnRequest, action_id: &str) {
+    /// A settlement of a held call (a release, an expiry) whose write got no good answer: once
+    /// the store answers again, if it says the write landed (the turn running, the call settled
+    /// so), the turn is driven on, as nothing else delivers it; if it says the call is still
+    /// held, the settlement never happened (a release's caller was told so; an expiry is found
+    /// again by the next release, or a worker that starts). Tried a bounded number of times,
+    /// after a backoff each.
+    pub(super) fn finish_settlement_later(
+        self: &Rc<Self>,
+        bus: &Bus,
+        request: &TurnRequest,
+        action_id: &str,
+        settlement: Settlement,
+    ) {
         let (worker, bus, request, action_id) = (Rc::clone(self), bus.clone(), request.clone(), action_id.to_string());
+        let (confirmed, unconfirmed) = settlement.notes();
         tokio::task::spawn_local(async move {
             for attempt in 1..=worker.env.config.terminalize_attempts {
                 worker.env.clock.sleep(worker.deferred_backoff(attempt)).await;
@@ -270,16 +305,16 @@ impl Worker {
                     Ok(None) => return,
                     Err(_) => continue,
                 };
-                let released = record["turn_id"] == json!(request.turn_id)
+                let landed = record["turn_id"] == json!(request.turn_id)
                     && record["status"] == json!("running")
-                    && record["calls"][&action_id]["status"] == json!("released");
-                if released {
-                    worker.note("release_confirmed", json!({ "action_id": action_id, "attempt": attempt }));
+                    && record["calls"][&action_id]["status"] == json!(settlement.landed_status());
+                if landed {
+                    worker.note(confirmed, json!({ "action_id": action_id, "attempt": attempt }));
                     let _ = worker.turn(&bus, request).await;
                 }
                 return;
             }
-            worker.note("release_unconfirmed", json!({ "action_id": action_id }));
+            worker.note(unconfirmed, json!({ "action_id": action_id }));
         });
     }
 }
