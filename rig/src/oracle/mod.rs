@@ -62,10 +62,13 @@ pub enum Oracle {
     /// A worker consults the safety overlay before each generation and tool call of a turn, and
     /// never offers or calls a tool the overlay took away.
     SafetyOverlay,
+    /// A call a hook held with an approval that expires never runs after the expiry, unless a
+    /// release was sent before it.
+    ApprovalExpiry,
 }
 
 impl Oracle {
-    pub const ALL: [Oracle; 16] = [
+    pub const ALL: [Oracle; 17] = [
         Oracle::Effects,
         Oracle::Fencing,
         Oracle::BlindReplay,
@@ -82,6 +85,7 @@ impl Oracle {
         Oracle::RecoveryCost,
         Oracle::PinnedConfig,
         Oracle::SafetyOverlay,
+        Oracle::ApprovalExpiry,
     ];
 
     pub fn name(self) -> &'static str {
@@ -102,6 +106,7 @@ impl Oracle {
             Oracle::RecoveryCost => "recovery-cost",
             Oracle::PinnedConfig => "pinned-config",
             Oracle::SafetyOverlay => "safety-overlay",
+            Oracle::ApprovalExpiry => "approval-expiry",
         }
     }
 
@@ -156,6 +161,9 @@ pub struct Evidence<'a> {
     pub config: Option<&'a doubles::ConfigSettings>,
     /// The function each tool of the world calls, by tool name.
     pub tool_functions: BTreeMap<String, String>,
+    /// The world's hook functions that hold a call with an approval that expires: the expiry,
+    /// and the changes to the arguments the hold makes ([`approvals::hold_expiries`]).
+    pub hold_expiries: BTreeMap<String, (u64, Value)>,
 }
 
 /// Runs every oracle.
@@ -179,6 +187,7 @@ pub fn check(evidence: &Evidence<'_>) -> Vec<Violation> {
     recovery_cost(evidence, &mut violations);
     versions::pinned_config(evidence, &mut violations);
     versions::safety_overlay(evidence, &mut violations);
+    approvals::approval_expiry(evidence, &mut violations);
     violations
 }
 
@@ -1023,6 +1032,7 @@ fn recovery_cost(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
     }
 }
 
+pub mod approvals;
 mod versions;
 
 #[cfg(test)]

@@ -128,6 +128,7 @@ fn judge_with_functions(
         recovery: None,
         config: None,
         tool_functions: Default::default(),
+        hold_expiries: Default::default(),
     };
     let fired: BTreeSet<Oracle> = check(&evidence).into_iter().map(|v| v.oracle).collect();
     fired.into_iter().collect()
@@ -293,6 +294,7 @@ fn stranded_catches_input_never_admitted_and_dead_letters_nobody_took() {
         recovery: None,
         config: None,
         tool_functions: Default::default(),
+        hold_expiries: Default::default(),
     };
     assert_eq!(check(&evidence).iter().map(|v| v.oracle).collect::<Vec<_>>(), vec![Oracle::Stranded]);
 }
@@ -695,6 +697,7 @@ fn violations_of(
         recovery: None,
         config,
         tool_functions: BTreeMap::from([("ticket.create".to_string(), "ticket::create".to_string())]),
+        hold_expiries: Default::default(),
     };
     check(&evidence)
 }
@@ -1058,4 +1061,88 @@ fn safety_overlay_reads_the_overlay_from_the_config_services_own_changes_and_jud
     // The scenario's own client is no worker: its calls need no look at the overlay.
     let [driver_create, driver_effect] = send(5, "driver", true, "created");
     assert!(judge_config(&[recorded.clone(), revoked.clone(), driver_create, driver_effect]).is_empty());
+}
+
+/// The trace of a hold: the hook `approvals::approve` asked about call `c1` at `at_ms`, its
+/// answer back at the worker a millisecond later.
+fn hold_at(at_ms: u64, call_id: &str, arguments: Value) -> Vec<Event> {
+    let payload = json!({"point": "pre_trigger", "session_id": "s1",
+        "call": {"id": call_id, "function_id": "ticket::create", "arguments": arguments}});
+    let mut asked = call_from(at_ms, "harness", "approvals::approve", payload);
+    if let EventKind::Call { invocation_id, .. } = &mut asked.kind {
+        *invocation_id = Some(format!("hook-{call_id}-{at_ms}"));
+    }
+    let answered =
+        frame(at_ms + 1, "out", "invocationresult", "approvals::approve", &format!("hook-{call_id}-{at_ms}"));
+    vec![asked, answered]
+}
+
+fn frame(at_ms: u64, direction: &'static str, frame: &'static str, function: &str, invocation: &str) -> Event {
+    let kind = EventKind::Frame {
+        direction,
+        peer: "harness".into(),
+        frame,
+        function_id: Some(function.into()),
+        invocation_id: Some(invocation.into()),
+    };
+    event(at_ms, kind)
+}
+
+fn judge_approvals(events: &[Event]) -> Vec<Oracle> {
+    let (store, sessions, layout) = (StateStore::new(), doubles::SessionService::new(), RecordLayout::default());
+    let evidence = Evidence {
+        events,
+        replies: &[],
+        store: &store,
+        sessions: &sessions,
+        layout: &layout,
+        dead_letters: Vec::new(),
+        effect_functions: tickets(),
+        healed_at_ms: 0,
+        ended_at_ms: 100_000,
+        quiescent: true,
+        effects_per_action_max: 1,
+        recovery: None,
+        config: None,
+        tool_functions: BTreeMap::new(),
+        hold_expiries: BTreeMap::from([(
+            "approvals::approve".to_string(),
+            (2_000, json!({"title": "refund (approved)"})),
+        )]),
+    };
+    oracles_of(check(&evidence))
+}
+
+#[test]
+fn approval_expiry_catches_a_held_call_run_after_its_expiry_with_no_release_before_it() {
+    let refund = json!({"title": "refund"});
+    let request = |at_ms: u64, args: Value| call_from(at_ms, "harness", "ticket::create", json!({"args": args}));
+    let release = |at_ms: u64| frame(at_ms, "in", "invokefunction", "harness::resolve", &format!("r{at_ms}"));
+    // Held at 10 ms, its answer at the worker at 11 ms: the approval expires at 2,011 ms.
+    let held = hold_at(10, "c1", refund.clone());
+    let late = flat(&[&held, &[release(3_000), request(3_005, refund.clone())]]);
+    assert_eq!(judge_approvals(&late), vec![Oracle::ApprovalExpiry], "a release after the expiry runs nothing");
+    let mutated = flat(&[&held, &[request(3_005, json!({"title": "refund (approved)"}))]]);
+    assert_eq!(judge_approvals(&mutated), vec![Oracle::ApprovalExpiry], "with the holder's changes, it is the call");
+    // Released at the last moment (the worker's clock starts a hop after the engine's answer):
+    // its request may come after the expiry.
+    let in_time = flat(&[&held, &[release(2_111), request(2_115, refund.clone())]]);
+    assert!(judge_approvals(&in_time).is_empty());
+    let too_late = flat(&[&held, &[release(2_112), request(2_115, refund.clone())]]);
+    assert_eq!(judge_approvals(&too_late), vec![Oracle::ApprovalExpiry]);
+    // Run before its expiry (no release needed to show it was not past it).
+    assert!(judge_approvals(&flat(&[&held, &[request(2_011, refund.clone())]])).is_empty());
+    // Another call's request, or another function's, is not this call's.
+    let other = flat(&[&held, &[request(3_005, json!({"title": "other"}))]]);
+    assert!(judge_approvals(&other).is_empty());
+    let elsewhere = flat(&[&held, &[call_from(3_005, "harness", "recorder::record", json!({"args": refund}))]]);
+    assert!(judge_approvals(&elsewhere).is_empty());
+    // A later hook asked about the call (the chain went on after a release, or a new call with
+    // the same arguments was held again) decides it from then on.
+    let asked_again =
+        flat(&[&held, &hold_at(500, "c2", refund.clone()), &[release(2_400), request(2_405, refund.clone())]]);
+    assert!(judge_approvals(&asked_again).is_empty());
+    // An answer that never reached the worker started no expiry it knew of.
+    let unanswered = flat(&[&held[..1], &[request(3_005, refund)]]);
+    assert!(judge_approvals(&unanswered).is_empty());
 }
