@@ -305,7 +305,7 @@ pub(crate) fn judge(
         recovery: recovery.as_ref(),
         config: scenario.world.services.config.as_ref(),
         tool_functions: scenario.world.harness.tools.iter().map(|t| (t.name.clone(), t.function.clone())).collect(),
-        hold_expiries: oracle::approvals::hold_expiries(&scenario.world.services.declared),
+        hook_replies: scenario.world.services.plain_replies(),
     });
     judge_violations(&violations, &run.expected_violations, &mut failures);
     failures.extend(vacuous_cuts(world, scenario, &trace));

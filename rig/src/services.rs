@@ -13,7 +13,7 @@ use doubles::{
     reconcile_functions, ConfigService, ConfigSettings, Double, EffectService, Replay, ScriptedModel, ServiceConfig,
     SessionService, StateStore, TicketConfig, TicketService,
 };
-use serde_json::json;
+use serde_json::{json, Value};
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
@@ -91,6 +91,16 @@ impl Services {
     pub fn effect_kinds(&self) -> BTreeSet<String> {
         let tickets = self.tickets.iter().map(|_| TicketService::EFFECT_KIND.to_string());
         tickets.chain(self.declared.iter().filter_map(|(name, config)| config.effect_kind(name))).collect()
+    }
+
+    /// The answer each plain function of the declared services always gives, by function id.
+    pub fn plain_replies(&self) -> BTreeMap<String, Value> {
+        let declared = self.declared.iter();
+        declared
+            .flat_map(|(name, config)| {
+                config.functions.iter().map(move |(f, reply)| (format!("{name}::{f}"), reply.clone()))
+            })
+            .collect()
     }
 
     /// The effect and reconciliation functions of this world's services.

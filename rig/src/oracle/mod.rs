@@ -65,10 +65,12 @@ pub enum Oracle {
     /// A call a hook held with an approval that expires never runs after the expiry, unless a
     /// release was sent before it.
     ApprovalExpiry,
+    /// A call the hooks changed runs with the arguments its hook chain left it.
+    HookArguments,
 }
 
 impl Oracle {
-    pub const ALL: [Oracle; 17] = [
+    pub const ALL: [Oracle; 18] = [
         Oracle::Effects,
         Oracle::Fencing,
         Oracle::BlindReplay,
@@ -86,6 +88,7 @@ impl Oracle {
         Oracle::PinnedConfig,
         Oracle::SafetyOverlay,
         Oracle::ApprovalExpiry,
+        Oracle::HookArguments,
     ];
 
     pub fn name(self) -> &'static str {
@@ -107,6 +110,7 @@ impl Oracle {
             Oracle::PinnedConfig => "pinned-config",
             Oracle::SafetyOverlay => "safety-overlay",
             Oracle::ApprovalExpiry => "approval-expiry",
+            Oracle::HookArguments => "hook-arguments",
         }
     }
 
@@ -161,9 +165,9 @@ pub struct Evidence<'a> {
     pub config: Option<&'a doubles::ConfigSettings>,
     /// The function each tool of the world calls, by tool name.
     pub tool_functions: BTreeMap<String, String>,
-    /// The world's hook functions that hold a call with an approval that expires: the expiry,
-    /// and the changes to the arguments the hold makes ([`approvals::hold_expiries`]).
-    pub hold_expiries: BTreeMap<String, (u64, Value)>,
+    /// The answer each plain function of the world's declared services always gives, by
+    /// function id: the hooks' decisions (hold, with an expiry; deny; the changes they make).
+    pub hook_replies: BTreeMap<String, Value>,
 }
 
 /// Runs every oracle.
@@ -187,7 +191,8 @@ pub fn check(evidence: &Evidence<'_>) -> Vec<Violation> {
     recovery_cost(evidence, &mut violations);
     versions::pinned_config(evidence, &mut violations);
     versions::safety_overlay(evidence, &mut violations);
-    approvals::approval_expiry(evidence, &mut violations);
+    hooks::approval_expiry(evidence, &mut violations);
+    hooks::hook_arguments(evidence, &mut violations);
     violations
 }
 
@@ -1032,7 +1037,7 @@ fn recovery_cost(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
     }
 }
 
-pub mod approvals;
+mod hooks;
 mod versions;
 
 #[cfg(test)]

@@ -128,7 +128,7 @@ fn judge_with_functions(
         recovery: None,
         config: None,
         tool_functions: Default::default(),
-        hold_expiries: Default::default(),
+        hook_replies: Default::default(),
     };
     let fired: BTreeSet<Oracle> = check(&evidence).into_iter().map(|v| v.oracle).collect();
     fired.into_iter().collect()
@@ -294,7 +294,7 @@ fn stranded_catches_input_never_admitted_and_dead_letters_nobody_took() {
         recovery: None,
         config: None,
         tool_functions: Default::default(),
-        hold_expiries: Default::default(),
+        hook_replies: Default::default(),
     };
     assert_eq!(check(&evidence).iter().map(|v| v.oracle).collect::<Vec<_>>(), vec![Oracle::Stranded]);
 }
@@ -697,7 +697,7 @@ fn violations_of(
         recovery: None,
         config,
         tool_functions: BTreeMap::from([("ticket.create".to_string(), "ticket::create".to_string())]),
-        hold_expiries: Default::default(),
+        hook_replies: Default::default(),
     };
     check(&evidence)
 }
@@ -1063,12 +1063,18 @@ fn safety_overlay_reads_the_overlay_from_the_config_services_own_changes_and_jud
     assert!(judge_config(&[recorded.clone(), revoked.clone(), driver_create, driver_effect]).is_empty());
 }
 
-/// The trace of a hold: the hook `approvals::approve` asked about call `c1` at `at_ms`, its
+/// The trace of a hold: the hook `approvals::approve` asked about call `call_id` at `at_ms`, its
 /// answer back at the worker a millisecond later.
 fn hold_at(at_ms: u64, call_id: &str, arguments: Value) -> Vec<Event> {
+    hook_asked(at_ms, "approvals::approve", call_id, arguments)
+}
+
+/// The hook `hook` asked about call `call_id` of `ticket::create` at `at_ms`, and its answer back
+/// at the worker a millisecond later.
+fn hook_asked(at_ms: u64, hook: &str, call_id: &str, arguments: Value) -> Vec<Event> {
     let payload = json!({"point": "pre_trigger", "session_id": "s1",
         "call": {"id": call_id, "function_id": "ticket::create", "arguments": arguments}});
-    let mut asked = call_from(at_ms, "harness", "approvals::approve", payload);
+    let mut asked = call_from(at_ms, "harness", hook, payload);
     if let EventKind::Call { invocation_id, .. } = &mut asked.kind {
         *invocation_id = Some(format!("hook-{call_id}-{at_ms}"));
     }
@@ -1088,7 +1094,7 @@ fn frame(at_ms: u64, direction: &'static str, frame: &'static str, function: &st
     event(at_ms, kind)
 }
 
-fn judge_approvals(events: &[Event]) -> Vec<Oracle> {
+fn judge_hooks(events: &[Event]) -> Vec<Oracle> {
     let (store, sessions, layout) = (StateStore::new(), doubles::SessionService::new(), RecordLayout::default());
     let evidence = Evidence {
         events,
@@ -1105,10 +1111,17 @@ fn judge_approvals(events: &[Event]) -> Vec<Oracle> {
         recovery: None,
         config: None,
         tool_functions: BTreeMap::new(),
-        hold_expiries: BTreeMap::from([(
-            "approvals::approve".to_string(),
-            (2_000, json!({"title": "refund (approved)"})),
-        )]),
+        hook_replies: BTreeMap::from([
+            (
+                "approvals::approve".to_string(),
+                json!({"decision": "hold", "expires_in_ms": 2_000, "mutations": {"arguments": {"title": "refund (approved)"}}}),
+            ),
+            (
+                "approvals::check".to_string(),
+                json!({"decision": "continue", "mutations": {"arguments": {"scope": "eu"}}}),
+            ),
+            ("approvals::refuse".to_string(), json!({"decision": "deny"})),
+        ]),
     };
     oracles_of(check(&evidence))
 }
@@ -1116,33 +1129,69 @@ fn judge_approvals(events: &[Event]) -> Vec<Oracle> {
 #[test]
 fn approval_expiry_catches_a_held_call_run_after_its_expiry_with_no_release_before_it() {
     let refund = json!({"title": "refund"});
+    // The hold's own change of the title makes a request with the model's arguments a
+    // `hook-arguments` violation too: only `approval-expiry` is looked at here.
+    let expired = |events: &[Event]| judge_hooks(events).contains(&Oracle::ApprovalExpiry);
     let request = |at_ms: u64, args: Value| call_from(at_ms, "harness", "ticket::create", json!({"args": args}));
     let release = |at_ms: u64| frame(at_ms, "in", "invokefunction", "harness::resolve", &format!("r{at_ms}"));
     // Held at 10 ms, its answer at the worker at 11 ms: the approval expires at 2,011 ms.
     let held = hold_at(10, "c1", refund.clone());
     let late = flat(&[&held, &[release(3_000), request(3_005, refund.clone())]]);
-    assert_eq!(judge_approvals(&late), vec![Oracle::ApprovalExpiry], "a release after the expiry runs nothing");
+    assert!(expired(&late), "a release after the expiry runs nothing");
     let mutated = flat(&[&held, &[request(3_005, json!({"title": "refund (approved)"}))]]);
-    assert_eq!(judge_approvals(&mutated), vec![Oracle::ApprovalExpiry], "with the holder's changes, it is the call");
+    assert!(expired(&mutated), "with the holder's changes, it is the call");
     // Released at the last moment (the worker's clock starts a hop after the engine's answer):
     // its request may come after the expiry.
     let in_time = flat(&[&held, &[release(2_111), request(2_115, refund.clone())]]);
-    assert!(judge_approvals(&in_time).is_empty());
+    assert!(!expired(&in_time));
     let too_late = flat(&[&held, &[release(2_112), request(2_115, refund.clone())]]);
-    assert_eq!(judge_approvals(&too_late), vec![Oracle::ApprovalExpiry]);
+    assert!(expired(&too_late));
     // Run before its expiry (no release needed to show it was not past it).
-    assert!(judge_approvals(&flat(&[&held, &[request(2_011, refund.clone())]])).is_empty());
+    assert!(!expired(&flat(&[&held, &[request(2_011, refund.clone())]])));
     // Another call's request, or another function's, is not this call's.
     let other = flat(&[&held, &[request(3_005, json!({"title": "other"}))]]);
-    assert!(judge_approvals(&other).is_empty());
+    assert!(!expired(&other));
     let elsewhere = flat(&[&held, &[call_from(3_005, "harness", "recorder::record", json!({"args": refund}))]]);
-    assert!(judge_approvals(&elsewhere).is_empty());
+    assert!(!expired(&elsewhere));
     // A later hook asked about the call (the chain went on after a release, or a new call with
     // the same arguments was held again) decides it from then on.
     let asked_again =
         flat(&[&held, &hold_at(500, "c2", refund.clone()), &[release(2_400), request(2_405, refund.clone())]]);
-    assert!(judge_approvals(&asked_again).is_empty());
+    assert!(!expired(&asked_again));
     // An answer that never reached the worker started no expiry it knew of.
     let unanswered = flat(&[&held[..1], &[request(3_005, refund)]]);
-    assert!(judge_approvals(&unanswered).is_empty());
+    assert!(!expired(&unanswered));
+}
+
+#[test]
+fn hook_arguments_catches_a_call_run_with_arguments_its_chain_had_changed() {
+    let model = json!({"title": "refund"});
+    let checked = json!({"title": "refund", "scope": "eu"});
+    let approved = json!({"title": "refund (approved)", "scope": "eu"});
+    let request = |at_ms: u64, args: &Value| call_from(at_ms, "harness", "ticket::create", json!({"args": args}));
+    // `check` adds a scope; `approve` holds and changes the title: the call runs with both.
+    let chain = flat(&[
+        &hook_asked(10, "approvals::check", "c1", model.clone()),
+        &hook_asked(20, "approvals::approve", "c1", checked.clone()),
+    ]);
+    assert!(judge_hooks(&flat(&[&chain, &[request(500, &approved)]])).is_empty());
+    // The holder's own change lost, or the model's arguments run after a release.
+    let dropped = flat(&[&chain, &[request(500, &checked)]]);
+    assert_eq!(judge_hooks(&dropped), vec![Oracle::HookArguments], "the holding hook's changes are the chain's too");
+    let original = flat(&[&chain, &[request(500, &model)]]);
+    assert_eq!(judge_hooks(&original), vec![Oracle::HookArguments], "a released call runs as the chain left it");
+    // Arguments no hook saw are another call's; arguments another chain passed on are its own.
+    assert!(judge_hooks(&flat(&[&chain, &[request(500, &json!({"title": "other"}))]])).is_empty());
+    let other_chain = hook_asked(30, "approvals::check", "c2", json!({"title": "refund", "scope": "eu"}));
+    let reused = flat(&[&chain, &other_chain, &[request(500, &json!({"title": "refund", "scope": "eu"}))]]);
+    assert!(judge_hooks(&reused).is_empty(), "another chain passed these on: the request may be its call's");
+    // A denied call, and a chain through a hook whose answer the world does not configure, are
+    // not judged: there is no passed-on arguments to hold a request to.
+    let denied = flat(&[&hook_asked(10, "approvals::refuse", "c1", model.clone()), &[request(500, &model)]]);
+    assert!(judge_hooks(&denied).is_empty());
+    let unknown = flat(&[&hook_asked(10, "elsewhere::hook", "c1", model.clone()), &[request(500, &model)]]);
+    assert!(judge_hooks(&unknown).is_empty());
+    // Another function's request is not the call's.
+    let elsewhere = flat(&[&chain, &[call_from(500, "harness", "recorder::record", json!({"args": checked}))]]);
+    assert!(judge_hooks(&elsewhere).is_empty());
 }

@@ -1,8 +1,8 @@
-//! The oracle of approvals that expire, judged from what the hooks and the tool services
-//! received and from the engine's frames: the holding hook's answer (an expiry the world
-//! configured), when it reached the worker, any release sent meanwhile, and the requests the
-//! tool's service got after. In a world with no hook that holds with an expiry it has nothing
-//! to judge.
+//! The oracles of `pre-trigger` hooks, judged from what the hooks and the tool services received,
+//! the answers the world configured for its hooks, and the engine's frames: whether a held call
+//! whose approval expired ran anyway (`approval-expiry`), and whether a call ran with the
+//! arguments its hook chain left it (`hook-arguments`). In a world whose hooks answer nothing the
+//! world configured they have nothing to judge.
 
 use super::{violation, Evidence, Oracle, Violation};
 use crate::trace::EventKind;
@@ -42,7 +42,8 @@ struct Hold<'a> {
 /// that might have been released). A request is the held call's when it is to the call's
 /// function with its arguments, as the holder saw them or with the holder's changes merged.
 pub(super) fn approval_expiry(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
-    if evidence.hold_expiries.is_empty() {
+    let expiries = hold_expiries(&evidence.hook_replies);
+    if expiries.is_empty() {
         return;
     }
     let mut holds: Vec<Hold<'_>> = Vec::new();
@@ -56,15 +57,12 @@ pub(super) fn approval_expiry(evidence: &Evidence<'_>, violations: &mut Vec<Viol
                     hold.superseded |= same_call;
                 }
                 let (Some((expires_in_ms, mutations)), Some(invocation_id)) =
-                    (evidence.hold_expiries.get(function), invocation_id.as_deref())
+                    (expiries.get(function.as_str()), invocation_id.as_deref())
                 else {
                     continue;
                 };
                 let arguments = call["arguments"].clone();
-                let mut mutated = arguments.clone();
-                if let (Some(into), Some(changes)) = (mutated.as_object_mut(), mutations.as_object()) {
-                    into.extend(changes.iter().map(|(k, v)| (k.clone(), v.clone())));
-                }
+                let mutated = merged(&arguments, &serde_json::json!({ "mutations": { "arguments": mutations } }));
                 holds.push(Hold {
                     hook: function,
                     invocation_id,
@@ -115,19 +113,84 @@ pub(super) fn approval_expiry(evidence: &Evidence<'_>, violations: &mut Vec<Viol
     }
 }
 
-/// The `pre-trigger` hook functions of a world that hold with an expiry: by function id, the
-/// expiry and the changes to the arguments the hold makes (`mutations.arguments`, or null).
-pub fn hold_expiries(services: &BTreeMap<String, doubles::ServiceConfig>) -> BTreeMap<String, (u64, Value)> {
+/// The hook functions that hold with an expiry: by function id, the expiry and the changes to
+/// the arguments the hold makes (`mutations.arguments`, or null).
+fn hold_expiries(replies: &BTreeMap<String, Value>) -> BTreeMap<&str, (u64, Value)> {
     let mut expiries = BTreeMap::new();
-    for (name, config) in services {
-        for (function, reply) in &config.functions {
-            if let ("hold", Some(expires_in_ms)) =
-                (reply["decision"].as_str().unwrap_or(""), reply["expires_in_ms"].as_u64())
-            {
-                expiries
-                    .insert(format!("{name}::{function}"), (expires_in_ms, reply["mutations"]["arguments"].clone()));
-            }
+    for (function, reply) in replies {
+        if let ("hold", Some(expires_in_ms)) =
+            (reply["decision"].as_str().unwrap_or(""), reply["expires_in_ms"].as_u64())
+        {
+            expiries.insert(function.as_str(), (expires_in_ms, reply["mutations"]["arguments"].clone()));
         }
     }
     expiries
+}
+
+/// The arguments a hook passes on: those it saw, with the changes its answer makes merged field
+/// by field (none for an answer that is not an object of changes).
+fn merged(arguments: &Value, reply: &Value) -> Value {
+    let mut out = arguments.clone();
+    if let (Some(into), Some(changes)) = (out.as_object_mut(), reply["mutations"]["arguments"].as_object()) {
+        into.extend(changes.iter().map(|(k, v)| (k.clone(), v.clone())));
+    }
+    out
+}
+
+/// One call's hook chain as the trace shows it: the arguments each hook saw, and what the last
+/// one asked passed on (`None` once a hook whose answer the world does not configure was asked,
+/// or the chain denied the call).
+struct Chain<'a> {
+    function_id: &'a Value,
+    seen: Vec<&'a Value>,
+    passed_on: Option<Value>,
+}
+
+/// `hook-arguments`: a call the `pre-trigger` hooks changed runs with the arguments the chain
+/// left it. A request of the call's function carrying the arguments one of its hooks saw (the
+/// model's, or a later hook's input), when that is not what the chain passed on, ran the call
+/// with changes lost: a holding hook's own, or every hook's when a released call runs as the
+/// model asked. Arguments that some chain of the function passed on are never blamed.
+pub(super) fn hook_arguments(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
+    let mut chains: BTreeMap<String, Chain<'_>> = BTreeMap::new();
+    let mut reported: Vec<&Value> = Vec::new();
+    for event in evidence.events {
+        let EventKind::Call { function, payload, .. } = &event.kind else { continue };
+        if payload["point"] == "pre_trigger" {
+            let call = &payload["call"];
+            let chain = chains.entry(call["id"].to_string()).or_insert(Chain {
+                function_id: &call["function_id"],
+                seen: Vec::new(),
+                passed_on: None,
+            });
+            chain.seen.push(&call["arguments"]);
+            chain.passed_on = evidence
+                .hook_replies
+                .get(function)
+                .filter(|reply| reply["decision"] != "deny")
+                .map(|reply| merged(&call["arguments"], reply));
+            continue;
+        }
+        let args = &payload["args"];
+        let of_function = |chain: &&Chain<'_>| *chain.function_id == function.as_str();
+        if args.is_null() || chains.values().filter(of_function).any(|c| c.passed_on.as_ref() == Some(args)) {
+            continue;
+        }
+        let Some(chain) = chains.values().filter(of_function).find(|c| c.passed_on.is_some() && c.seen.contains(&args))
+        else {
+            continue;
+        };
+        if reported.contains(&args) {
+            continue;
+        }
+        reported.push(args);
+        violations.push(violation(
+            Oracle::HookArguments,
+            format!(
+                "`{function}` was requested at {} ms with {args}, as a hook saw the call before the chain changed it to {}",
+                event.at_ms,
+                chain.passed_on.as_ref().unwrap_or(&Value::Null)
+            ),
+        ));
+    }
 }
