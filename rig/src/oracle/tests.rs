@@ -1158,6 +1158,16 @@ fn approval_expiry_catches_a_held_call_run_after_its_expiry_with_no_release_befo
     let asked_again =
         flat(&[&held, &hold_at(500, "c2", refund.clone()), &[release(2_400), request(2_405, refund.clone())]]);
     assert!(!expired(&asked_again));
+    // Another call, of the same function or not, asked about later decides nothing for this one.
+    let another = flat(&[
+        &held,
+        &hook_asked(500, "approvals::check", "c2", json!({"title": "other"})),
+        &[request(3_005, refund.clone())],
+    ]);
+    assert!(expired(&another));
+    // A release before the hook's answer reached the worker (no expiry yet) counts too.
+    let early = flat(&[&held[..1], &[release(10)], &held[1..], &[request(3_005, refund.clone())]]);
+    assert!(!expired(&early));
     // An answer that never reached the worker started no expiry it knew of.
     let unanswered = flat(&[&held[..1], &[request(3_005, refund)]]);
     assert!(!expired(&unanswered));
