@@ -1168,8 +1168,21 @@ fn approval_expiry_catches_a_held_call_run_after_its_expiry_with_no_release_befo
     // A release before the hook's answer reached the worker (no expiry yet) counts too.
     let early = flat(&[&held[..1], &[release(10)], &held[1..], &[request(3_005, refund.clone())]]);
     assert!(!expired(&early));
+    // The expiry starts with the holding hook's own answer, not with another call's answer that
+    // happened to go out first (a slow hook: asked at 10 ms, answering at 500 ms).
+    let slow = flat(&[
+        &held[..1],
+        &[frame(11, "out", "invocationresult", "state::get", "unrelated")],
+        &[frame(500, "out", "invocationresult", "approvals::approve", "hook-c1-10")],
+        &[release(2_200), request(2_205, refund.clone())],
+    ]);
+    assert!(!expired(&slow), "released at 2,200 ms, before the expiry at 2,500 ms");
     // An answer that never reached the worker started no expiry it knew of.
-    let unanswered = flat(&[&held[..1], &[request(3_005, refund)]]);
+    let unanswered = flat(&[
+        &held[..1],
+        &[frame(11, "out", "invocationresult", "state::get", "unrelated")],
+        &[request(3_005, refund)],
+    ]);
     assert!(!expired(&unanswered));
 }
 
