@@ -490,4 +490,22 @@ mod tests {
         assert!(placements[0].fired(&outcome, indices[0]), "the first read is in every run");
         assert!(!placements[1].fired(&outcome, indices[1]), "no run reads a thousand times");
     }
+
+    /// The same for a process cut: a placement at a named point fired when the trace shows its
+    /// own interrupt taking the worker there.
+    #[test]
+    fn a_point_placement_fired_only_if_its_own_interrupt_took_the_worker() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/workloads/multi-round.toml");
+        let mut scenario = workload(&Scenario::load(&path).unwrap(), false);
+        let at = |nth: u64| Placement {
+            site: space::Site::Point { worker: "harness".into(), point: "before_submission".into(), nth },
+            kind: space::Kind::Pause,
+            ms: Some(10),
+        };
+        let placements = [at(1), at(1_000)];
+        let indices = space::apply_all(&placements, &mut scenario);
+        let outcome = crate::run::run(&scenario, &scenario.runs[0], 0);
+        assert!(placements[0].fired(&outcome, indices[0]), "the first submission is in every run");
+        assert!(!placements[1].fired(&outcome, indices[1]), "no run submits a thousand times");
+    }
 }
