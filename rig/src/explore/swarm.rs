@@ -167,7 +167,7 @@ mod tests {
                 ]
             })
             .collect();
-        let mut drawn_delays = BTreeSet::new();
+        let (mut drawn_delays, mut drawn_isolations) = (BTreeSet::new(), BTreeSet::new());
         for seed in 0..300 {
             let mix = draw(seed, &space, &workload);
             // None when the kinds the seed enabled are not in this space.
@@ -182,13 +182,16 @@ mod tests {
                     Kind::IsolateCaller => assert!((100..=2_000).contains(&ms), "seed {seed}: isolation {ms}"),
                     _ => assert_eq!(p.ms, None),
                 }
-                if p.kind == Kind::Delay {
-                    drawn_delays.insert(ms);
-                }
+                match p.kind {
+                    Kind::Delay => drawn_delays.insert(ms),
+                    Kind::IsolateCaller => drawn_isolations.insert(ms),
+                    _ => false,
+                };
             }
             assert_eq!(mix, draw(seed, &space, &workload), "seed {seed} draws the same mix again");
         }
         assert!(drawn_delays.len() > 10, "delays are drawn, not fixed: {drawn_delays:?}");
+        assert!(drawn_isolations.len() > 10, "isolations are drawn, not fixed: {drawn_isolations:?}");
     }
 
     /// A workload step the finding does not need may go: with a late status read removed, the
