@@ -197,6 +197,29 @@ fn the_cut_space_lists_every_call_a_worker_makes_to_a_double_with_the_read_kinds
     }
 }
 
+/// A call the scenario's driver makes to a double (an operator promoting a version, withdrawing
+/// a service) is the story, not a worker's: the space cuts no such call.
+#[test]
+fn the_cut_space_leaves_the_drivers_own_calls_alone() {
+    let (baseline, _, space) = space_of("config-promoted-and-withdrawn.toml");
+    let called_by = |who: &str| -> BTreeSet<String> {
+        baseline
+            .trace
+            .events()
+            .iter()
+            .filter_map(|e| match &e.kind {
+                EventKind::Call { function, caller: Some(caller), .. } if caller == who => Some(function.clone()),
+                _ => None,
+            })
+            .collect()
+    };
+    let driver_only: BTreeSet<String> = called_by("driver").difference(&called_by("harness")).cloned().collect();
+    assert!(driver_only.contains("config::withdraw"), "the workload's operator withdraws a service: {driver_only:?}");
+    let cut =
+        |function: &String| space.iter().any(|p| matches!(&p.site, Site::Call { function: f, .. } if f == function));
+    assert!(!driver_only.iter().any(cut), "a driver's call in the space");
+}
+
 #[test]
 fn a_delay_is_just_past_the_deadline_of_the_call_it_delays() {
     let (_, workload, space) = space_of("switch-with-lease.toml");
