@@ -474,21 +474,27 @@ mod tests {
         assert_eq!(fired_by(&mut outcome, "state harness_turn/s1: status expected = failed"), BTreeSet::new());
     }
 
+    /// Whether the first and the thousandth placement at a site fired, in one run of `scenario`
+    /// with both applied.
+    fn first_and_thousandth_fired(mut scenario: Scenario, at: impl Fn(u64) -> Placement) -> (bool, bool) {
+        let placements = [at(1), at(1_000)];
+        let indices = space::apply_all(&placements, &mut scenario);
+        let outcome = crate::run::run(&scenario, &scenario.runs[0], 0);
+        (placements[0].fired(&outcome, indices[0]), placements[1].fired(&outcome, indices[1]))
+    }
+
     /// A placement fired when the trace shows its own cut taking a call; one at a site the run
     /// never reached did not.
     #[test]
     fn a_placement_fired_only_if_its_own_cut_took_a_call() {
-        let mut scenario = workload(&scripted(), false);
         let at = |nth: u64| Placement {
             site: space::Site::Call { function: "state::get".into(), about: Vec::new(), nth },
             kind: space::Kind::Delay,
             ms: Some(10),
         };
-        let placements = [at(1), at(1_000)];
-        let indices = space::apply_all(&placements, &mut scenario);
-        let outcome = crate::run::run(&scenario, &scenario.runs[0], 0);
-        assert!(placements[0].fired(&outcome, indices[0]), "the first read is in every run");
-        assert!(!placements[1].fired(&outcome, indices[1]), "no run reads a thousand times");
+        let (first, thousandth) = first_and_thousandth_fired(workload(&scripted(), false), at);
+        assert!(first, "the first read is in every run");
+        assert!(!thousandth, "no run reads a thousand times");
     }
 
     /// The same for a process cut: a placement at a named point fired when the trace shows its
@@ -496,16 +502,13 @@ mod tests {
     #[test]
     fn a_point_placement_fired_only_if_its_own_interrupt_took_the_worker() {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/workloads/multi-round.toml");
-        let mut scenario = workload(&Scenario::load(&path).unwrap(), false);
         let at = |nth: u64| Placement {
             site: space::Site::Point { worker: "harness".into(), point: "before_submission".into(), nth },
             kind: space::Kind::Pause,
             ms: Some(10),
         };
-        let placements = [at(1), at(1_000)];
-        let indices = space::apply_all(&placements, &mut scenario);
-        let outcome = crate::run::run(&scenario, &scenario.runs[0], 0);
-        assert!(placements[0].fired(&outcome, indices[0]), "the first submission is in every run");
-        assert!(!placements[1].fired(&outcome, indices[1]), "no run submits a thousand times");
+        let (first, thousandth) = first_and_thousandth_fired(workload(&Scenario::load(&path).unwrap(), false), at);
+        assert!(first, "the first submission is in every run");
+        assert!(!thousandth, "no run submits a thousand times");
     }
 }
