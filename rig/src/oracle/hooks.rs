@@ -56,13 +56,13 @@ pub(super) fn approval_expiry(evidence: &Evidence<'_>, violations: &mut Vec<Viol
                         || (*hold.function_id == call["function_id"] && hold.arguments == call["arguments"]);
                     hold.superseded |= same_call;
                 }
-                let (Some((expires_in_ms, mutations)), Some(invocation_id)) =
+                let (Some((expires_in_ms, reply)), Some(invocation_id)) =
                     (expiries.get(function.as_str()), invocation_id.as_deref())
                 else {
                     continue;
                 };
                 let arguments = call["arguments"].clone();
-                let mutated = merged(&arguments, &serde_json::json!({ "mutations": { "arguments": mutations } }));
+                let mutated = merged(&arguments, reply);
                 holds.push(Hold {
                     hook: function,
                     invocation_id,
@@ -113,15 +113,15 @@ pub(super) fn approval_expiry(evidence: &Evidence<'_>, violations: &mut Vec<Viol
     }
 }
 
-/// The hook functions that hold with an expiry: by function id, the expiry and the changes to
-/// the arguments the hold makes (`mutations.arguments`, or null).
-fn hold_expiries(replies: &BTreeMap<String, Value>) -> BTreeMap<&str, (u64, Value)> {
+/// The hook functions that hold with an expiry: by function id, the expiry and the hook's whole
+/// answer (the changes it makes to the arguments are in it).
+fn hold_expiries(replies: &BTreeMap<String, Value>) -> BTreeMap<&str, (u64, &Value)> {
     let mut expiries = BTreeMap::new();
     for (function, reply) in replies {
         if let ("hold", Some(expires_in_ms)) =
             (reply["decision"].as_str().unwrap_or(""), reply["expires_in_ms"].as_u64())
         {
-            expiries.insert(function.as_str(), (expires_in_ms, reply["mutations"]["arguments"].clone()));
+            expiries.insert(function.as_str(), (expires_in_ms, reply));
         }
     }
     expiries
@@ -158,7 +158,8 @@ pub(super) fn hook_arguments(evidence: &Evidence<'_>, violations: &mut Vec<Viola
         let EventKind::Call { function, payload, .. } = &event.kind else { continue };
         if payload["point"] == "pre_trigger" {
             let call = &payload["call"];
-            let chain = chains.entry(call["id"].to_string()).or_insert(Chain {
+            // A call id names a call within its session: another session may use it too.
+            let chain = chains.entry(format!("{}/{}", payload["session_id"], call["id"])).or_insert(Chain {
                 function_id: &call["function_id"],
                 seen: Vec::new(),
                 passed_on: None,

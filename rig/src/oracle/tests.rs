@@ -1214,6 +1214,15 @@ fn hook_arguments_catches_a_call_run_with_arguments_its_chain_had_changed() {
     assert!(judge_hooks(&denied).is_empty());
     let unknown = flat(&[&hook_asked(10, "elsewhere::hook", "c1", model.clone()), &[request(500, &model)]]);
     assert!(judge_hooks(&unknown).is_empty());
+    // A call id names a call in its session: another session's `c1`, held and changed after
+    // this one's chain passed its arguments on, is another chain.
+    let mut other_session = hook_asked(30, "approvals::approve", "c1", checked.clone());
+    if let EventKind::Call { payload, .. } = &mut other_session[0].kind {
+        payload["session_id"] = json!("s2");
+    }
+    let checked_only = hook_asked(10, "approvals::check", "c1", model.clone());
+    let two_sessions = flat(&[&checked_only, &other_session, &[request(500, &checked)]]);
+    assert!(judge_hooks(&two_sessions).is_empty(), "s1's call ran as its chain left it");
     // Another function's request is not the call's.
     let elsewhere = flat(&[&chain, &[call_from(500, "harness", "recorder::record", json!({"args": checked}))]]);
     assert!(judge_hooks(&elsewhere).is_empty());
