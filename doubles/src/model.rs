@@ -33,6 +33,15 @@ impl fmt::Debug for ScriptedReply {
     }
 }
 
+/// One generation the model answered: the turn it was for and the reply it gave (a streamed
+/// reply whole, as `{frames}`). What the oracles hold a harness's transcript to.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Generation {
+    pub session_id: String,
+    pub turn_id: String,
+    pub reply: Value,
+}
+
 /// A scripted model: answers each generation request with the next scripted reply.
 ///
 /// Scripted rather than generated so a run's model behaviour is part of the scenario file. A
@@ -51,6 +60,8 @@ pub struct ScriptedModel {
     deterministic: bool,
     /// The replies given, by `request_id`, when deterministic.
     answered: BTreeMap<String, Value>,
+    /// Every generation answered, in order.
+    generations: Vec<Generation>,
 }
 
 impl ScriptedModel {
@@ -76,13 +87,19 @@ impl ScriptedModel {
 
     fn generate(&mut self, request: &Value, observed: &mut Vec<Observation>) -> Result<Value, ServiceError> {
         let request_id = request["request_id"].as_str().filter(|_| self.deterministic).map(str::to_string);
-        if let Some(earlier) = request_id.as_ref().and_then(|id| self.answered.get(id)) {
-            return Ok(earlier.clone());
-        }
-        let reply = self.next_reply(request, observed)?;
+        let reply = match request_id.as_ref().and_then(|id| self.answered.get(id)) {
+            Some(earlier) => earlier.clone(),
+            None => self.next_reply(request, observed)?,
+        };
         if let Some(id) = request_id {
             self.answered.insert(id, reply.clone());
         }
+        let field = |name: &str| request[name].as_str().unwrap_or_default().to_string();
+        self.generations.push(Generation {
+            session_id: field("session_id"),
+            turn_id: field("turn_id"),
+            reply: reply.clone(),
+        });
         Ok(reply)
     }
 
@@ -127,6 +144,10 @@ impl Double for ScriptedModel {
             "model::generate" => self.generate(call.payload, observed),
             other => Err(ServiceError::new("function_not_found", other)),
         }
+    }
+
+    fn generations(&self) -> Vec<Generation> {
+        self.generations.clone()
     }
 
     fn unused(&self) -> Vec<String> {

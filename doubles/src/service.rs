@@ -95,6 +95,10 @@ pub trait Double {
     fn unused(&self) -> Vec<String> {
         Vec::new()
     }
+    /// The generations a model double answered, in order. Other doubles answer none.
+    fn generations(&self) -> Vec<crate::Generation> {
+        Vec::new()
+    }
 }
 
 /// A service's function names as owned strings.

@@ -283,6 +283,7 @@ pub(crate) fn judge(
     let store = world.store.borrow();
     let sessions = world.session.borrow();
     let unused = world.unused_script();
+    let generations = world.generations();
     let queues = world.queues.borrow();
     let layout = &harness.layout;
     let (replies, unjudged) = world.replies();
@@ -306,6 +307,7 @@ pub(crate) fn judge(
         config: scenario.world.services.config.as_ref(),
         tool_functions: scenario.world.harness.tools.iter().map(|t| (t.name.clone(), t.function.clone())).collect(),
         hook_replies: scenario.world.services.plain_replies(),
+        generations: &generations,
     });
     judge_violations(&violations, &run.expected_violations, &mut failures);
     failures.extend(vacuous_cuts(world, scenario, &trace));

@@ -641,3 +641,21 @@ fn a_binary_file_is_bad_input_with_a_location() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("binary.toml:2:1: found a byte that is not UTF-8"), "{stderr}");
 }
+
+#[test]
+fn an_exploration_whose_uncut_workload_trips_an_oracle_fails_saying_so() {
+    // `mint-child-budget` overspends the child's budget with no cut at all: each seed's uncut run
+    // fails, which a mix adding nothing must not hide as `clean`.
+    let workload = workspace().join("scenarios/workloads/budget-across-a-child.toml");
+    let args = ["explore", workload.to_str().unwrap(), "--policy", "mint-child-budget", "--seeds", "0..2"];
+    let out = rig(&args);
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    for seed in [0, 1] {
+        let line = format!("[mint-child-budget] seed {seed}: [budget] on the uncut workload itself");
+        assert!(stdout.contains(&line), "{stdout}");
+    }
+    assert!(stdout.contains("explored 2 seed(s): 0 clean, 2 failing"), "{stdout}");
+    let reference = rig(&["explore", workload.to_str().unwrap(), "--seeds", "0..2"]);
+    assert_eq!(reference.status.code(), Some(0), "{}", String::from_utf8_lossy(&reference.stdout));
+}

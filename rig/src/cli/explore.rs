@@ -88,13 +88,29 @@ pub(crate) fn command(args: ExploreArgs, harness: &Harness) -> ExitCode {
         jobs,
         args.jobs.workers(total),
         |(scenario, seed)| (scenario, explore::explore(made_by, scenario, &args.policy, seed, args.keep_cuts)),
-        |_, (_, exploration)| progress.completed(!exploration.fired.is_empty(), None),
+        |_, (_, exploration)| {
+            progress.completed(!exploration.fired.is_empty() || !exploration.uncut_fired.is_empty(), None)
+        },
         |_, (scenario, exploration)| {
             explored += 1;
-            if exploration.fired.is_empty() {
+            if exploration.fired.is_empty() && exploration.uncut_fired.is_empty() {
                 return;
             }
             failing += 1;
+            if !exploration.uncut_fired.is_empty() && !args.quiet.failures_only {
+                // As a sweep says it: what the mix adds is judged beyond what the workload trips.
+                let fired: Vec<&str> = exploration.uncut_fired.iter().map(String::as_str).collect();
+                progress.out(&format!(
+                    "FAIL {} [{}] seed {}: [{}] on the uncut workload itself",
+                    scenario.path.display(),
+                    args.policy,
+                    exploration.seed,
+                    fired.join(", ")
+                ));
+            }
+            if exploration.fired.is_empty() {
+                return;
+            }
             let number = exploration.shrunk.clone().map(|shrunk| found.add(shrunk, exploration.runs));
             if !args.quiet.failures_only {
                 let mix: Vec<String> = exploration.mix.iter().map(|p| p.id()).collect();

@@ -22,6 +22,8 @@ pub struct Exploration {
     pub mix: Vec<Placement>,
     /// Oracles the mix made fire that the uncut run does not trip.
     pub fired: BTreeSet<String>,
+    /// Oracles the uncut run itself trips: a finding of the workload, not of any mix.
+    pub uncut_fired: BTreeSet<String>,
     /// The failure, shrunk, as a scenario file.
     pub shrunk: Option<Finding>,
     /// Runs made, the uncut one and the shrinking ones included.
@@ -93,7 +95,14 @@ pub fn explore(harness: &dyn Runs, scenario: &Scenario, policy: &str, seed: u64,
     let baseline_fired = fired(&baseline);
     let space = runnable_space(harness, &workload, &baseline, &SpaceOptions::default());
     let mix = draw(seed, &space, &workload);
-    let mut exploration = Exploration { seed, mix: mix.clone(), fired: BTreeSet::new(), shrunk: None, runs: 1 };
+    let mut exploration = Exploration {
+        seed,
+        mix: mix.clone(),
+        fired: BTreeSet::new(),
+        uncut_fired: baseline_fired.clone(),
+        shrunk: None,
+        runs: 1,
+    };
     if mix.is_empty() {
         return exploration;
     }

@@ -67,10 +67,16 @@ pub enum Oracle {
     ApprovalExpiry,
     /// A call the hooks changed runs with the arguments its hook chain left it.
     HookArguments,
+    /// A worker asks the model with the transcript as it stands: a function result it put
+    /// there itself is in every later request it makes for that session.
+    ModelContext,
+    /// A model reply a worker transcribes enters the transcript whole: one entry holding its
+    /// text (its streamed deltas joined in sequence order), never a part of it.
+    WholeReplies,
 }
 
 impl Oracle {
-    pub const ALL: [Oracle; 18] = [
+    pub const ALL: [Oracle; 20] = [
         Oracle::Effects,
         Oracle::Fencing,
         Oracle::BlindReplay,
@@ -89,6 +95,8 @@ impl Oracle {
         Oracle::SafetyOverlay,
         Oracle::ApprovalExpiry,
         Oracle::HookArguments,
+        Oracle::ModelContext,
+        Oracle::WholeReplies,
     ];
 
     pub fn name(self) -> &'static str {
@@ -111,6 +119,8 @@ impl Oracle {
             Oracle::SafetyOverlay => "safety-overlay",
             Oracle::ApprovalExpiry => "approval-expiry",
             Oracle::HookArguments => "hook-arguments",
+            Oracle::ModelContext => "model-context",
+            Oracle::WholeReplies => "whole-replies",
         }
     }
 
@@ -168,6 +178,8 @@ pub struct Evidence<'a> {
     /// The answer each plain function of the world's declared services always gives, by
     /// function id: the hooks' decisions (hold, with an expiry; deny; the changes they make).
     pub hook_replies: BTreeMap<String, Value>,
+    /// The generations the model answered, in order: what a transcript's replies are held to.
+    pub generations: &'a [doubles::Generation],
 }
 
 /// Runs every oracle.
@@ -193,6 +205,8 @@ pub fn check(evidence: &Evidence<'_>) -> Vec<Violation> {
     versions::safety_overlay(evidence, &mut violations);
     hooks::approval_expiry(evidence, &mut violations);
     hooks::hook_arguments(evidence, &mut violations);
+    transcript::model_context(evidence, &mut violations);
+    transcript::whole_replies(evidence, &mut violations);
     violations
 }
 
@@ -1038,6 +1052,7 @@ fn recovery_cost(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
 }
 
 mod hooks;
+mod transcript;
 mod versions;
 
 #[cfg(test)]

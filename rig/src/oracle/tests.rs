@@ -2,6 +2,7 @@
 //! known-bad shape it exists to catch.
 
 use super::*;
+use doubles::Generation;
 use serde_json::json;
 
 fn event(at_ms: u64, kind: EventKind) -> Event {
@@ -129,6 +130,7 @@ fn judge_with_functions(
         config: None,
         tool_functions: Default::default(),
         hook_replies: Default::default(),
+        generations: &[],
     };
     let fired: BTreeSet<Oracle> = check(&evidence).into_iter().map(|v| v.oracle).collect();
     fired.into_iter().collect()
@@ -295,6 +297,7 @@ fn stranded_catches_input_never_admitted_and_dead_letters_nobody_took() {
         config: None,
         tool_functions: Default::default(),
         hook_replies: Default::default(),
+        generations: &[],
     };
     assert_eq!(check(&evidence).iter().map(|v| v.oracle).collect::<Vec<_>>(), vec![Oracle::Stranded]);
 }
@@ -698,6 +701,7 @@ fn violations_of(
         config,
         tool_functions: BTreeMap::from([("ticket.create".to_string(), "ticket::create".to_string())]),
         hook_replies: Default::default(),
+        generations: &[],
     };
     check(&evidence)
 }
@@ -1122,6 +1126,7 @@ fn judge_hooks(events: &[Event]) -> Vec<Oracle> {
             ),
             ("approvals::refuse".to_string(), json!({"decision": "deny"})),
         ]),
+        generations: &[],
     };
     oracles_of(check(&evidence))
 }
@@ -1226,4 +1231,179 @@ fn hook_arguments_catches_a_call_run_with_arguments_its_chain_had_changed() {
     // Another function's request is not the call's.
     let elsewhere = flat(&[&chain, &[call_from(500, "harness", "recorder::record", json!({"args": checked}))]]);
     assert!(judge_hooks(&elsewhere).is_empty());
+}
+
+/// The transcript oracles over `events`, with `sessions` as the run left them and the model's
+/// `generations`: the violations' details.
+fn judge_transcript(events: &[Event], sessions: &doubles::SessionService, generations: &[Generation]) -> Vec<String> {
+    let (store, layout) = (StateStore::new(), RecordLayout::default());
+    let evidence = Evidence {
+        events,
+        replies: &[],
+        store: &store,
+        sessions,
+        layout: &layout,
+        dead_letters: Vec::new(),
+        effect_functions: tickets(),
+        healed_at_ms: 0,
+        ended_at_ms: 100_000,
+        quiescent: true,
+        effects_per_action_max: 1,
+        recovery: None,
+        config: None,
+        tool_functions: BTreeMap::new(),
+        hook_replies: BTreeMap::new(),
+        generations,
+    };
+    check(&evidence).into_iter().map(|v| format!("{}: {}", v.oracle.name(), v.detail)).collect()
+}
+
+fn result_entry(call_id: &str) -> Value {
+    json!({"role": "function_result", "function_call_id": call_id, "function_id": "ticket.create", "content": "ok"})
+}
+
+fn generate_from(at_ms: u64, worker: &str, messages: Value) -> Event {
+    call_from(at_ms, worker, "model::generate", json!({"session_id": "s1", "turn_id": "t1", "messages": messages}))
+}
+
+fn append_from(at_ms: u64, worker: &str, entry: Value) -> Event {
+    call_from(at_ms, worker, "session::append", json!({"session_id": "s1", "entry": entry}))
+}
+
+fn cut_event(at_ms: u64, action: &str) -> Event {
+    event(at_ms, EventKind::Cut { cut: 0, action: action.into(), function: "session::append".into() })
+}
+
+#[test]
+fn model_context_catches_a_worker_asking_without_a_result_it_put_into_the_transcript() {
+    let mut sessions = doubles::SessionService::new();
+    sessions.seed_message("s1", json!({"role": "user", "text": "hello"}));
+    sessions.seed_message("s1", result_entry("c1"));
+    let user = json!({"role": "user", "text": "hello"});
+    let fresh = json!([user, result_entry("c1")]);
+    let stale = json!([user]);
+    let asked_fresh = [append_from(10, "harness", result_entry("c1")), generate_from(20, "harness", fresh.clone())];
+    assert!(judge_transcript(&asked_fresh, &sessions, &[]).is_empty(), "the result read back and sent");
+    let asked_stale = [append_from(10, "harness", result_entry("c1")), generate_from(20, "harness", stale.clone())];
+    let found = judge_transcript(&asked_stale, &sessions, &[]);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(
+        found[0].starts_with("model-context: `harness` asked the model for turn s1/t1 at 20 ms without the result of call `c1`, which it had put into the session's transcript at 10 ms"),
+        "{found:?}"
+    );
+    // Asked before the result was put there, by another worker, or after an append a cut kept
+    // from the service: nothing the asker knew was there.
+    let before = [generate_from(5, "harness", stale.clone()), append_from(10, "harness", result_entry("c1"))];
+    assert!(judge_transcript(&before, &sessions, &[]).is_empty());
+    let other = [append_from(10, "harness", result_entry("c1")), generate_from(20, "replacement", stale.clone())];
+    assert!(judge_transcript(&other, &sessions, &[]).is_empty(), "another worker's append may still be on its way");
+    for refused in ["timeout", "reject", "crash-caller-before"] {
+        let cut = [
+            append_from(10, "harness", result_entry("c1")),
+            cut_event(10, refused),
+            generate_from(20, "harness", stale.clone()),
+        ];
+        assert!(judge_transcript(&cut, &sessions, &[]).is_empty(), "{refused}");
+    }
+    // A cut that lets the append land (its answer lost) leaves the result there.
+    let lost = [
+        append_from(10, "harness", result_entry("c1")),
+        cut_event(10, "lost-ack"),
+        generate_from(20, "harness", stale.clone()),
+    ];
+    assert_eq!(judge_transcript(&lost, &sessions, &[]).len(), 1);
+    // The service refused what it could not take: no such result in the transcript.
+    let elsewhere = [append_from(10, "harness", result_entry("c9")), generate_from(20, "harness", stale.clone())];
+    assert!(judge_transcript(&elsewhere, &sessions, &[]).is_empty());
+    // The driver's own calls are the script's; another session's request is not this session's.
+    let driver = [
+        append_from(10, crate::topology::DRIVER, result_entry("c1")),
+        generate_from(20, crate::topology::DRIVER, stale.clone()),
+    ];
+    assert!(judge_transcript(&driver, &sessions, &[]).is_empty());
+    let mut other_session = generate_from(20, "harness", stale.clone());
+    if let EventKind::Call { payload, .. } = &mut other_session.kind {
+        payload["session_id"] = json!("s2");
+    }
+    assert!(
+        judge_transcript(&[append_from(10, "harness", result_entry("c1")), other_session], &sessions, &[]).is_empty()
+    );
+    // Two results missing: one violation naming the first and counting the rest.
+    sessions.seed_message("s1", result_entry("c2"));
+    let two = [
+        append_from(10, "harness", result_entry("c1")),
+        append_from(11, "harness", result_entry("c2")),
+        generate_from(20, "harness", stale),
+    ];
+    let found = judge_transcript(&two, &sessions, &[]);
+    assert!(found.len() == 1 && found[0].contains("call `c1` (and 1 more)"), "{found:?}");
+}
+
+#[test]
+fn whole_replies_catches_a_part_of_a_streamed_reply_and_its_pieces_out_of_order() {
+    let frames = json!({"frames": [
+        {"type": "start"},
+        {"type": "text_delta", "delta": "one "},
+        {"type": "text_delta", "delta": "two "},
+        {"type": "text_delta", "delta": "three"},
+        {"type": "stop"},
+    ]});
+    let generation = |session: &str, reply: &Value| Generation {
+        session_id: session.into(),
+        turn_id: "t1".into(),
+        reply: reply.clone(),
+    };
+    let streamed = [generation("s1", &frames)];
+    let sessions = doubles::SessionService::new();
+    let says = |text: &str| {
+        judge_transcript(
+            &[append_from(10, "harness", json!({"role": "assistant", "text": text}))],
+            &sessions,
+            &streamed,
+        )
+    };
+    assert!(says("one two three").is_empty(), "the reply whole");
+    assert!(says("the turn failed").is_empty(), "the harness's own words");
+    let part = says("two three");
+    assert_eq!(
+        part,
+        ["whole-replies: `harness` put the assistant entry \"two three\" into session s1's transcript at 10 ms: only deltas 2 to 3 (of 3) of the model's streamed reply \"one two three\""]
+    );
+    assert!(says("one ")[0].contains(": only delta 1 (of 3) of the model's"), "a single delta is a part");
+    let shuffled = says("two one three");
+    assert!(
+        shuffled.len() == 1 && shuffled[0].contains("the pieces, out of sequence order, of the model's streamed reply"),
+        "{shuffled:?}"
+    );
+    assert_eq!(says("threeone ").len(), 1, "some pieces, out of order");
+    assert!(says("one one ").is_empty(), "a delta is used once");
+    // Only an assistant's text, by a worker, that reached the service, in the reply's session.
+    let user = [append_from(10, "harness", json!({"role": "user", "text": "two three"}))];
+    assert!(judge_transcript(&user, &sessions, &streamed).is_empty());
+    let driver = [append_from(10, crate::topology::DRIVER, json!({"role": "assistant", "text": "two three"}))];
+    assert!(judge_transcript(&driver, &sessions, &streamed).is_empty());
+    let refused =
+        [append_from(10, "harness", json!({"role": "assistant", "text": "two three"})), cut_event(10, "reject")];
+    assert!(judge_transcript(&refused, &sessions, &streamed).is_empty());
+    assert!(judge_transcript(
+        &[append_from(10, "harness", json!({"role": "assistant", "text": "two three"}))],
+        &sessions,
+        &[generation("s2", &frames)]
+    )
+    .is_empty());
+    // A reply of one delta, or given whole, has no parts to split.
+    let single = [generation("s1", &json!({"frames": [{"type": "text_delta", "delta": "one two three"}]}))];
+    assert!(judge_transcript(
+        &[append_from(10, "harness", json!({"role": "assistant", "text": "one two three"}))],
+        &sessions,
+        &single
+    )
+    .is_empty());
+    let whole = [generation("s1", &json!({"text": "one two three"}))];
+    assert!(judge_transcript(
+        &[append_from(10, "harness", json!({"role": "assistant", "text": "two three"}))],
+        &sessions,
+        &whole
+    )
+    .is_empty());
 }

@@ -132,6 +132,11 @@ impl World {
         self.services.iter().flat_map(|(_, double)| double.borrow().unused()).collect()
     }
 
+    /// The generations the model answered so far, in order.
+    pub fn generations(&self) -> Vec<doubles::Generation> {
+        self.services.iter().flat_map(|(_, double)| double.borrow().generations()).collect()
+    }
+
     /// The hosts paused past `now_ms`, with when each pause ends.
     pub fn pauses_after(&self, now_ms: u64) -> Vec<(String, u64)> {
         self.paused.borrow().iter().filter(|(_, until)| **until > now_ms).map(|(h, u)| (h.clone(), *u)).collect()
