@@ -99,16 +99,20 @@ fn table() -> Vec<Row> {
             Sweep("crash-caller-before @ call state::set[scope=harness_turn key=s1 value.status=held]#1"),
             "approval-expiry",
         ),
+        row("stale-context", "multi-round.toml", Uncut, "model-context"),
+        row("entry-per-delta", "streamed-replies.toml", Uncut, "whole-replies"),
+        row(
+            "arrival-order-stream",
+            "streamed-replies.toml",
+            Sweep("reorder @ frame invokefunction harness::stream to harness#2"),
+            "whole-replies",
+        ),
     ]
 }
 
-/// The known-bad policies no sweep or exploration of a workload finds, with why. Most break only
-/// what a file's own expectations of its story judge (`breaks`), which sweeps and explorations
-/// do not hold; one has no workload the reference harness sweeps clean.
-const NOT_BY_ORACLES: [(&str, &str); 4] = [
-    ("stale-context", "the model is never fed the tool results: only the model script's `expect` on each request sees it"),
-    ("entry-per-delta", "a streamed reply enters the transcript as one entry per delta: only the file's transcript sees it"),
-    ("arrival-order-stream", "a streamed reply assembled in arrival order: only the file's transcript sees the text"),
+/// The known-bad policies no sweep or exploration of a workload finds, with why: one has no
+/// workload the reference harness sweeps clean.
+const NOT_BY_ORACLES: [(&str, &str); 1] = [
     ("resume-without-cas", "a resumed turn runs inside the Resume call, which nothing delivers again: a workload of two presses trips one-owner uncut, but every cut of a resuming worker leaves the turn to nobody (liveness under reference too), so no such workload sweeps clean; control/resume/two-presses.toml catches it"),
 ];
 

@@ -328,6 +328,37 @@ fn the_cut_space_drops_and_duplicates_every_frame_kind_at_the_engine() {
 }
 
 #[test]
+fn the_cut_space_reorders_every_fire_and_forget_frame_to_a_worker_and_nothing_else() {
+    // The streamed answer's frames are the only calls nobody answers: each of them (up to the
+    // space's bound) is held back for the next; answered frames, and frames from a worker, are not.
+    let (baseline, _, space) = space_of("streamed-replies.toml");
+    let mut groups: BTreeMap<Site, u64> = BTreeMap::new();
+    for event in baseline.trace.events() {
+        let EventKind::Frame { direction, peer, frame, function_id: Some(function), invocation_id } = &event.kind
+        else {
+            continue;
+        };
+        if peer == "harness" && *direction == "out" && *frame == "invokefunction" && invocation_id.is_none() {
+            let site = Site::Frame {
+                worker: peer.clone(),
+                up: false,
+                frame: frame.to_string(),
+                function: function.clone(),
+                nth: 0,
+            };
+            *groups.entry(site).or_default() += 1;
+        }
+    }
+    let streamed: Vec<u64> = groups.values().copied().collect();
+    assert_eq!(streamed, [5], "one stream of five frames: start, three deltas, stop");
+    let reordered: BTreeSet<Site> = space.iter().filter(|p| p.kind == Kind::Reorder).map(|p| p.site.clone()).collect();
+    assert_eq!(reordered, expected_sites(groups), "each streamed frame, up to the bound, and nothing else");
+    assert!(space.iter().filter(|p| p.kind == Kind::Reorder).all(|p| p.ms.is_none()));
+    let (_, _, unstreamed) = space_of("switch-with-lease.toml");
+    assert!(unstreamed.iter().all(|p| p.kind != Kind::Reorder), "no stream, nothing to reorder");
+}
+
+#[test]
 fn the_cut_space_crashes_and_pauses_every_worker_at_every_interrupt_point() {
     let (baseline, _, space) = space_of("switch-with-lease.toml");
     let reached: BTreeSet<&str> = baseline.interrupt_points.keys().map(|(_, point)| point.as_str()).collect();

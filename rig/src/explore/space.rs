@@ -69,11 +69,16 @@ pub enum Kind {
     PauseCaller,
     Drop,
     Duplicate,
+    /// A fire-and-forget frame to a worker (a streamed reply's frame) held back until the next
+    /// frame of its kind has passed: the two cross on the way.
+    Reorder,
     Crash,
     Pause,
 }
 
 impl Kind {
+    /// The kinds a swarm draws a coin for, each its own; `Reorder` comes with `Delay`'s (a frame
+    /// made late past its partner), so that adding it changed no seed's draw.
     pub const ALL: [Kind; 14] = [
         Kind::LostAck,
         Kind::Timeout,
@@ -105,6 +110,7 @@ impl Kind {
             Kind::PauseCaller => "pause-caller",
             Kind::Drop => "drop",
             Kind::Duplicate => "duplicate",
+            Kind::Reorder => "reorder",
             Kind::Crash => "crash",
             Kind::Pause => "pause",
         }
@@ -216,8 +222,12 @@ impl Placement {
                 });
             }
             Site::Frame { worker, up, frame, function, nth } => {
-                let mut rule =
-                    proxy::Rule::new(if self.kind == Kind::Drop { ActionKind::Drop } else { ActionKind::Duplicate });
+                let action = match self.kind {
+                    Kind::Drop => ActionKind::Drop,
+                    Kind::Reorder => ActionKind::Reorder,
+                    _ => ActionKind::Duplicate,
+                };
+                let mut rule = proxy::Rule::new(action);
                 rule.direction = if *up { Directions::Up } else { Directions::Down };
                 rule.skip = nth - 1;
                 rule.matches.insert("type".into(), MatchValue::Text(frame.clone()));
@@ -334,7 +344,7 @@ pub fn cut_space(scenario: &Scenario, baseline: &RunOutcome, options: &SpaceOpti
                     placements.push(Placement { site: site.clone(), kind, ms });
                 }
             }
-            EventKind::Frame { direction, peer, frame, function_id: Some(function), .. }
+            EventKind::Frame { direction, peer, frame, function_id: Some(function), invocation_id }
                 if is_worker(peer)
                     && !proxied_elsewhere(peer)
                     && matches!(*frame, "invokefunction" | "invocationresult") =>
@@ -348,6 +358,11 @@ pub fn cut_space(scenario: &Scenario, baseline: &RunOutcome, options: &SpaceOpti
                     Site::Frame { worker: peer.clone(), up, frame: frame.to_string(), function: function.clone(), nth };
                 for kind in [Kind::Drop, Kind::Duplicate] {
                     placements.push(Placement { site: site.clone(), kind, ms: None });
+                }
+                // Only a frame nobody answers has nothing but its order to go by: an answered
+                // call made late is a delay, which the call's own site has.
+                if !up && *frame == "invokefunction" && invocation_id.is_none() {
+                    placements.push(Placement { site, kind: Kind::Reorder, ms: None });
                 }
             }
             _ => {}
@@ -420,7 +435,12 @@ mod tests {
         assert_eq!((crash.interrupts[0].interrupt, crash.interrupts[0].trigger.skip), (Interrupt::Crash, 1));
         let pause = applied(point(1), Kind::Pause);
         assert_eq!(pause.interrupts[0].interrupt, Interrupt::Pause { ms: 40 });
-        for (kind, action) in [(Kind::Drop, ActionKind::Drop), (Kind::Duplicate, ActionKind::Duplicate)] {
+        let frame_kinds = [
+            (Kind::Drop, ActionKind::Drop),
+            (Kind::Duplicate, ActionKind::Duplicate),
+            (Kind::Reorder, ActionKind::Reorder),
+        ];
+        for (kind, action) in frame_kinds {
             let scenario = applied(frame("invocationresult", 4), kind);
             let setup = scenario.proxy.expect("a proxy rule");
             assert_eq!((setup.rules[0].action, setup.rules[0].skip, &setup.optional), (action, 3, &vec![true]));

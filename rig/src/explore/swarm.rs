@@ -37,6 +37,9 @@ fn draw(seed: u64, space: &[Placement], workload: &Scenario) -> Vec<Placement> {
     if enabled.is_empty() {
         enabled.push(Kind::ALL[rng.random_range(0..Kind::ALL.len())]);
     }
+    if enabled.contains(&Kind::Delay) {
+        enabled.push(Kind::Reorder);
+    }
     let candidates: Vec<&Placement> = space.iter().filter(|p| enabled.contains(&p.kind)).collect();
     if candidates.is_empty() {
         return Vec::new();
@@ -201,6 +204,25 @@ mod tests {
         }
         assert!(drawn_delays.len() > 10, "delays are drawn, not fixed: {drawn_delays:?}");
         assert!(drawn_isolations.len() > 10, "isolations are drawn, not fixed: {drawn_isolations:?}");
+    }
+
+    #[test]
+    fn a_reorder_is_drawn_exactly_when_delays_are() {
+        let source = "about = \"mix\"\n[[step]]\nwait_ms = 1\n\n[policy.reference]\n";
+        let workload = Scenario::parse(Path::new("mix.toml"), source).unwrap();
+        // A space of delays and reorders only: a seed draws from it iff it enabled delays.
+        let delays: Vec<Placement> = (1..=4).map(|nth| placement(nth, Kind::Delay, Some(1_000))).collect();
+        let reorders: Vec<Placement> = (1..=4).map(|nth| placement(nth, Kind::Reorder, None)).collect();
+        let both: Vec<Placement> = delays.iter().chain(&reorders).cloned().collect();
+        let mut reordered = 0;
+        for seed in 0..200 {
+            let with_delays = !draw(seed, &delays, &workload).is_empty();
+            assert_eq!(!draw(seed, &reorders, &workload).is_empty(), with_delays, "seed {seed}");
+            let mix = draw(seed, &both, &workload);
+            reordered += mix.iter().filter(|p| p.kind == Kind::Reorder).count();
+            assert!(mix.iter().all(|p| p.kind != Kind::Reorder || p.ms.is_none()), "seed {seed}: {mix:?}");
+        }
+        assert!(reordered > 0, "some seed reorders a frame");
     }
 
     /// A workload step the finding does not need may go: with a late status read removed, the
