@@ -96,7 +96,7 @@ impl Worker {
         record["held_reason"] = Value::Null;
         // As after a release, no queue delivers the turn from here on: this worker drives it on,
         // and a worker of this host that starts drives it on again should this one die first.
-        record[super::hooks::RELEASED_BY] = json!(self.env.host);
+        record[super::DRIVEN_BY] = json!(self.env.host);
         if self.write(bus, &record).await.is_err() {
             // The store may have recorded it all the same: then nobody else would drive it on.
             self.finish_settlement_later(bus, request, id, super::hooks::Settlement::Expiry);

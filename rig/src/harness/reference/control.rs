@@ -198,10 +198,11 @@ impl Worker {
     /// A command whose write got no good answer may be recorded all the same, and then nobody
     /// would apply it: a held turn reaches no safe point. Once the store answers again, a command
     /// it holds `accepted` is applied as one accepted while the turn was busy; one it does not
-    /// hold was never recorded, and its caller was told so. Tried a bounded number of times.
+    /// hold was never recorded, and its caller was told so; a resume found recorded makes its
+    /// claim then. Tried a bounded number of times.
     fn apply_if_recorded_later(self: &Rc<Self>, bus: &Bus, session_id: &str, kind: &str, key: &str) {
-        // A resume is a claim of its own, and the known-bad policies keep their bugs.
-        if kind == "resume" || !self.policy.recovers() || self.policy == Policy::InMemoryCancel {
+        // The known-bad policies keep their bugs.
+        if !self.policy.recovers() || self.policy == Policy::InMemoryCancel {
             return;
         }
         let (worker, bus, session_id, kind, key) =
@@ -212,12 +213,32 @@ impl Worker {
                 let Ok((control, _)) = worker.control_record(&bus, &session_id).await else { continue };
                 if control["commands"][&key]["state"] == json!("accepted") {
                     worker.note("command_found_recorded", json!({ "session_id": session_id, "command": key }));
-                    worker.apply_when_free(&bus, &session_id, &kind, &key).await;
+                    if kind == "resume" {
+                        worker.claim_recorded_resume(&bus, &session_id, &key).await;
+                    } else {
+                        worker.apply_when_free(&bus, &session_id, &kind, &key).await;
+                    }
                 }
                 return;
             }
             worker.note("command_unconfirmed", json!({ "session_id": session_id, "command": key }));
         });
+    }
+
+    /// A resume recorded `accepted` whose press was answered before it could claim: the claim is
+    /// made now, if the turn is still paused; otherwise the command is settled by what the turn
+    /// became.
+    pub(super) async fn claim_recorded_resume(self: &Rc<Self>, bus: &Bus, session_id: &str, key: &str) {
+        let lock = self.control_lock(session_id);
+        let _guard = lock.lock().await;
+        let read = json!({ "scope": TURN_SCOPE, "key": session_id, "versioned": true });
+        let Ok(turn) = bus.invoke("state::get", read, self.env.config.session_timeout_ms).await else { return };
+        let (record, version) = (turn["value"].clone(), turn["version"].as_u64().unwrap_or(0));
+        if record["status"] == json!("paused") {
+            let _ = self.resume(bus, session_id, key, record, version).await;
+        } else {
+            let _ = self.settle_commands(bus, session_id, Some(&record)).await;
+        }
     }
 
     /// Applies a command accepted while its turn was busy, once the session is free, unless the
@@ -405,6 +426,11 @@ impl Worker {
                     Some(("expired", "the turn ended before it could pause".to_string()))
                 }
                 ("pause", Some("held")) => Some(("expired", "the turn is held for a person".to_string())),
+                // A resume whose claim landed but was never recorded applied (its worker died, or
+                // the store did not answer): the turn names it.
+                ("resume", Some(_)) if turn["resumed_by"] == json!(key) => {
+                    Some(("applied", format!("epoch {}", turn["epoch"])))
+                }
                 // A resume whose claim never happened (its worker died first) can claim nothing
                 // from a turn that is over.
                 ("resume", Some(status)) if is_terminal(&turn) || status == "held" => {
@@ -453,8 +479,10 @@ impl Worker {
         })
     }
 
-    /// A resume: a claim on the paused turn by compare-and-set that bumps its epoch and names
-    /// this worker its owner; then a lease (a newer fencing token), and the turn goes on.
+    /// A resume: a claim on the paused turn by compare-and-set that bumps its epoch, names this
+    /// worker its owner and the command its claim (`resumed_by`); then the turn goes on, driven
+    /// by this worker (`DRIVEN_BY`: no queue delivers it), under a lease of its own. A claim
+    /// whose answer is lost is read back: the store says whether it landed.
     async fn resume(
         self: &Rc<Self>,
         bus: &Bus,
@@ -467,51 +495,116 @@ impl Worker {
         record["status"] = json!("running");
         record["epoch"] = json!(epoch);
         record["owner"] = json!(self.env.host);
+        record["resumed_by"] = json!(key);
+        record[super::DRIVEN_BY] = json!(self.env.host);
         record["updated_at"] = json!(self.now());
         // A paused turn has no owner, so the claim carries no fence: what makes it one claim
         // among rivals is the version it expects.
         let timeout = self.env.config.session_timeout_ms;
-        let claimed = if self.policy == Policy::ResumeWithoutCas {
+        let claim = if self.policy == Policy::ResumeWithoutCas {
             // The known-bad claim: a plain write, whoever else is claiming at the same time.
             let write = json!({ "scope": TURN_SCOPE, "key": session_id, "value": record });
-            bus.invoke("state::set", write, timeout).await.is_ok()
+            bus.invoke("state::set", write, timeout).await.map(|_| json!({ "swapped": true }))
         } else {
             let claim = json!({ "scope": TURN_SCOPE, "key": session_id, "value": record, "expected_version": version });
-            let swapped = bus.invoke("state::compare-and-set", claim, timeout).await;
-            swapped.is_ok_and(|s| s["swapped"] == json!(true))
+            bus.invoke("state::compare-and-set", claim, timeout).await
         };
-        let now = self.now();
-        if !claimed {
-            let rejected = self
-                .update_command(bus, session_id, key, &|c| {
-                    c["state"] = json!("rejected");
-                    c["why"] = json!("another claim on the turn won");
-                    c["settled_at_ms"] = json!(now);
-                })
-                .await?;
+        let found = match claim {
+            Ok(answer) if answer["swapped"] == json!(true) => None,
+            Ok(_) => Some(Value::Null),
+            Err(_) => match self.get_turn(bus, session_id).await {
+                Ok(found) => Some(found.unwrap_or_default()).filter(|found| !is_claim(found, key, epoch)),
+                Err(_) => {
+                    self.settle_resume_later(bus, session_id, key, epoch);
+                    return Err(ErrorBody::new("unavailable", "the claim's outcome is not known yet"));
+                }
+            },
+        };
+        if let Some(found) = found {
+            let rejected = self.record_resume_rejected(bus, session_id, key, &found).await?;
             return Ok(Self::answer(session_id, key, &rejected));
         }
-        let applied = self
-            .update_command(bus, session_id, key, &|c| {
-                c["state"] = json!("applied");
-                c["outcome"] = json!(format!("epoch {epoch}"));
-                c["settled_at_ms"] = json!(now);
-            })
-            .await?;
         self.note(
             "turn_resumed_by_command",
             json!({ "session_id": session_id, "turn_id": record["turn_id"], "epoch": epoch }),
         );
+        self.drive_resumed(bus, &record);
+        let applied = self.record_resume_applied(bus, session_id, key, epoch).await?;
+        Ok(Self::answer(session_id, key, &applied))
+    }
+
+    /// The turn a resume claimed goes on, in the background: the press is answered as soon as
+    /// the claim is recorded.
+    fn drive_resumed(self: &Rc<Self>, bus: &Bus, record: &Value) {
         let request = TurnRequest {
-            session_id: session_id.to_string(),
+            session_id: record["session_id"].as_str().unwrap_or_default().to_string(),
             turn_id: record["turn_id"].as_str().unwrap_or_default().to_string(),
             step: record["step"].as_u64().unwrap_or(0),
         };
         let (worker, bus) = (Rc::clone(self), bus.clone());
+        tokio::task::spawn_local(async move { worker.drive_on(&bus, request).await });
+    }
+
+    async fn record_resume_applied(
+        &self,
+        bus: &Bus,
+        session_id: &str,
+        key: &str,
+        epoch: u64,
+    ) -> Result<Value, ErrorBody> {
+        let now = self.now();
+        self.update_command(bus, session_id, key, &|c| {
+            c["state"] = json!("applied");
+            c["outcome"] = json!(format!("epoch {epoch}"));
+            c["settled_at_ms"] = json!(now);
+        })
+        .await
+    }
+
+    /// A resume whose claim did not land: another claim won, or (read back after a claim with
+    /// no answer) the turn is still paused and the press may be made again.
+    async fn record_resume_rejected(
+        &self,
+        bus: &Bus,
+        session_id: &str,
+        key: &str,
+        found: &Value,
+    ) -> Result<Value, ErrorBody> {
+        let why = if found["status"] == json!("paused") {
+            "the claim did not land: the turn is still paused"
+        } else {
+            "another claim on the turn won"
+        };
+        let now = self.now();
+        self.update_command(bus, session_id, key, &|c| {
+            c["state"] = json!("rejected");
+            c["why"] = json!(why);
+            c["settled_at_ms"] = json!(now);
+        })
+        .await
+    }
+
+    /// A claim whose outcome could not be read back: once the store answers, a claim that
+    /// landed is driven on and recorded applied, one that did not is recorded rejected. Tried a
+    /// bounded number of times; a command still `accepted` when the turn ends is settled then.
+    fn settle_resume_later(self: &Rc<Self>, bus: &Bus, session_id: &str, key: &str, epoch: u64) {
+        let (worker, bus, session_id, key) = (Rc::clone(self), bus.clone(), session_id.to_string(), key.to_string());
         tokio::task::spawn_local(async move {
-            let _ = worker.turn(&bus, request).await;
+            for attempt in 1..=worker.env.config.terminalize_attempts {
+                worker.env.clock.sleep(worker.deferred_backoff(attempt)).await;
+                let Ok(found) = worker.get_turn(&bus, &session_id).await else { continue };
+                let lock = worker.control_lock(&session_id);
+                let _guard = lock.lock().await;
+                let found = found.unwrap_or_default();
+                if is_claim(&found, &key, epoch) {
+                    worker.drive_resumed(&bus, &found);
+                    let _ = worker.record_resume_applied(&bus, &session_id, &key, epoch).await;
+                } else {
+                    let _ = worker.record_resume_rejected(&bus, &session_id, &key, &found).await;
+                }
+                return;
+            }
         });
-        Ok(Self::answer(session_id, key, &applied))
     }
 
     /// A cancel, stop or pause of `turn_id` accepted and not yet applied: the one this worker
@@ -583,4 +676,9 @@ impl Worker {
     pub(super) async fn load_commands(&self, bus: &Bus, session_id: &str, turn_id: &str) {
         let _ = self.accepted_command(bus, session_id, turn_id).await;
     }
+}
+
+/// Whether a turn record is the claim of resume `key` at `epoch`.
+fn is_claim(record: &Value, key: &str, epoch: u64) -> bool {
+    record["resumed_by"] == json!(key) && record["epoch"] == json!(epoch)
 }

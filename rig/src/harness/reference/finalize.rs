@@ -19,6 +19,10 @@ const DEFERRED_BACKOFF_MS_MAX: u64 = 5_000;
 /// this many checks, this far apart.
 const RECOVERY_CONNECT_CHECKS: u32 = 100;
 const RECOVERY_CONNECT_CHECK_MS: u64 = 10;
+/// How long a background retry waits for a worker cut off from the engine to be connected again
+/// before it tries (a try while cut off fails at once and proves nothing), checking this often.
+const RECONNECT_WAIT_MS_MAX: u64 = 60_000;
+const RECONNECT_CHECK_MS: u64 = 100;
 
 /// The terminal state a deferred terminalisation must record.
 #[derive(Debug, Clone)]
@@ -467,6 +471,7 @@ impl Worker {
             let attempts = worker.env.config.terminalize_attempts;
             for attempt in 1..=attempts {
                 worker.env.clock.sleep(worker.deferred_backoff(attempt)).await;
+                worker.until_connected(&bus).await;
                 let lock = worker.session_lock(&session_id);
                 let _guard = lock.lock().await;
                 let record = match worker.get_turn(&bus, &session_id).await {
@@ -746,6 +751,15 @@ impl Worker {
             let waiting = commands.is_some_and(|c| c.values().any(|c| c["state"] == json!("accepted")));
             let (true, Some(session_id)) = (waiting, control["key"].as_str()) else { continue };
             let turn = turns.iter().find(|t| t["key"] == json!(session_id)).map(|t| &t["value"]);
+            // A resume recorded but never claimed (its worker died in between): claimed now.
+            let resume = commands
+                .into_iter()
+                .flatten()
+                .find(|(_, c)| c["command"] == json!("resume") && c["state"] == json!("accepted"));
+            if let (Some((key, _)), true) = (resume, turn.is_some_and(|t| t["status"] == json!("paused"))) {
+                self.claim_recorded_resume(bus, session_id, key).await;
+                continue;
+            }
             if turn.is_some_and(|t| t["status"] == json!("held")) {
                 // A held turn reaches no safe point: a cancel or stop waiting on it is applied here.
                 let lock = self.session_lock(session_id);
@@ -901,31 +915,70 @@ impl Worker {
             }
             self.hand_back(&bus, &session_id).await;
         }
-        self.drive_on_released(&bus, &turns).await;
+        self.drive_on_driven(&bus, &turns).await;
     }
 
-    /// Running turns this worker released a held call of, and so drove on itself: it died
-    /// doing it (it is only starting now), and nothing else delivers them.
-    async fn drive_on_released(self: &Rc<Self>, bus: &Bus, turns: &[Value]) {
+    /// Running turns this worker drove on itself (it released a held call of one, denied a call
+    /// whose approval expired, or resumed it): it died doing it (it is only starting now), and
+    /// nothing else delivers them.
+    async fn drive_on_driven(self: &Rc<Self>, bus: &Bus, turns: &[Value]) {
         let host = json!(self.env.host);
-        let released = turns.iter().map(|e| &e["value"]).filter(|r| {
-            r["status"] == json!("running") && r[super::hooks::RELEASED_BY] == host && r["parent"].is_null()
-        });
-        for record in released {
+        let driven = turns
+            .iter()
+            .map(|e| &e["value"])
+            .filter(|r| r["status"] == json!("running") && r[super::DRIVEN_BY] == host && r["parent"].is_null());
+        for record in driven {
             let (Some(session_id), Some(turn_id)) = (record["session_id"].as_str(), record["turn_id"].as_str()) else {
                 continue;
             };
             let step = record["step"].as_u64().unwrap_or_default();
-            self.note("release_driven_on", json!({ "session_id": session_id, "turn_id": turn_id, "step": step }));
+            self.note("turn_driven_on", json!({ "session_id": session_id, "turn_id": turn_id, "step": step }));
             let request = TurnRequest { session_id: session_id.to_string(), turn_id: turn_id.to_string(), step };
-            // An error (the store did not answer) leaves the turn as it was: try again later.
-            for attempt in 1..=self.env.config.terminalize_attempts {
-                if self.turn(bus, request.clone()).await.is_ok() {
-                    break;
+            self.drive_on(bus, request).await;
+        }
+    }
+
+    /// Waits, up to [`RECONNECT_WAIT_MS_MAX`], until this worker is connected to the engine: a
+    /// background retry made while it is cut off fails at once, and a cut longer than all of
+    /// its backoffs together would leave the work to nobody.
+    async fn until_connected(&self, bus: &Bus) {
+        let mut waited = 0;
+        while !bus.is_connected() && waited < RECONNECT_WAIT_MS_MAX {
+            self.env.clock.sleep(RECONNECT_CHECK_MS).await;
+            waited += RECONNECT_CHECK_MS;
+        }
+    }
+
+    /// Runs a turn no queue delivers, which this worker drives (`DRIVEN_BY`): an error (the
+    /// store or the lease did not let it) leaves the turn as it was, so it is tried again after
+    /// a backoff, a bounded number of times, while the turn is still running and this worker's
+    /// to drive.
+    pub(super) async fn drive_on(self: &Rc<Self>, bus: &Bus, request: TurnRequest) {
+        let host = json!(self.env.host);
+        let attempts = self.env.config.terminalize_attempts;
+        for attempt in 1..=attempts {
+            if attempt > 1 {
+                self.env.clock.sleep(self.deferred_backoff(attempt - 1)).await;
+                self.until_connected(bus).await;
+                let still_ours = |r: &Value| {
+                    r["status"] == json!("running")
+                        && r["turn_id"] == json!(request.turn_id)
+                        && r[super::DRIVEN_BY] == host
+                };
+                match self.get_turn(bus, &request.session_id).await {
+                    Ok(Some(record)) if still_ours(&record) => {}
+                    Ok(_) => return,
+                    Err(_) => continue,
                 }
-                self.env.clock.sleep(self.deferred_backoff(attempt)).await;
+            }
+            if self.turn(bus, request.clone()).await.is_ok() {
+                return;
             }
         }
+        self.note(
+            "drive_on_abandoned",
+            json!({ "session_id": request.session_id, "turn_id": request.turn_id, "attempts": attempts }),
+        );
     }
 }
 

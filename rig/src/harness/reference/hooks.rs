@@ -234,7 +234,7 @@ impl Worker {
         record["held_reason"] = Value::Null;
         // No queue delivers the turn from here on: this worker drives it, and drives it on
         // again should it die first (`recover_on_start`).
-        record[RELEASED_BY] = json!(self.env.host);
+        record[super::DRIVEN_BY] = json!(self.env.host);
         match self.write(bus, &record).await {
             Ok(()) => {}
             Err(Stop::FencedOut) => return self.fenced_out(&request),
@@ -250,10 +250,6 @@ impl Worker {
         Ok(result)
     }
 }
-
-/// The field of a turn record naming the worker that released one of its held calls and drives
-/// the turn on since: no queue delivers it again.
-pub(super) const RELEASED_BY: &str = "released_by";
 
 /// What a held call's settlement whose write got no answer was: the call's status once the
 /// write landed, and the notes that say whether it did.

@@ -104,6 +104,11 @@ use std::rc::Rc;
 const TURN_SCOPE: &str = "harness_turn";
 const QUEUE_SCOPE: &str = "harness_queue";
 const TERMINAL: [&str; 3] = ["completed", "failed", "cancelled"];
+/// The field of a turn record naming the worker that drives the turn on by itself: it released a
+/// held call of it, denied a call whose approval expired, or resumed it. No queue delivers the
+/// turn again, so that worker retries it while it lives, and a worker of its host that starts
+/// drives it on (`recover_on_start`).
+const DRIVEN_BY: &str = "driven_by";
 
 /// How the reference harness behaves where harnesses go wrong.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
