@@ -359,6 +359,26 @@ fn the_cut_space_reorders_every_fire_and_forget_frame_to_a_worker_and_nothing_el
 }
 
 #[test]
+fn a_scripted_proxy_in_front_of_one_worker_leaves_only_its_frames_to_cut() {
+    // A proxy fronts one worker: a sweep that keeps the file's own cuts adds its frame rules to
+    // that proxy, so it lists the frames of that worker and of no other.
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/workloads/switch-with-lease.toml");
+    let text = std::fs::read_to_string(&path).unwrap() + "\n[proxy]\nworker = \"replacement\"\n";
+    let scenario = Scenario::parse(&path, &text).unwrap();
+    let options = SweepOptions { keep_cuts: true, ..SweepOptions::default() };
+    let plan = explore::plan(&rig::reference(), &scenario, &options);
+    let workers: BTreeSet<String> = plan
+        .jobs
+        .iter()
+        .filter_map(|job| match &job[0].site {
+            Site::Frame { worker, .. } => Some(worker.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(workers, BTreeSet::from(["replacement".to_string()]), "the proxied worker's frames alone");
+}
+
+#[test]
 fn the_cut_space_crashes_and_pauses_every_worker_at_every_interrupt_point() {
     let (baseline, _, space) = space_of("switch-with-lease.toml");
     let reached: BTreeSet<&str> = baseline.interrupt_points.keys().map(|(_, point)| point.as_str()).collect();

@@ -91,6 +91,23 @@ fn still_fires(
     removed.is_empty() || !fired(&harness.run(&variant, &bare_run(policy), seed)).contains(oracle)
 }
 
+/// Drops one cut at a time, in order, while what is left still `fires`, never the last one:
+/// the cuts kept and how many tries it took.
+fn drop_cuts(mut cuts: Vec<Placement>, mut fires: impl FnMut(&[Placement]) -> bool) -> (Vec<Placement>, usize) {
+    let (mut index, mut tries) = (0, 0);
+    while index < cuts.len() && cuts.len() > 1 {
+        let mut fewer = cuts.clone();
+        fewer.remove(index);
+        tries += 1;
+        if fires(&fewer) {
+            cuts = fewer;
+        } else {
+            index += 1;
+        }
+    }
+    (cuts, tries)
+}
+
 /// Explores one seed of `scenario`'s workload under `policy`.
 pub fn explore(harness: &dyn Runs, scenario: &Scenario, policy: &str, seed: u64, keep_cuts: bool) -> Exploration {
     let workload = workload(scenario, keep_cuts);
@@ -117,22 +134,14 @@ pub fn explore(harness: &dyn Runs, scenario: &Scenario, policy: &str, seed: u64,
     let Some(oracle) = exploration.fired.iter().next().cloned() else { return exploration };
 
     // Only what fired can matter; then drop one cut at a time while the oracle still fires.
-    let mut cuts: Vec<Placement> =
+    let fired_cuts: Vec<Placement> =
         mix.iter().zip(&indices).filter(|(p, i)| p.fired(&outcome, **i)).map(|(p, _)| p.clone()).collect();
-    let removed = BTreeSet::new();
-    let mut index = 0;
-    while index < cuts.len() && cuts.len() > 1 {
-        let mut fewer = cuts.clone();
-        fewer.remove(index);
-        exploration.runs += 1;
-        if still_fires(harness, &workload, &fewer, &removed, policy, seed, &oracle) {
-            cuts = fewer;
-        } else {
-            index += 1;
-        }
-    }
+    let none_removed = BTreeSet::new();
+    let (cuts, tries) =
+        drop_cuts(fired_cuts, |fewer| still_fires(harness, &workload, fewer, &none_removed, policy, seed, &oracle));
+    exploration.runs += tries;
     // Then the workload's steps, last first, so later steps go before the ones they follow.
-    let mut removed = removed;
+    let mut removed = none_removed;
     for step in (0..workload.steps.len()).rev() {
         let mut fewer = removed.clone();
         fewer.insert(step);
@@ -223,6 +232,24 @@ mod tests {
             assert!(mix.iter().all(|p| p.kind != Kind::Reorder || p.ms.is_none()), "seed {seed}: {mix:?}");
         }
         assert!(reordered > 0, "some seed reorders a frame");
+    }
+
+    #[test]
+    fn shrinking_drops_each_cut_the_finding_does_not_need_and_keeps_one() {
+        let [a, b, c] = [1, 2, 3].map(|nth| placement(nth, Kind::Timeout, None));
+        let needs = |kept: &[Placement]| {
+            let kept = kept.to_vec();
+            move |fewer: &[Placement]| kept.iter().all(|k| fewer.contains(k))
+        };
+        // The last cut alone is needed: the first two go, one try each, and nothing is tried
+        // once one cut is left.
+        assert_eq!(drop_cuts(vec![a.clone(), b.clone(), c.clone()], needs(&[c.clone()])), (vec![c.clone()], 2));
+        // The first two are needed: each is tried and kept, the third goes, and shrinking stops
+        // at the end of the list.
+        let both = vec![a.clone(), b.clone()];
+        assert_eq!(drop_cuts(vec![a.clone(), b.clone(), c.clone()], needs(&both)), (both, 3));
+        // A single cut is never tried: a finding needs at least one.
+        assert_eq!(drop_cuts(vec![a.clone()], |_| true), (vec![a], 0));
     }
 
     /// A workload step the finding does not need may go: with a late status read removed, the
