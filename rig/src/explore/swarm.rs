@@ -243,7 +243,10 @@ mod tests {
         };
         // The last cut alone is needed: the first two go, one try each, and nothing is tried
         // once one cut is left.
-        assert_eq!(drop_cuts(vec![a.clone(), b.clone(), c.clone()], needs(&[c.clone()])), (vec![c.clone()], 2));
+        assert_eq!(
+            drop_cuts(vec![a.clone(), b.clone(), c.clone()], needs(std::slice::from_ref(&c))),
+            (vec![c.clone()], 2)
+        );
         // The first two are needed: each is tried and kept, the third goes, and shrinking stops
         // at the end of the list.
         let both = vec![a.clone(), b.clone()];
