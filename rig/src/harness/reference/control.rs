@@ -509,7 +509,9 @@ impl Worker {
             let claim = json!({ "scope": TURN_SCOPE, "key": session_id, "value": record, "expected_version": version });
             bus.invoke("state::compare-and-set", claim, timeout).await
         };
-        let found = match claim {
+        // The claim lost: to a rival (the store refused the swap), or, read back after a claim
+        // with no answer, to whatever the turn is now.
+        let lost_to = match claim {
             Ok(answer) if answer["swapped"] == json!(true) => None,
             Ok(_) => Some(Value::Null),
             Err(_) => match self.get_turn(bus, session_id).await {
@@ -520,7 +522,7 @@ impl Worker {
                 }
             },
         };
-        if let Some(found) = found {
+        if let Some(found) = lost_to {
             let rejected = self.record_resume_rejected(bus, session_id, key, &found).await?;
             return Ok(Self::answer(session_id, key, &rejected));
         }
