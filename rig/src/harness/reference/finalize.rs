@@ -760,8 +760,9 @@ impl Worker {
                 self.claim_recorded_resume(bus, session_id, key).await;
                 continue;
             }
-            if turn.is_some_and(|t| t["status"] == json!("held")) {
-                // A held turn reaches no safe point: a cancel or stop waiting on it is applied here.
+            if turn.is_some_and(|t| matches!(t["status"].as_str(), Some("held" | "paused"))) {
+                // A held or paused turn reaches no safe point: a cancel or stop waiting on it is
+                // applied here.
                 let lock = self.session_lock(session_id);
                 let _guard = lock.lock().await;
                 if self.ensure_ownership(bus, session_id).await.is_ok() {
