@@ -146,6 +146,9 @@ impl Worker {
     async fn enqueue_later(self: Rc<Self>, bus: Bus, record: Value) {
         for round in 0..ENQUEUE_ROUNDS {
             self.back_off(round + 3).await;
+            // A round tried while this worker is cut off from the engine fails at once: an
+            // outage longer than every backoff together would leave the turn to nobody.
+            self.connected(&bus).await;
             let Ok(stored) = self.get(&bus, TURN_SCOPE, record["session_id"].as_str().unwrap_or_default()).await else {
                 continue;
             };

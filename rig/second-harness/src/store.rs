@@ -65,6 +65,17 @@ impl Worker {
         Err(last)
     }
 
+    /// Waits until this worker is connected to the engine again, checking every 100 ms, for at
+    /// most a minute.
+    pub(crate) async fn connected(&self, bus: &Bus) {
+        for _ in 0..600 {
+            if bus.is_connected() {
+                return;
+            }
+            self.env.clock.sleep(100).await;
+        }
+    }
+
     pub(crate) async fn back_off(&self, attempt: u32) {
         let ms = self.env.config.terminalize_backoff_ms.max(1).saturating_mul(1 << attempt.min(6));
         self.env.clock.sleep(ms).await;

@@ -6,6 +6,8 @@
 //! - a scripted model reply streamed in `frames`: `streaming`; one calling `agent.delegate`:
 //!   `delegation` (and `budgets` when it passes a budget);
 //! - a seeded turn record carrying a budget: `budgets`; one naming its parent: `delegation`;
+//! - a seeded control record: the capability of each command it holds (a `cancel` waiting to be
+//!   applied needs a harness that applies it);
 //! - a `pre-trigger` binding: `hooks`; a `turn-completed` binding: `lifecycle`;
 //! - an `[[interrupt]]`: `checkpoints`;
 //! - a `[world.config]` (versioned configuration and its safety overlay): `versions`.
@@ -30,6 +32,7 @@ pub(super) fn derive(source: &str, policy: &str) -> Requirements {
     }
     model_replies(&file, &mut needs);
     seeded_turns(&file, &mut needs);
+    seeded_commands(&file, &mut needs);
     bindings(&file, &mut needs);
     if file.get("world").and_then(|w| w.get("config")).is_some() {
         needs.need(Capability::Versions, || "[world.config] declares versioned configuration".to_string());
@@ -114,6 +117,30 @@ fn seeded_turns(file: &Value, needs: &mut Requirements) {
         }
         if value.get(&layout.parent_field).is_some() {
             needs.need(Capability::Delegation, || format!("{} names its `{}`", at(), layout.parent_field));
+        }
+    }
+}
+
+/// Seeded control records: each command in one is the business of the capability serving it.
+fn seeded_commands(file: &Value, needs: &mut Requirements) {
+    for (index, record) in items(file, &["world", "record"]).enumerate() {
+        if record.get("scope").and_then(Value::as_str) != Some(crate::layout::CONTROL_SCOPE) {
+            continue;
+        }
+        let commands = record.get("value").and_then(|v| v.get("commands")).and_then(Value::as_table);
+        for (name, command) in commands.into_iter().flatten() {
+            let kind = command.get("command").and_then(Value::as_str).unwrap_or_default();
+            if let Some(capability) = Capability::of_function(kind) {
+                let at = || {
+                    format!(
+                        "world.record #{} ({}/{}) holds {kind} `{name}`",
+                        index + 1,
+                        crate::layout::CONTROL_SCOPE,
+                        key(record)
+                    )
+                };
+                needs.need(capability, at);
+            }
         }
     }
 }
