@@ -241,6 +241,28 @@ action = "freeze"
     }
 
     #[test]
+    fn each_command_a_seeded_control_record_holds_is_needed() {
+        let source = r#"
+[[world.record]]
+scope = "harness_control"
+key = "s1"
+value = { commands = { p1 = { command = "pause", state = "applied" }, c1 = { command = "cancel", state = "accepted" }, x = { command = "teleport" } } }
+[[world.record]]
+scope = "elsewhere"
+key = "s1"
+value = { commands = { s1 = { command = "stop" } } }
+[policy.reference]
+"#;
+        assert_eq!(
+            needs(source, "reference"),
+            vec![
+                ("cancel", "world.record #1 (harness_control/s1) holds cancel `c1`".to_string()),
+                ("pause-resume", "world.record #1 (harness_control/s1) holds pause `p1`".to_string()),
+            ]
+        );
+    }
+
+    #[test]
     fn a_plain_turn_needs_nothing_beyond_turns() {
         let source = "[[step]]\ninvoke = { function = \"harness::turn\", payload = {} }\n[policy.reference]\n";
         assert_eq!(
