@@ -916,13 +916,13 @@ impl Worker {
             }
             self.hand_back(&bus, &session_id).await;
         }
-        self.drive_on_driven(&bus, &turns).await;
+        self.drive_on_orphaned(&bus, &turns).await;
     }
 
     /// Running turns this worker drove on itself (it released a held call of one, denied a call
     /// whose approval expired, or resumed it): it died doing it (it is only starting now), and
     /// nothing else delivers them.
-    async fn drive_on_driven(self: &Rc<Self>, bus: &Bus, turns: &[Value]) {
+    async fn drive_on_orphaned(self: &Rc<Self>, bus: &Bus, turns: &[Value]) {
         let host = json!(self.env.host);
         let driven = turns
             .iter()
