@@ -97,34 +97,24 @@ pub(crate) fn command(args: ExploreArgs, harness: &Harness) -> ExitCode {
                 return;
             }
             failing += 1;
-            if !exploration.uncut_fired.is_empty() && !args.quiet.failures_only {
+            let fail = |fired: &std::collections::BTreeSet<String>, what: String| {
+                if !args.quiet.failures_only {
+                    let fired: Vec<&str> = fired.iter().map(String::as_str).collect();
+                    let (path, seed) = (scenario.path.display(), exploration.seed);
+                    progress.out(&format!("FAIL {path} [{}] seed {seed}: [{}] {what}", args.policy, fired.join(", ")));
+                }
+            };
+            if !exploration.uncut_fired.is_empty() {
                 // As a sweep says it: what the mix adds is judged beyond what the workload trips.
-                let fired: Vec<&str> = exploration.uncut_fired.iter().map(String::as_str).collect();
-                progress.out(&format!(
-                    "FAIL {} [{}] seed {}: [{}] on the uncut workload itself",
-                    scenario.path.display(),
-                    args.policy,
-                    exploration.seed,
-                    fired.join(", ")
-                ));
+                fail(&exploration.uncut_fired, "on the uncut workload itself".to_string());
             }
             if exploration.fired.is_empty() {
                 return;
             }
             let number = exploration.shrunk.clone().map(|shrunk| found.add(shrunk, exploration.runs));
-            if !args.quiet.failures_only {
-                let mix: Vec<String> = exploration.mix.iter().map(|p| p.id()).collect();
-                let fired: Vec<&str> = exploration.fired.iter().map(String::as_str).collect();
-                progress.out(&format!(
-                    "FAIL {} [{}] seed {}: [{}] with {}{}",
-                    scenario.path.display(),
-                    args.policy,
-                    exploration.seed,
-                    fired.join(", "),
-                    mix.join(" + "),
-                    number.map(|n| format!(" (finding #{n})")).unwrap_or_default()
-                ));
-            }
+            let mix: Vec<String> = exploration.mix.iter().map(|p| p.id()).collect();
+            let finding = number.map(|n| format!(" (finding #{n})")).unwrap_or_default();
+            fail(&exploration.fired, format!("with {}{finding}", mix.join(" + ")));
         },
     );
     progress.finish();

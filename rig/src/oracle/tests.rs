@@ -96,6 +96,37 @@ fn judge_with_layout(
     judge_everything(events, &[], store, sessions, layout)
 }
 
+/// The evidence of a run over `events` that leaves `store` and `sessions`: healed at 0, ended at
+/// `ended_at_ms` with nothing left to run, nothing replied to others, no dead letter, the ticket
+/// service's functions, and no configuration, tool table, hooks or generations. Each test
+/// changes what it judges.
+fn evidence<'a>(
+    events: &'a [Event],
+    store: &'a StateStore,
+    sessions: &'a doubles::SessionService,
+    layout: &'a RecordLayout,
+    ended_at_ms: u64,
+) -> Evidence<'a> {
+    Evidence {
+        events,
+        replies: &[],
+        store,
+        sessions,
+        layout,
+        dead_letters: Vec::new(),
+        effect_functions: tickets(),
+        healed_at_ms: 0,
+        ended_at_ms,
+        quiescent: true,
+        effects_per_action_max: 1,
+        recovery: None,
+        config: None,
+        tool_functions: BTreeMap::new(),
+        hook_replies: BTreeMap::new(),
+        generations: &[],
+    }
+}
+
 fn judge_everything(
     events: &[Event],
     replies: &[Reply],
@@ -114,24 +145,7 @@ fn judge_with_functions(
     layout: &RecordLayout,
     effect_functions: crate::services::EffectFunctions,
 ) -> Vec<Oracle> {
-    let evidence = Evidence {
-        events,
-        replies,
-        store,
-        sessions,
-        layout,
-        dead_letters: Vec::new(),
-        effect_functions,
-        healed_at_ms: 0,
-        ended_at_ms: 10,
-        quiescent: true,
-        effects_per_action_max: 1,
-        recovery: None,
-        config: None,
-        tool_functions: Default::default(),
-        hook_replies: Default::default(),
-        generations: &[],
-    };
+    let evidence = Evidence { replies, effect_functions, ..evidence(events, store, sessions, layout, 10) };
     let fired: BTreeSet<Oracle> = check(&evidence).into_iter().map(|v| v.oracle).collect();
     fired.into_iter().collect()
 }
@@ -281,24 +295,8 @@ fn stranded_catches_input_never_admitted_and_dead_letters_nobody_took() {
     let data = json!({"session_id": "s1"});
     let store = StateStore::new();
     let sessions = doubles::SessionService::new();
-    let evidence = Evidence {
-        events: &[],
-        replies: &[],
-        store: &store,
-        sessions: &sessions,
-        layout: &layout,
-        dead_letters: vec![("harness-turn", "m1", &data)],
-        effect_functions: tickets(),
-        healed_at_ms: 0,
-        ended_at_ms: 0,
-        quiescent: true,
-        effects_per_action_max: 1,
-        recovery: None,
-        config: None,
-        tool_functions: Default::default(),
-        hook_replies: Default::default(),
-        generations: &[],
-    };
+    let evidence =
+        Evidence { dead_letters: vec![("harness-turn", "m1", &data)], ..evidence(&[], &store, &sessions, &layout, 0) };
     assert_eq!(check(&evidence).iter().map(|v| v.oracle).collect::<Vec<_>>(), vec![Oracle::Stranded]);
 }
 
@@ -686,22 +684,10 @@ fn violations_of(
 ) -> Vec<Violation> {
     let (sessions, layout) = (doubles::SessionService::new(), RecordLayout::default());
     let evidence = Evidence {
-        events,
-        replies: &[],
-        store,
-        sessions: &sessions,
-        layout: &layout,
-        dead_letters: Vec::new(),
-        effect_functions: tickets(),
-        healed_at_ms: 0,
-        ended_at_ms,
         quiescent,
-        effects_per_action_max: 1,
-        recovery: None,
         config,
         tool_functions: BTreeMap::from([("ticket.create".to_string(), "ticket::create".to_string())]),
-        hook_replies: Default::default(),
-        generations: &[],
+        ..evidence(events, store, &sessions, &layout, ended_at_ms)
     };
     check(&evidence)
 }
@@ -1101,20 +1087,6 @@ fn frame(at_ms: u64, direction: &'static str, frame: &'static str, function: &st
 fn judge_hooks(events: &[Event]) -> Vec<Oracle> {
     let (store, sessions, layout) = (StateStore::new(), doubles::SessionService::new(), RecordLayout::default());
     let evidence = Evidence {
-        events,
-        replies: &[],
-        store: &store,
-        sessions: &sessions,
-        layout: &layout,
-        dead_letters: Vec::new(),
-        effect_functions: tickets(),
-        healed_at_ms: 0,
-        ended_at_ms: 100_000,
-        quiescent: true,
-        effects_per_action_max: 1,
-        recovery: None,
-        config: None,
-        tool_functions: BTreeMap::new(),
         hook_replies: BTreeMap::from([
             (
                 "approvals::approve".to_string(),
@@ -1126,7 +1098,7 @@ fn judge_hooks(events: &[Event]) -> Vec<Oracle> {
             ),
             ("approvals::refuse".to_string(), json!({"decision": "deny"})),
         ]),
-        generations: &[],
+        ..evidence(events, &store, &sessions, &layout, 100_000)
     };
     oracles_of(check(&evidence))
 }
@@ -1237,24 +1209,7 @@ fn hook_arguments_catches_a_call_run_with_arguments_its_chain_had_changed() {
 /// `generations`: the violations' details.
 fn judge_transcript(events: &[Event], sessions: &doubles::SessionService, generations: &[Generation]) -> Vec<String> {
     let (store, layout) = (StateStore::new(), RecordLayout::default());
-    let evidence = Evidence {
-        events,
-        replies: &[],
-        store: &store,
-        sessions,
-        layout: &layout,
-        dead_letters: Vec::new(),
-        effect_functions: tickets(),
-        healed_at_ms: 0,
-        ended_at_ms: 100_000,
-        quiescent: true,
-        effects_per_action_max: 1,
-        recovery: None,
-        config: None,
-        tool_functions: BTreeMap::new(),
-        hook_replies: BTreeMap::new(),
-        generations,
-    };
+    let evidence = Evidence { generations, ..evidence(events, &store, sessions, &layout, 100_000) };
     check(&evidence).into_iter().map(|v| format!("{}: {}", v.oracle.name(), v.detail)).collect()
 }
 

@@ -43,6 +43,14 @@ impl Worker {
         }
     }
 
+    /// The session's turn record (null if none) with its version: what a claim on it expects.
+    async fn turn_with_version(&self, bus: &Bus, session_id: &str) -> Result<(Value, u64), ErrorBody> {
+        let read = json!({ "scope": TURN_SCOPE, "key": session_id, "versioned": true });
+        let timeout = self.env.config.session_timeout_ms;
+        let turn = bus.invoke("state::get", read, timeout).await.map_err(|e| error_body("get_turn", &e))?;
+        Ok((turn["value"].clone(), turn["version"].as_u64().unwrap_or(0)))
+    }
+
     async fn control_record(&self, bus: &Bus, session_id: &str) -> Result<(Value, u64), ErrorBody> {
         let read = json!({ "scope": CONTROL_SCOPE, "key": session_id, "versioned": true });
         let found = bus
@@ -108,12 +116,7 @@ impl Worker {
             // The same command again: the same answer, whatever state it reached since.
             return Ok(Self::answer(&session_id, &key, &control["commands"][&key]));
         }
-        let read = json!({ "scope": TURN_SCOPE, "key": session_id, "versioned": true });
-        let turn = bus
-            .invoke("state::get", read, self.env.config.session_timeout_ms)
-            .await
-            .map_err(|e| error_body("get_turn", &e))?;
-        let (record, version) = (turn["value"].clone(), turn["version"].as_u64().unwrap_or(0));
+        let (record, version) = self.turn_with_version(bus, &session_id).await?;
         let refusal = if record.is_null() {
             Some("the session has no turn".to_string())
         } else if let Some(to) = self.handed_to(&session_id, Some(&record)) {
@@ -231,9 +234,7 @@ impl Worker {
     pub(super) async fn claim_recorded_resume(self: &Rc<Self>, bus: &Bus, session_id: &str, key: &str) {
         let lock = self.control_lock(session_id);
         let _guard = lock.lock().await;
-        let read = json!({ "scope": TURN_SCOPE, "key": session_id, "versioned": true });
-        let Ok(turn) = bus.invoke("state::get", read, self.env.config.session_timeout_ms).await else { return };
-        let (record, version) = (turn["value"].clone(), turn["version"].as_u64().unwrap_or(0));
+        let Ok((record, version)) = self.turn_with_version(bus, session_id).await else { return };
         if record["status"] == json!("paused") {
             let _ = self.resume(bus, session_id, key, record, version).await;
         } else {
