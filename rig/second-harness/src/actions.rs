@@ -51,8 +51,12 @@ impl Worker {
                 .await;
         };
         match stored["status"].as_str() {
-            Some(DONE) => return Settled::Done,
-            Some(NOT_DONE) => return Settled::NotDone,
+            // Settled before, perhaps by a worker that died before its result reached the
+            // transcript: the result goes there (again: the append is keyed) before the turn
+            // goes on, so no call of the turn is left without one.
+            Some(status @ (DONE | NOT_DONE)) => {
+                return self.transcribe(bus, record, call, status, &stored["outcome"]).await
+            }
             Some(HELD) => return Settled::Held(stored["held_reason"].as_str().unwrap_or("held").into()),
             _ => {}
         }
@@ -193,6 +197,17 @@ impl Worker {
         if let Err(error) = self.put(bus, (ACTION_SCOPE, &id), &action, &session, (false, 3)).await {
             return unwritten(error);
         }
+        let settled = self.transcribe(bus, record, call, status, &answer).await;
+        self.env.checkpoint("after_completion", &id).await;
+        settled
+    }
+
+    /// Puts a settled call's result into the transcript, under a key of its action's own so
+    /// that whoever finds the action settled can put it there again harmlessly. A result that
+    /// cannot be appended leaves the call open: the delivery ends unfinished, to be delivered
+    /// again, rather than going on without it.
+    async fn transcribe(&self, bus: &Bus, record: &Value, call: &Value, status: &str, answer: &Value) -> Settled {
+        let id = call["action_id"].as_str().unwrap_or_default();
         let content = match answer.get("content") {
             Some(content) => content.clone(),
             None => json!([{ "type": "text", "text": answer.to_string() }]),
@@ -202,8 +217,9 @@ impl Worker {
             "role": "function_result", "function_call_id": call_id, "function_id": call["tool"], "content": content,
             "is_error": status != DONE || answer["is_error"] == true, "entry_key": format!("{id}:result"),
         });
-        self.append(bus, record, entry).await;
-        self.env.checkpoint("after_completion", &id).await;
+        if !self.append(bus, record, entry).await {
+            return Settled::Unrecorded(format!("the result of action {id} could not be put into the transcript"));
+        }
         if status == DONE {
             Settled::Done
         } else {
