@@ -100,6 +100,12 @@ impl Worker {
     /// A new turn made of `input` (`(key, message)`): its record at step 0 naming the input, the
     /// messages into the transcript, the input's entries removed, the turn on the turn queue. A
     /// turn that cannot be enqueued is held, with why. Answers the new turn's id.
+    ///
+    /// The messages go into the transcript first (keyed by their input, so a repeat adds
+    /// nothing): once the record exists, whoever takes the turn up finds them there, even if
+    /// this worker dies before enqueueing it. The record names the worker that wrote it
+    /// (`created_by`: its host and that host's start), so that host, if it dies before the
+    /// turn reaches the queue, enqueues it when it starts again ([`Worker::enqueue_unqueued`]).
     async fn start_turn(
         self: &Rc<Self>,
         bus: &Bus,
@@ -110,19 +116,53 @@ impl Worker {
         let keys: Vec<&String> = input.iter().map(|(key, _)| key).collect();
         let record = json!({
             "session_id": session, "turn_id": turn_id, "status": "running", "step": 0, "input_keys": keys,
+            "created_by": { "host": self.env.host, "incarnation": self.incarnation },
         });
-        self.store(bus, TURN_SCOPE, session, &record).await?;
         for (key, message) in input {
             let mut entry = message.clone();
             if let Some(fields) = entry.as_object_mut() {
                 fields.insert("entry_key".into(), json!(format!("input:{key}")));
                 fields.entry("role").or_insert(json!("user"));
             }
-            self.append(bus, &record, entry).await;
+            if !self.append(bus, &record, entry).await {
+                return Err(format!("input {key} could not be put into the transcript"));
+            }
+        }
+        self.store(bus, TURN_SCOPE, session, &record).await?;
+        for (key, _) in input {
             self.remove_input(bus, key).await;
         }
         self.enqueue_new_turn(bus, record).await;
         Ok(turn_id)
+    }
+
+    /// At a worker's start: a new turn an earlier start of this host recorded, and may have
+    /// died before putting on the turn queue (running at step 0, no round planned yet), is put
+    /// there now, or held with why. One that did reach the queue is then delivered twice, and
+    /// the later delivery finds the turn under way or over and runs nothing of it again.
+    pub(crate) async fn enqueue_unqueued(self: Rc<Self>) {
+        let bus = self.env.bus.clone();
+        self.connected(&bus).await;
+        let mut listed = None;
+        for attempt in 0..3 {
+            if let Ok(Value::Array(entries)) = self.call(&bus, "state::list", json!({ "scope": TURN_SCOPE })).await {
+                listed = Some(entries);
+                break;
+            }
+            self.back_off(attempt).await;
+        }
+        let by_a_predecessor = |created_by: &Value| {
+            created_by["host"] == self.env.host.as_str() && created_by["incarnation"] != self.incarnation.as_str()
+        };
+        let unqueued = listed.into_iter().flatten().map(|entry| entry["value"].clone()).filter(|record| {
+            record["status"] == "running"
+                && record["step"] == 0
+                && record["plan"].is_null()
+                && by_a_predecessor(&record["created_by"])
+        });
+        for record in unqueued {
+            self.enqueue_new_turn(&bus, record).await;
+        }
     }
 
     /// Puts a new turn on the turn queue. A turn that cannot be enqueued is held, with why; when

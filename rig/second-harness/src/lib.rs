@@ -69,7 +69,15 @@ impl HarnessFactory for SecondHarness {
     }
 
     fn start(&self, _policy: &str, env: HarnessEnv) -> Rc<dyn Provider> {
-        Rc::new(Worker { env, leases: RefCell::default(), exported: RefCell::default(), working: RefCell::default() })
+        let worker = Rc::new(Worker {
+            incarnation: env.new_id(),
+            env,
+            leases: RefCell::default(),
+            exported: RefCell::default(),
+            working: RefCell::default(),
+        });
+        tokio::task::spawn_local(Rc::clone(&worker).enqueue_unqueued());
+        worker
     }
 }
 
@@ -81,6 +89,9 @@ pub fn factory() -> Arc<dyn HarnessFactory> {
 /// One worker: what it holds is only in memory, and gone with a restart.
 pub(crate) struct Worker {
     pub(crate) env: HarnessEnv,
+    /// This start of the worker's host, drawn afresh each time: what it records names it, so a
+    /// later start can tell its own work from a dead predecessor's.
+    pub(crate) incarnation: String,
     /// The leases it holds, by session: the token and the task renewing it.
     pub(crate) leases: RefCell<BTreeMap<String, store::Lease>>,
     /// Sessions it handed over: it does no more work on them.
