@@ -978,7 +978,8 @@ fn one_owner(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
 /// turn's epoch is a claim on the session by the worker that sent it (the caller of the store
 /// call). Once a worker has written the session's turn under its claim, a commit there by a
 /// worker whose own latest claim is older means two workers ran the turn, whatever the commits
-/// carried. The scenario's own writes (the driver's) claim nothing and are not judged.
+/// carried. The scenario's own writes (the driver's calls, and its `put` steps, which the store
+/// commits without a call) claim nothing and are not judged.
 fn one_writer(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
     let layout = evidence.layout;
     let lease_prefix = format!("{}/", layout.owner_scope);
@@ -1005,6 +1006,11 @@ fn one_writer(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
                 }
             }
             EventKind::Commit { scope, key, value, .. } if *scope == layout.turn_scope && !value.is_null() => {
+                // A scenario's `put` commits with no store call before it: it is the driver's,
+                // not that of whoever sent the store its last call.
+                if event.host == crate::topology::DRIVER {
+                    continue;
+                }
                 let Some(writer) = caller.filter(|w| *w != crate::topology::DRIVER) else { continue };
                 if let Some(epoch) = value[&layout.epoch_field].as_u64() {
                     if epochs.insert(key.as_str(), epoch).is_none_or(|before| epoch > before) && epoch > 0 {

@@ -667,6 +667,10 @@ fn one_owner_catches_a_worker_writing_a_turn_after_its_newer_owner_did() {
     let renewed = flat(&[&switched, &grant(5, "harness", 1), &write(6, "harness", running())]);
     assert_eq!(judge(&renewed, &none), vec![Oracle::OneOwner]);
     assert!(judge(&flat(&[&switched, &write(5, "driver", running())]), &none).is_empty());
+    // A `put` step commits with no store call of its own: not the write of the worker whose
+    // call the store handled last (here the old worker's read).
+    let put = Event { host: crate::topology::DRIVER.into(), ..commit(6, running()) };
+    assert!(judge(&flat(&[&switched, &[store_call(5, "harness", "state::get"), put]]), &none).is_empty());
     // A claim by epoch (a resume's compare-and-set) is a claim too.
     let claimed = json!({"turn_id": "t1", "status": "running", "epoch": 1, "owner": "harness"});
     let resumed = flat(&[&switched, &write(5, "harness", claimed)]);
