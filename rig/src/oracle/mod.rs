@@ -216,11 +216,18 @@ fn violation(oracle: Oracle, detail: String) -> Violation {
 
 fn effects(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
     // The oracle judges what workers sent: a request the network delivered twice (the same
-    // invocation id) is one request, and what it did twice is the wire's doing.
+    // invocation id) is one request, and what it did twice is the wire's doing. A call its
+    // service declares safe to replay (`replay = "safe"`) may be sent again unasked
+    // (`blind-replay` excuses it): its repeats are the service's to absorb, not effects the
+    // harness owes an account of, whether or not the service keeps idempotency keys. How
+    // often such a call is repeated is `recovery-cost`'s to bound.
     let mut per_action: BTreeMap<(&str, &str), u64> = BTreeMap::new();
     let mut requests: BTreeSet<&str> = BTreeSet::new();
     for event in evidence.events {
         if let EventKind::Effect { effect, action, accepted: true, invocation_id, .. } = &event.kind {
+            if evidence.effect_functions.replay_safe.contains(effect) {
+                continue;
+            }
             if invocation_id.as_deref().is_some_and(|id| !requests.insert(id)) {
                 continue;
             }

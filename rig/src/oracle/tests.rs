@@ -179,6 +179,24 @@ fn effects_counts_accepted_effects_per_action() {
 }
 
 #[test]
+fn effects_leaves_the_repeats_of_a_replay_safe_call_alone() {
+    // The same call sent again unasked, and run again by a service that keeps no keys.
+    let recorded = commit(0, json!({"turn_id": "t1", "status": "running", "calls": {"a1": {"status": "complete"}}}));
+    let again = flat(&[&[recorded], &send(1, "harness", true, "created"), &send(3, "replacement", true, "created")]);
+    let (store, sessions) = (StateStore::new(), doubles::SessionService::new());
+    let judge = |functions| judge_with_functions(&again, &[], &store, &sessions, &RecordLayout::default(), functions);
+    // Its service does not call it safe to replay: a second effect, and sent blind.
+    assert_eq!(judge(tickets()), vec![Oracle::Effects, Oracle::BlindReplay]);
+    // It does: neither the re-send nor the effect it made again is the harness's to answer for.
+    let mut replay_safe = tickets();
+    replay_safe.replay_safe.insert("ticket.create".into());
+    assert_eq!(judge(replay_safe.clone()), vec![]);
+    // Only that service's calls are excused: another kind's repeats still count.
+    replay_safe.replay_safe = BTreeSet::from(["weather.forecast".to_string()]);
+    assert_eq!(judge(replay_safe), vec![Oracle::Effects, Oracle::BlindReplay]);
+}
+
+#[test]
 fn fencing_catches_an_accepted_stale_token_only() {
     let with_token = |token, accepted, reason| {
         flat(&[&[lease(0, "a", 1), lease(5, "b", 2)], &[effect_from(6, "a", "i6", Some(token), accepted, reason)]])
