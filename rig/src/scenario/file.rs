@@ -463,13 +463,14 @@ pub struct AfterSpec {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PolicySpec {
-    /// The oracles this (known-bad) policy must trip; any other violation fails the run.
+    /// The oracles this (known-bad) policy must trip; any other violation fails the run. Kept
+    /// with its own place, so a list written empty can be pointed at.
     #[serde(default)]
-    pub violations: Vec<Spanned<String>>,
+    pub violations: Option<Spanned<Vec<Spanned<String>>>>,
     /// The kinds of the shared `[expect]` this (known-bad) policy must break: at least one
     /// expectation of each fails, every other shared expectation holds.
     #[serde(default)]
-    pub breaks: Vec<Spanned<String>>,
+    pub breaks: Option<Spanned<Vec<Spanned<String>>>>,
     #[serde(default)]
     pub expect: ExpectSpec,
 }

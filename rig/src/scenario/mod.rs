@@ -970,19 +970,30 @@ fn compile_policies(
     let mut runs = Vec::new();
     for (name, spec) in policies {
         let span = at.source.find(&format!("policy.{name}")).map_or(policy_span.clone(), |s| s..s + name.len() + 7);
-        if Policy::from_name(&name).is_none() {
+        let Some(policy) = Policy::from_name(&name) else {
             return Err(at.unknown(span, "policy", &name, Policy::ALL.iter().map(|p| p.name())));
+        };
+        let (violations, breaks) = (listed(spec.violations), listed(spec.breaks));
+        if let (true, Some((written, said))) = (policy != Policy::Reference, proves_nothing(&violations, &breaks)) {
+            return Err(at.error(
+                written,
+                &format!(
+                    "`[policy.{name}]` is a known-bad policy, and {said}: its run would pass, proving nothing; \
+                     expected the oracles it must trip (`violations = [\"liveness\"]`) or the kinds of `[expect]` \
+                     it breaks (`breaks = [\"state\"]`) (a section that only runs the policy where it should do \
+                     no harm writes neither list)"
+                ),
+            ));
         }
-        let expected_violations = spec
-            .violations
+        let expected_violations = violations
+            .1
             .iter()
             .map(|v| {
                 Oracle::from_name(v.get_ref())
                     .ok_or_else(|| at.unknown(v.span(), "oracle", v.get_ref(), Oracle::ALL.iter().map(|o| o.name())))
             })
             .collect::<Result<_, _>>()?;
-        let breaks =
-            spec.breaks.iter().map(|kind| broken_kind(at, shared, kind)).collect::<Result<BTreeSet<_>, _>>()?;
+        let breaks = breaks.1.iter().map(|kind| broken_kind(at, shared, kind)).collect::<Result<BTreeSet<_>, _>>()?;
         let (broken, kept): (Vec<_>, Vec<_>) = shared.iter().cloned().partition(|(kind, _)| breaks.contains(kind));
         let expectations: Vec<Expectation> = kept.into_iter().map(|(_, e)| e).collect();
         let particulars = compile_expect(context, spec.expect)?.into_iter().map(|(_, e)| e).collect();
@@ -996,6 +1007,31 @@ fn compile_policies(
         runs.push(PolicyRun { policy: name, expected_violations, expectations, particulars, broken });
     }
     Ok(runs)
+}
+
+/// A policy's `violations` or `breaks`: where it was written, if it was, and what it names.
+type Listed = (Option<Range<usize>>, Vec<Spanned<String>>);
+
+fn listed(list: Option<Spanned<Vec<Spanned<String>>>>) -> Listed {
+    list.map_or((None, Vec::new()), |list| (Some(list.span()), list.into_inner()))
+}
+
+/// Where a policy section declares, in so many words, that it trips no oracle and breaks no
+/// expectation (`violations = []` and no `breaks`, or the other way round): for a known-bad
+/// policy that proves nothing, and is a load error. Leaving both out is a different claim: the
+/// policy runs where it should do no harm, judged like a correct one.
+fn proves_nothing(violations: &Listed, breaks: &Listed) -> Option<(Range<usize>, &'static str)> {
+    if !violations.1.is_empty() || !breaks.1.is_empty() {
+        return None;
+    }
+    match (&violations.0, &breaks.0) {
+        (Some(at), None) => Some((at.clone(), "`violations = []` with no `breaks` says it trips no oracle")),
+        (None, Some(at)) => Some((at.clone(), "`breaks = []` with no `violations` says it breaks nothing")),
+        (Some(at), Some(_)) => {
+            Some((at.clone(), "`violations = []` and `breaks = []` say it trips and breaks nothing"))
+        }
+        (None, None) => None,
+    }
 }
 
 /// The kinds of expectation a file's `[expect]` holds, as a policy's `breaks` names them.

@@ -239,6 +239,37 @@ fn a_known_bad_policy_breaks_kinds_the_shared_expectations_have() {
 }
 
 #[test]
+fn a_known_bad_policy_that_says_it_trips_and_breaks_nothing_is_a_load_error() {
+    let source = |section: &str| {
+        format!("{TURN}[expect]\nrpc.turn = {{ outcome = \"ok\" }}\n[policy.reference]\n[policy.swallow]\n{section}")
+    };
+    // `violations = []` and no `breaks`: the run would pass, proving nothing.
+    let e = error(&source("violations = []\n"));
+    assert_eq!((e.path.as_str(), e.line, e.column), ("bad.toml", 7, 14), "at the empty list: {e}");
+    assert!(
+        e.message.contains("`[policy.swallow]` is a known-bad policy") && e.message.contains("proving nothing"),
+        "{e}"
+    );
+    assert!(e.message.contains("expected the oracles it must trip"), "{e}");
+    let e = error(&source("breaks = []\n"));
+    assert_eq!((e.line, e.column), (7, 10), "{e}");
+    assert!(e.message.contains("`breaks = []` with no `violations`"), "{e}");
+    assert_eq!(error(&source("violations = []\nbreaks = []\n")).line, 7);
+    // Either list naming something, or neither written (the policy run where it should do no
+    // harm, as `harness-switch/after-completion.toml` runs two), loads.
+    for fine in [
+        "violations = [\"liveness\"]\nbreaks = []\n",
+        "violations = []\nbreaks = [\"rpc\"]\n",
+        "",
+        "expect.calls = {}\n",
+    ] {
+        assert!(parse(&source(fine)).is_ok(), "{fine:?}");
+    }
+    // A correct policy trips nothing, in so many words or not.
+    assert!(parse(&format!("{TURN}[policy.reference]\nviolations = []\n")).is_ok());
+}
+
+#[test]
 fn a_scripted_reply_needs_something_to_say_and_checkable_expectations() {
     assert!(error("[[world.model]]\noptional = true\n[policy.reference]\n").message.contains("`frames`"));
     let e = error("[[world.model]]\ntext = \"hi\"\nexpect = { messages = { lenght = 1 } }\n[policy.reference]\n");
