@@ -17,6 +17,7 @@ use crate::*;
 /// You can use the builder to initialize a sim with default configuration:
 ///
 /// ```
+/// # extern crate rig_turmoil as turmoil; // rig patch: the library is `rig_turmoil`
 /// let sim = turmoil::Builder::new().build();
 /// ```
 ///
@@ -24,6 +25,7 @@ use crate::*;
 /// respective Builder methods:
 ///
 /// ```
+/// # extern crate rig_turmoil as turmoil; // rig patch: the library is `rig_turmoil`
 /// use std::time::{Duration, SystemTime};
 ///
 /// let sim = turmoil::Builder::new()
@@ -37,6 +39,7 @@ use crate::*;
 /// call `build` to get a sim with the same settings:
 ///
 /// ```
+/// # extern crate rig_turmoil as turmoil; // rig patch: the library is `rig_turmoil`
 /// use std::time::Duration;
 ///
 /// // Create a persistent builder

@@ -14,6 +14,7 @@
 //! capabilities as normal hosts, such as networking support.
 //!
 //! ```
+//! # extern crate rig_turmoil as turmoil; // rig patch: the library is `rig_turmoil`
 //! use turmoil;
 //!
 //! let mut sim = turmoil::Builder::new().build();

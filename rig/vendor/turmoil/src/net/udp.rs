@@ -316,6 +316,7 @@ impl UdpSocket {
     /// # Example
     ///
     /// ```no_run
+    /// # extern crate rig_turmoil as turmoil; // rig patch: the library is `rig_turmoil`
     /// use turmoil::net::UdpSocket;
     /// # use std::{io, net::SocketAddr};
     ///
