@@ -659,3 +659,45 @@ fn an_exploration_whose_uncut_workload_trips_an_oracle_fails_saying_so() {
     let reference = rig(&["explore", workload.to_str().unwrap(), "--seeds", "0..2"]);
     assert_eq!(reference.status.code(), Some(0), "{}", String::from_utf8_lossy(&reference.stdout));
 }
+
+#[test]
+fn a_fifo_named_like_a_scenario_is_bad_input_naming_it() {
+    let folder = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli/fifo");
+    let _ = std::fs::remove_dir_all(&folder);
+    std::fs::create_dir_all(&folder).unwrap();
+    let fifo = folder.join("pipe.toml");
+    let made = Command::new("mkfifo").arg(&fifo).status().expect("mkfifo runs");
+    assert!(made.success());
+    // Given itself, or found in a folder beside a scenario it would otherwise run, it is named
+    // for what it is (and never opened: a read would wait on its writer for good).
+    std::fs::copy(workspace().join("scenarios/smoke/healthy-turn.toml"), folder.join("smoke.toml")).unwrap();
+    for path in [&fifo, &folder] {
+        let out = rig(&["run", path.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(2), "{out:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(&format!("{}: a named pipe (FIFO), not a scenario file", fifo.display())), "{stderr}");
+        assert!(!stderr.contains("no scenario files"), "{stderr}");
+        assert!(out.stdout.is_empty(), "nothing ran: {out:?}");
+    }
+}
+
+#[test]
+fn a_negative_seed_is_told_what_a_seed_is() {
+    let file = workspace().join("scenarios/smoke/healthy-turn.toml");
+    let file = file.to_str().unwrap();
+    for args in [
+        vec!["run", file, "--seed", "-1"],
+        vec!["run", file, "--seed=-1"],
+        vec!["run", file, "--seeds", "-1..3"],
+        vec!["matrix", file, "--seeds", "0..-3"],
+        vec!["sweep", file, "--seed", "-1"],
+        vec!["explore", file, "--seed", "-1"],
+        vec!["run", file, "--seed", "18446744073709551616"],
+    ] {
+        let out = rig(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("is not a seed: a seed is a non-negative integer"), "{args:?}: {stderr}");
+        assert!(!stderr.contains("unexpected argument"), "{args:?}: {stderr}");
+    }
+}

@@ -14,7 +14,7 @@ pub struct BenchArgs {
     #[arg(default_value = "scenarios")]
     pub paths: Vec<PathBuf>,
     /// Seeds to run every scenario and policy under, `A..B`.
-    #[arg(long, default_value = "0..200", value_parser = parse_seed_range)]
+    #[arg(long, default_value = "0..200", value_parser = parse_seed_range, allow_hyphen_values = true)]
     pub seeds: std::ops::Range<u64>,
     /// Also time a depth-1 sweep of this workload (none: skip it).
     #[arg(long, default_value = "scenarios/workloads/multi-round.toml")]

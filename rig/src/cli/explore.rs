@@ -19,10 +19,10 @@ pub struct ExploreArgs {
     #[arg(required = true)]
     pub paths: Vec<PathBuf>,
     /// Seeds to explore, `A..B`: each draws its own fault mix.
-    #[arg(long, value_parser = parse_seed_range, conflicts_with = "seed")]
+    #[arg(long, value_parser = parse_seed_range, allow_hyphen_values = true, conflicts_with = "seed")]
     pub seeds: Option<std::ops::Range<u64>>,
     /// Replay one seed's mix.
-    #[arg(long)]
+    #[arg(long, value_parser = super::parse_seed, allow_hyphen_values = true)]
     pub seed: Option<u64>,
     /// The harness policy to explore.
     #[arg(long, default_value = "reference")]

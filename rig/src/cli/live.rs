@@ -52,7 +52,7 @@ pub struct LiveArgs {
     #[arg(long)]
     pub time_scale: Option<f64>,
     /// The seed of the rig's own draws (ids, handshake keys, proxy rule chances).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, value_parser = super::parse_seed, allow_hyphen_values = true)]
     pub seed: u64,
     /// How long to wait for harness workers to register, at the start and after a restart (ms).
     #[arg(long, default_value_t = 30_000)]

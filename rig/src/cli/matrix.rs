@@ -18,7 +18,7 @@ pub struct MatrixArgs {
     #[arg(required = true)]
     pub paths: Vec<PathBuf>,
     /// Seeds to run, `A..B`.
-    #[arg(long, value_parser = parse_seed_range)]
+    #[arg(long, value_parser = parse_seed_range, allow_hyphen_values = true)]
     pub seeds: std::ops::Range<u64>,
     /// Run only shard K of N (`K/N`, K from 1): every N-th run, so runners split the work.
     #[arg(long, value_parser = parse_shard)]

@@ -191,10 +191,15 @@ fn this_program() -> String {
 pub const EXIT_FAILED: u8 = 1;
 pub const EXIT_BAD_INPUT: u8 = 2;
 
+/// One seed: every `--seed` takes it with hyphens let through, so `--seed -1` is told what a seed
+/// is instead of being taken for an unknown flag.
+pub fn parse_seed(text: &str) -> Result<u64, String> {
+    text.parse().map_err(|_| format!("`{text}` is not a seed: a seed is a non-negative integer (0 to {})", u64::MAX))
+}
+
 pub fn parse_seed_range(text: &str) -> Result<std::ops::Range<u64>, String> {
     let (start, end) = text.split_once("..").ok_or_else(|| format!("expected A..B, found `{text}`"))?;
-    let start: u64 = start.parse().map_err(|_| format!("`{start}` is not a seed"))?;
-    let end: u64 = end.parse().map_err(|_| format!("`{end}` is not a seed"))?;
+    let (start, end) = (parse_seed(start)?, parse_seed(end)?);
     if end <= start {
         return Err(format!("the range {start}..{end} is empty"));
     }

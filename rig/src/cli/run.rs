@@ -22,10 +22,10 @@ pub struct RunArgs {
     #[arg(required = true)]
     pub paths: Vec<PathBuf>,
     /// Run this one seed.
-    #[arg(long, conflicts_with = "seeds")]
+    #[arg(long, conflicts_with = "seeds", value_parser = super::parse_seed, allow_hyphen_values = true)]
     pub seed: Option<u64>,
     /// Run a range of seeds, `A..B` (B excluded).
-    #[arg(long, value_parser = parse_seed_range)]
+    #[arg(long, value_parser = parse_seed_range, allow_hyphen_values = true)]
     pub seeds: Option<std::ops::Range<u64>>,
     /// Run only this policy (by default every policy the scenario declares).
     #[arg(long)]

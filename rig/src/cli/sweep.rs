@@ -30,7 +30,7 @@ pub struct SweepArgs {
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// The seed of every run.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, value_parser = super::parse_seed, allow_hyphen_values = true)]
     pub seed: u64,
     /// Keep the scenario's own scripted cuts in the workload (removed by default).
     #[arg(long)]

@@ -1118,6 +1118,15 @@ pub fn files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, Vec<String>> {
                 Ok(entry) if entry.file_type().is_file() && is_scenario(entry.path()) => {
                     files.push(entry.path().to_path_buf())
                 }
+                // A FIFO, socket or device named like a scenario is a mistake to say, never
+                // to pass over (nor to read: a FIFO would block the run on its writer).
+                Ok(entry) if !entry.file_type().is_dir() && (is_scenario(entry.path()) || entry.depth() == 0) => {
+                    let kind = special_file(&entry.file_type());
+                    errors.insert(format!(
+                        "{}: {kind}, not a scenario file; expected a regular .toml file or a folder",
+                        entry.path().display()
+                    ));
+                }
                 Ok(_) => {}
                 Err(error) => {
                     let at = error.path().map_or_else(|| path.display().to_string(), |p| p.display().to_string());
@@ -1143,6 +1152,25 @@ pub fn files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, Vec<String>> {
 
 fn is_scenario(path: &Path) -> bool {
     path.extension().is_some_and(|e| e == "toml")
+}
+
+/// What a path that is neither a regular file nor a folder is, in words.
+fn special_file(file_type: &std::fs::FileType) -> &'static str {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt as _;
+        if file_type.is_fifo() {
+            return "a named pipe (FIFO)";
+        }
+        if file_type.is_socket() {
+            return "a socket";
+        }
+        if file_type.is_char_device() || file_type.is_block_device() {
+            return "a device";
+        }
+    }
+    let _ = file_type;
+    "not a regular file"
 }
 
 #[cfg(test)]
