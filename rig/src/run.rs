@@ -199,7 +199,7 @@ fn simulate(
 ) -> (Rc<World>, Ended, Vec<String>) {
     let started = std::time::Instant::now();
     let proxy_worker = scenario.proxy.as_ref().map(|p| p.worker.clone());
-    let topology = Topology::new(&scenario.world.plan(harness.functions(), proxy_worker));
+    let topology = Topology::new(&scenario.world.plan(harness.capabilities().functions(), proxy_worker));
     let world = seeded_world(scenario, seed);
     let mut runner = Runner::new(Rc::clone(&world), scenario.world.network.clone());
     add_hosts(&mut runner, &topology, scenario, harness, policy);

@@ -1,11 +1,12 @@
 //! The system under test: a harness, behind one narrow seam.
 //!
-//! A harness is a [`HarnessFactory`]: it names the functions its workers serve, declares where it
-//! keeps its durable state ([`RecordLayout`]), and starts a worker — a [`Provider`] on the bus —
-//! afresh on every (re)start of a harness host, with a [`HarnessEnv`]. The rig drives it only
-//! through the bus and judges it only from what the services saw, so any implementation can be
-//! put in front of the same scenario files; the reference harness ([`ReferenceHarness`]) is just
-//! the default one, built on this module's public API alone.
+//! A harness is a [`HarnessFactory`]: it declares the parts of the contract it serves (and so
+//! the functions its workers register), where it keeps its durable state ([`RecordLayout`]), and
+//! starts a worker — a [`Provider`] on the bus — afresh on every (re)start of a harness host,
+//! with a [`HarnessEnv`]. The rig drives it only through the bus and judges it only from what
+//! the services saw, so any implementation can be put in front of the same scenario files; the
+//! reference harness ([`ReferenceHarness`]) is just the default one, built on this module's
+//! public API alone.
 
 mod reference;
 
@@ -27,6 +28,24 @@ pub use reference::{Policy, ReferenceHarness};
 ///
 /// `Send + Sync` because one factory serves runs on several threads at once; each run builds its
 /// own workers from it on its own thread, so the workers themselves need neither.
+///
+/// What a worker serves is said once, by [`Self::capabilities`]: the trait has no list of
+/// functions to override beside it (one that disagreed would register functions the rig never
+/// routes to, or skip files the harness could run), so a harness written against an older API
+/// that still overrides `functions` does not compile:
+///
+/// ```compile_fail,E0407
+/// use rig::{HarnessEnv, HarnessFactory, Provider};
+/// use std::rc::Rc;
+///
+/// struct Mine;
+///
+/// impl HarnessFactory for Mine {
+///     fn name(&self) -> &str { "mine" }
+///     fn functions(&self) -> Vec<String> { vec!["turn".into(), "cancel".into()] }
+///     fn start(&self, _policy: &str, _env: HarnessEnv) -> Rc<dyn Provider> { unimplemented!() }
+/// }
+/// ```
 pub trait HarnessFactory: Send + Sync {
     /// A short name for reports (`reference`, `naive`, ...).
     fn name(&self) -> &str;
@@ -45,15 +64,12 @@ pub trait HarnessFactory: Send + Sync {
     /// The parts of the harness contract it serves. A scenario run that needs one it lacks is
     /// skipped, with the reason, never passed or failed (see [`crate::Capability`] for the set, and
     /// [`crate::Scenario::requirements`] for how a file's needs are derived). By default only
-    /// `turns`: declare each further one as you implement it.
+    /// `turns`: declare each further one as you implement it. The functions each worker
+    /// registers follow from them ([`Capabilities::functions`]): there is no second list to
+    /// keep in step, so a harness cannot serve a function it does not declare, nor declare one
+    /// it does not register.
     fn capabilities(&self) -> Capabilities {
         Capabilities::default()
-    }
-
-    /// The functions each worker registers, by name after `{host}::` (`turn`, `import`, ...):
-    /// by default those of its [`Self::capabilities`].
-    fn functions(&self) -> Vec<String> {
-        self.capabilities().functions()
     }
 
     /// Whether it is held to the reference harness's particulars: the expectations of each
