@@ -236,6 +236,21 @@ impl Skip {
         Self { harness: harness.to_string(), missing: Vec::new(), cannot: reasons }
     }
 
+    /// What is lacking, without naming the harness (`needs switch (...)`), for a list of one
+    /// harness's skips.
+    pub fn without_harness(&self) -> String {
+        let text = self.to_string();
+        let named = format!(", and harness `{}` does not declare ", self.harness);
+        match text.split_once(&named) {
+            // After the name comes `it` or `them`, then maybe what live mode cannot do.
+            Some((needs, rest)) => match rest.split_once(';') {
+                Some((_, live)) => format!("{needs};{live}"),
+                None => needs.to_string(),
+            },
+            None => text,
+        }
+    }
+
     /// The names of the capabilities lacking.
     pub fn capabilities(&self) -> Vec<&'static str> {
         self.missing.iter().map(|(c, _)| c.name()).collect()

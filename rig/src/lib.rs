@@ -54,7 +54,7 @@ pub use live::{
     LiveScenario, LiveSweepOptions, Processes, SpawnOptions, HOST_VARIABLE, RIG_CONFIG, RIG_NOTE, URL_VARIABLE,
 };
 pub use oracle::{Oracle, Violation};
-pub use run::{reference, run, run_with, ActionStatus, Rerun, RunOutcome};
+pub use run::{reference, run, run_unchecked, run_with, ActionStatus, Rerun, RunOutcome};
 pub use scenario::{files as scenario_files, PolicyRun, Scenario, ScenarioError};
 pub use topology::HARNESS_FUNCTIONS;
 pub use trace::{Event, EventKind, NoteSink, Trace};

@@ -56,6 +56,9 @@ pub fn human(outcome: &RunOutcome) -> String {
             let _ = write!(line, "\n      {action}");
         }
     }
+    for note in &outcome.notes {
+        let _ = write!(line, "\n    note: {note}");
+    }
     if outcome.passed {
         return line;
     }
@@ -118,6 +121,7 @@ pub fn json_line(outcome: &RunOutcome) -> Value {
         "violation_details": outcome.violations,
         "expected_violations": outcome.expected_violations.iter().map(|o| o.name()).collect::<Vec<_>>(),
         "failures": outcome.failures,
+        "notes": outcome.notes,
         "ledger": ledger(outcome),
         "actions": outcome.actions,
         "unresolved": outcome.unresolved().collect::<Vec<_>>(),

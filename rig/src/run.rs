@@ -1,6 +1,7 @@
 //! Running one scenario under one policy from one seed, against one harness.
 
 use crate::bus::Bus;
+use crate::capability::Skip;
 use crate::cut::{CutTable, ProcessCutTable};
 use crate::expect::{self, effect_counts, Expectation, Observed};
 use crate::harness::{HarnessEnv, HarnessFactory, ReferenceHarness};
@@ -39,6 +40,10 @@ pub struct RunOutcome {
     pub violations: Vec<Violation>,
     pub expected_violations: Vec<Oracle>,
     pub failures: Vec<String>,
+    /// What the report says beside the verdict, one sentence each: what the run reached that the
+    /// file did not show it would (a message that ran out of deliveries, for a harness without
+    /// a dead-letter handler), and when.
+    pub notes: Vec<String>,
     /// How the expectations a known-bad policy breaks on purpose failed, one line each: the
     /// planted bug as the run showed it.
     pub broke: Vec<String>,
@@ -162,7 +167,8 @@ fn action_statuses(store: &StateStore, layout: &RecordLayout) -> Vec<ActionStatu
 
 /// Runs `scenario` under `run.policy` from `seed`, against the reference harness.
 pub fn run(scenario: &Scenario, run: &PolicyRun, seed: u64) -> RunOutcome {
-    run_with(&reference(), scenario, run, seed)
+    // The reference harness serves the whole contract: nothing is skipped for it.
+    run_unchecked(&reference(), scenario, run, seed)
 }
 
 /// The reference harness, as a factory to hand to [`run_with`].
@@ -170,8 +176,28 @@ pub fn reference() -> Arc<dyn HarnessFactory> {
     Arc::new(ReferenceHarness)
 }
 
-/// Runs `scenario` under `run.policy` from `seed`, against `harness`.
-pub fn run_with(harness: &Arc<dyn HarnessFactory>, scenario: &Scenario, run: &PolicyRun, seed: u64) -> RunOutcome {
+/// Runs `scenario` under `run.policy` from `seed`, against `harness`, when the harness serves
+/// what the run needs; otherwise the run is not made, and the [`Skip`] says why (what the file's
+/// story uses that the harness does not declare), as every command and `scenario_tests!` say it.
+pub fn run_with(
+    harness: &Arc<dyn HarnessFactory>,
+    scenario: &Scenario,
+    run: &PolicyRun,
+    seed: u64,
+) -> Result<RunOutcome, Skip> {
+    match scenario.skip_for(harness.as_ref(), &run.policy) {
+        Some(skip) => Err(skip),
+        None => Ok(run_unchecked(harness, scenario, run, seed)),
+    }
+}
+
+/// [`run_with`] without the check: the run is made even when the harness does not declare what
+/// it needs. For showing what a skip spares a harness, and for callers that checked already;
+/// a verdict of such a run judges a harness on a part of the contract it never claimed.
+pub fn run_unchecked(harness: &Arc<dyn HarnessFactory>, scenario: &Scenario, run: &PolicyRun, seed: u64) -> RunOutcome {
+    let (declared, file) = (harness.capabilities(), scenario);
+    let wired = file.wired_for(&declared);
+    let scenario = wired.as_ref();
     // Every log line of the run names it: scenario, policy and seed. At level error, the span is
     // on whenever anything at all is logged, so even a warning alone carries it.
     let _span = tracing::error_span!(target: "rig::trace", "run", scenario = %scenario.path.display(), policy = %run.policy, seed).entered();
@@ -185,7 +211,10 @@ pub fn run_with(harness: &Arc<dyn HarnessFactory>, scenario: &Scenario, run: &Po
         layout: harness.layout(),
         reference_particulars: harness.reference_particulars(),
     };
-    judge(&world, scenario, run, seed, &judged, ended, failures)
+    let mut outcome = judge(&world, scenario, run, seed, &judged, ended, failures);
+    let reached = file.reached_undeclared(harness.name(), &declared, outcome.trace.events());
+    outcome.notes.extend(reached);
+    outcome
 }
 
 /// Runs the scenario's world and script, to be judged; `keep_going` runs every step even after
@@ -342,6 +371,7 @@ pub(crate) fn judge(
         violations,
         expected_violations: run.expected_violations.iter().copied().collect(),
         failures,
+        notes: Vec::new(),
         broke: broke.into_iter().flat_map(|(_, failed)| failed).collect(),
         rpc,
         state,

@@ -34,7 +34,7 @@
 
 use crate::harness::HarnessFactory;
 use crate::report;
-use crate::run::{run_with, shell_word, Rerun, RunOutcome};
+use crate::run::{run_unchecked, shell_word, Rerun, RunOutcome};
 use crate::scenario::{PolicyRun, Scenario};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -95,6 +95,8 @@ pub struct Suite {
     snapshots: Option<PathBuf>,
     target: Option<TestTarget>,
     every_file_runs: bool,
+    /// Where the claim of what the harness skips is kept (see [`skipped_claims`]).
+    skipped: Option<PathBuf>,
 }
 
 impl Suite {
@@ -107,7 +109,16 @@ impl Suite {
             snapshots: None,
             target: None,
             every_file_runs: false,
+            skipped: None,
         }
+    }
+
+    /// Checks what the harness skips of the folder, and why, against the snapshot at `skipped`
+    /// (relative to the crate root; see [`skipped_claims`]): one more test,
+    /// `rig_scenario_test::(skipped)`.
+    pub fn with_skipped_claims(mut self, crate_root: &str, skipped: &str) -> Self {
+        self.skipped = Some(Path::new(crate_root).join(skipped));
+        self
     }
 
     /// Compares each file's outcome with the insta snapshot of the same relative path and stem
@@ -159,6 +170,12 @@ impl Suite {
             }
         };
         let suite = Arc::new(self);
+        let claims = suite.skipped.clone().map(|snapshot| {
+            let suite = Arc::clone(&suite);
+            libtest_mimic::Trial::test(format!("{TEST_PREFIX}::{SKIPPED_TEST}"), move || {
+                check_skipped_claims(suite.harness.as_ref(), &suite.scenarios, &snapshot).map_err(Into::into)
+            })
+        });
         let trials = files
             .into_iter()
             .map(|file| {
@@ -169,6 +186,7 @@ impl Suite {
                     Err(failures) => Err(failures.into()),
                 })
             })
+            .chain(claims)
             .collect();
         libtest_mimic::run(&arguments, trials).exit_code()
     }
@@ -202,7 +220,7 @@ impl Suite {
         let mut snapshot_runs = Vec::new();
         for policy_run in runs {
             if self.snapshots.is_some() && !mutation_mode && !seeds.contains(&SNAPSHOT_SEED) {
-                snapshot_runs.push(run_with(&self.harness, &scenario, policy_run, SNAPSHOT_SEED));
+                snapshot_runs.push(run_unchecked(&self.harness, &scenario, policy_run, SNAPSHOT_SEED));
             }
             for seed in seeds.clone() {
                 let first = self.run(&scenario, policy_run, seed, &relative);
@@ -231,14 +249,13 @@ impl Suite {
     /// The policy runs of `scenario` this harness can make, and a line for each it cannot.
     fn runnable<'a>(&self, scenario: &'a Scenario) -> (Vec<&'a PolicyRun>, Vec<String>) {
         let policies = self.harness.policies();
-        let declared = self.harness.capabilities();
         let mut runs = Vec::new();
         let mut skipped = Vec::new();
         for run in &scenario.runs {
             if !policies.contains(&run.policy) {
                 continue;
             }
-            match scenario.requirements(&run.policy).unmet(self.harness.name(), &declared) {
+            match scenario.skip_for(self.harness.as_ref(), &run.policy) {
                 Some(skip) => skipped.push(format!("[{}] skipped: {skip}", run.policy)),
                 None => runs.push(run),
             }
@@ -251,7 +268,7 @@ impl Suite {
 
     /// One run, with the command line that reruns it as this suite's test.
     fn run(&self, scenario: &Scenario, policy_run: &PolicyRun, seed: u64, relative: &Path) -> RunOutcome {
-        let mut outcome = run_with(&self.harness, scenario, policy_run, seed);
+        let mut outcome = run_unchecked(&self.harness, scenario, policy_run, seed);
         if let Some(target) = &self.target {
             let name = self.test_name(&self.scenarios.join(relative));
             outcome.rerun = Rerun::Command(format!(
@@ -270,7 +287,7 @@ impl Suite {
     fn reproducible(&self, scenario: &Scenario, policy_run: &PolicyRun, first: &RunOutcome) -> Option<String> {
         let mut every_tick = scenario.clone();
         every_tick.world.network.tick_idle_hosts = true;
-        let second = run_with(&self.harness, &every_tick, policy_run, first.seed);
+        let second = run_unchecked(&self.harness, &every_tick, policy_run, first.seed);
         (first.trace_hash != second.trace_hash).then(|| {
             format!(
                 "[{}] seed {} is not reproducible: trace hashes {} and {} (the second run ticked every host on \
@@ -279,6 +296,61 @@ impl Suite {
             )
         })
     }
+}
+
+/// The name of the test, after [`TEST_PREFIX`], that checks what a harness skips.
+pub const SKIPPED_TEST: &str = "(skipped)";
+
+/// What `harness` skips of the scenario files under `scenarios`, and why, as a claim to check in
+/// and review: a line counting the files it runs and skips, then one line per run it does not
+/// make (`FILE [POLICY]: needs ...`, what the file's story uses that the harness does not
+/// declare, as every command says it). A file it runs under some of its policies and skips
+/// under others is counted run. A change in what a harness declares, or in how a file's needs
+/// are derived, shows as a diff of this claim rather than as files passing quietly as ignored.
+pub fn skipped_claims(harness: &dyn HarnessFactory, scenarios: &Path) -> Result<String, String> {
+    let files = crate::scenario_files(&[scenarios.to_path_buf()]).map_err(|errors| errors.join("\n"))?;
+    let policies = harness.policies();
+    let (mut run, mut lines) = (0usize, Vec::new());
+    for file in &files {
+        let scenario = Scenario::load(file).map_err(|e| e.to_string())?;
+        let relative = file.strip_prefix(scenarios).unwrap_or(file);
+        let relative: Vec<String> =
+            relative.components().map(|c| c.as_os_str().to_string_lossy().into_owned()).collect();
+        let name = relative.join("/");
+        let mut runs_any = false;
+        let mut answered = false;
+        for policy_run in scenario.runs.iter().filter(|r| policies.contains(&r.policy)) {
+            answered = true;
+            match scenario.skip_for(harness, &policy_run.policy) {
+                Some(skip) => lines.push(format!("{name} [{}]: {}", policy_run.policy, skip.without_harness())),
+                None => runs_any = true,
+            }
+        }
+        if !answered {
+            lines.push(format!("{name}: declares none of the policies the harness answers to"));
+        }
+        run += usize::from(runs_any);
+    }
+    let declared = harness.capabilities().names().replace(',', ", ");
+    let mut claims = format!(
+        "harness `{}` (declares {declared}) runs {run} of {} files, skips {}\n",
+        harness.name(),
+        files.len(),
+        files.len() - run
+    );
+    for line in lines {
+        claims.push_str(&line);
+        claims.push('\n');
+    }
+    Ok(claims)
+}
+
+/// Checks [`skipped_claims`] against the insta snapshot at `snapshot` (written, and passing, when
+/// there is none yet outside CI, as a scenario file's is).
+pub fn check_skipped_claims(harness: &dyn HarnessFactory, scenarios: &Path, snapshot: &Path) -> Result<(), String> {
+    let claims = skipped_claims(harness, scenarios)?;
+    let folder = scenarios.canonicalize().map_err(|e| format!("{}: {e}", scenarios.display()))?;
+    compare_snapshot(&snapshot.with_extension("toml"), &folder, &claims)
 }
 
 /// Compares `snapshot` with the insta snapshot for the scenario file `input` at `at` (the file's
@@ -341,17 +413,20 @@ fn input_file_name(input: &Path) -> String {
 ///
 /// `harness` is an `Arc<dyn HarnessFactory>`; `scenarios` and `snapshots` are paths relative to
 /// the calling crate's root; `snapshots` is optional; `every_file_runs = true` (optional, after
-/// `snapshots`) fails a file the harness would skip ([`Suite::every_file_runs`]). Use it in a test target with
-/// `harness = false`: it is the target's `main`.
+/// `snapshots`) fails a file the harness would skip ([`Suite::every_file_runs`]); `skipped =
+/// "FILE.snap"` (optional, last) checks what the harness skips of the folder, and why, against
+/// that snapshot ([`skipped_claims`]). Use it in a test target with `harness = false`: it is the
+/// target's `main`.
 #[macro_export]
 macro_rules! scenario_tests {
-    (harness = $harness:expr, scenarios = $scenarios:literal $(, snapshots = $snapshots:literal)? $(, every_file_runs = $every:literal)? $(,)?) => {
+    (harness = $harness:expr, scenarios = $scenarios:literal $(, snapshots = $snapshots:literal)? $(, every_file_runs = $every:literal)? $(, skipped = $skipped:literal)? $(,)?) => {
         fn main() -> ::std::process::ExitCode {
             let root = env!("CARGO_MANIFEST_DIR");
             let suite = $crate::testing::Suite::new($harness, root, $scenarios)
                 .in_test_target(root, env!("CARGO_PKG_NAME"), env!("CARGO_CRATE_NAME"));
             $( let suite = suite.with_snapshots(root, $snapshots); )?
             $( let suite = if $every { suite.every_file_runs() } else { suite }; )?
+            $( let suite = suite.with_skipped_claims(root, $skipped); )?
             suite.main()
         }
     };

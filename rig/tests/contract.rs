@@ -354,7 +354,8 @@ fn record(source: &str) -> Vec<(String, Value)> {
     let scenario = Scenario::parse(Path::new("contract.toml"), source).unwrap_or_else(|e| panic!("{e}"));
     let recorder = Recorder::default();
     let factory: Arc<dyn HarnessFactory> = Arc::new(recorder.clone());
-    rig::run_with(&factory, &scenario, scenario.run_of("reference").unwrap(), 0);
+    rig::run_with(&factory, &scenario, scenario.run_of("reference").unwrap(), 0)
+        .unwrap_or_else(|skip| panic!("{skip}"));
     let seen = recorder.seen.lock().unwrap().clone();
     seen
 }

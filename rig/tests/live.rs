@@ -563,6 +563,7 @@ fn a_live_sweep_of_the_swallowing_python_worker_finds_what_the_simulated_sweep_f
     let workload = rig::Scenario::load(&workspace().join(file)).expect("a valid scenario");
     let options = rig::explore::SweepOptions { policy: "swallow".into(), ..Default::default() };
     let simulated: BTreeSet<(String, String)> = rig::explore::sweep(&rig::reference(), &workload, &options)
+        .expect("the harness serves the workload")
         .findings
         .iter()
         .map(|f| (f.oracle.clone(), f.placements.iter().map(|p| p.id()).collect::<Vec<_>>().join(" + ")))

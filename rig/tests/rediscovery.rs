@@ -213,7 +213,7 @@ fn every_known_bad_policy_is_rediscovered_from_its_workload_and_the_reference_is
             Sweep(id) => {
                 let verdict = |policy: &str| {
                     let options = SweepOptions { policy: policy.into(), ..SweepOptions::default() };
-                    let plan = explore::plan(&harness, &scenario, &options);
+                    let plan = explore::plan(&harness, &scenario, &options).expect("the harness serves the workload");
                     let job = plan.jobs.iter().find(|job| job.len() == 1 && job[0].id() == *id)?;
                     Some(explore::run_job(&harness, &plan, job).verdict)
                 };
@@ -231,7 +231,8 @@ fn every_known_bad_policy_is_rediscovered_from_its_workload_and_the_reference_is
                     failures.push(format!("{label}: the uncut run already trips `{}`: say Uncut", r.oracle));
                 }
                 let found = seeds.clone().find_map(|seed| {
-                    let exploration = explore::explore(&harness, &scenario, r.policy, seed, false);
+                    let exploration = explore::explore(&harness, &scenario, r.policy, seed, false)
+                        .expect("the harness serves the workload");
                     exploration.fired.contains(r.oracle).then_some(exploration)
                 });
                 match found {
@@ -247,7 +248,8 @@ fn every_known_bad_policy_is_rediscovered_from_its_workload_and_the_reference_is
                     }
                 }
                 for seed in seeds.clone() {
-                    let reference = explore::explore(&harness, &scenario, "reference", seed, false);
+                    let reference = explore::explore(&harness, &scenario, "reference", seed, false)
+                        .expect("the harness serves the workload");
                     if !reference.fired.is_empty() {
                         failures.push(format!("{label}: reference seed {seed} trips {:?}", reference.fired));
                     }
@@ -269,7 +271,8 @@ fn a_depth_one_sweep_of_every_rediscovery_workload_is_clean_under_reference() {
     let workloads: BTreeSet<&str> = table().iter().map(|r| r.workload).collect();
     let mut dirty = Vec::new();
     for name in workloads {
-        let report = explore::sweep(&rig::reference(), &workload(name), &SweepOptions::default());
+        let report = explore::sweep(&rig::reference(), &workload(name), &SweepOptions::default())
+            .expect("the harness serves the workload");
         if !report.baseline_fired.is_empty() || !report.findings.is_empty() {
             dirty.push(format!(
                 "{name}: uncut {:?}, findings {:?}",

@@ -99,7 +99,8 @@ fn a_harness_that_panics_is_reported_as_such_with_its_message() {
     let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/smoke/healthy-turn.toml");
     let scenario = Scenario::load(&file).unwrap();
     let harness: std::sync::Arc<dyn rig::HarnessFactory> = std::sync::Arc::new(Panicking);
-    let outcome = rig::run_with(&harness, &scenario, scenario.run_of("reference").unwrap(), 0);
+    let outcome =
+        rig::run_with(&harness, &scenario, scenario.run_of("reference").unwrap(), 0).expect("it serves turns");
     assert!(!outcome.passed);
     let line = "the harness panicked on `harness`: the worker cannot serve harness::turn (at ";
     assert!(outcome.failures.iter().any(|f| f.starts_with(line)), "{:#?}", outcome.failures);

@@ -15,7 +15,8 @@ fn workload(name: &str) -> Scenario {
 
 #[test]
 fn a_depth_one_sweep_of_a_workload_finds_nothing_under_reference() {
-    let report = explore::sweep(&rig::reference(), &workload("queued-successor.toml"), &SweepOptions::default());
+    let report = explore::sweep(&rig::reference(), &workload("queued-successor.toml"), &SweepOptions::default())
+        .expect("the harness serves the workload");
     assert!(report.baseline_fired.is_empty(), "the uncut workload trips {:?}", report.baseline_fired);
     assert!(report.runs.len() > 100, "the cut space is the whole workload: {} runs", report.runs.len());
     let unreached = report.runs.iter().filter(|r| r.verdict == Verdict::Unreached).count();
@@ -31,7 +32,8 @@ fn a_depth_one_sweep_of_a_workload_finds_nothing_under_reference() {
 #[test]
 fn a_sweep_under_a_known_bad_policy_rediscovers_it_as_a_scenario_that_separates_the_two() {
     let options = SweepOptions { policy: "assume-failed".into(), ..SweepOptions::default() };
-    let report = explore::sweep(&rig::reference(), &workload("multi-round.toml"), &options);
+    let report = explore::sweep(&rig::reference(), &workload("multi-round.toml"), &options)
+        .expect("the harness serves the workload");
     let finding = report.findings.iter().find(|f| f.oracle == "ledger").expect("`ledger` catches assume-failed");
     assert_eq!(finding.reference_fired.as_ref().map(|f| f.len()), Some(0), "the reference harness is clean there");
     let scenario =
@@ -50,12 +52,17 @@ fn an_exploration_replays_its_seed_and_shrinks_to_the_cuts_that_matter() {
     let scenario = workload("multi-round.toml");
     let harness = rig::reference();
     // Seeds draw their mix from a stream of their own: the same seed, the same mix, bit for bit.
-    let first = explore::explore(&harness, &scenario, "replay-unfinished", 25, false);
-    let again = explore::explore(&harness, &scenario, "replay-unfinished", 25, false);
+    let first =
+        explore::explore(&harness, &scenario, "replay-unfinished", 25, false).expect("the harness serves the workload");
+    let again =
+        explore::explore(&harness, &scenario, "replay-unfinished", 25, false).expect("the harness serves the workload");
     assert_eq!(first.mix, again.mix);
     assert_eq!(first.fired, again.fired);
     let failing = (0..60)
-        .map(|seed| explore::explore(&harness, &scenario, "replay-unfinished", seed, false))
+        .map(|seed| {
+            explore::explore(&harness, &scenario, "replay-unfinished", seed, false)
+                .expect("the harness serves the workload")
+        })
         .find(|e| e.shrunk.is_some())
         .expect("some seed's mix catches replay-unfinished");
     let shrunk = failing.shrunk.unwrap();
@@ -78,7 +85,11 @@ fn a_shrunk_finding_trips_its_oracle_only_with_its_cuts() {
     // seed's mix leaves it running, and `liveness` catches it. (Which seed depends on the kinds
     // of cut the space has, so the test looks for one.)
     let shrunk = (0..60)
-        .filter_map(|seed| explore::explore(&harness, &scenario, "swallow", seed, false).shrunk)
+        .filter_map(|seed| {
+            explore::explore(&harness, &scenario, "swallow", seed, false)
+                .expect("the harness serves the workload")
+                .shrunk
+        })
         .find(|shrunk| shrunk.oracle == "liveness")
         .expect("some seed's mix leaves a turn running under swallow");
     let file = Scenario::parse(Path::new("shrunk.toml"), &shrunk.scenario_file).unwrap();
@@ -128,7 +139,8 @@ fn is_worker(name: &str) -> bool {
 
 /// The uncut run of a workload under `reference` and the space the sweep derives from it.
 fn space_of(name: &str) -> (rig::RunOutcome, Scenario, Vec<Placement>) {
-    let plan = explore::plan(&rig::reference(), &workload(name), &SweepOptions::default());
+    let plan = explore::plan(&rig::reference(), &workload(name), &SweepOptions::default())
+        .expect("the harness serves the workload");
     let singles = plan.jobs.iter().map(|job| job[0].clone()).collect();
     (plan.baseline, plan.workload, singles)
 }
@@ -366,7 +378,7 @@ fn a_scripted_proxy_in_front_of_one_worker_leaves_only_its_frames_to_cut() {
     let text = std::fs::read_to_string(&path).unwrap() + "\n[proxy]\nworker = \"replacement\"\n";
     let scenario = Scenario::parse(&path, &text).unwrap();
     let options = SweepOptions { keep_cuts: true, ..SweepOptions::default() };
-    let plan = explore::plan(&rig::reference(), &scenario, &options);
+    let plan = explore::plan(&rig::reference(), &scenario, &options).expect("the harness serves the workload");
     let workers: BTreeSet<String> = plan
         .jobs
         .iter()
@@ -416,7 +428,8 @@ fn reproduces(finding: &explore::Finding) -> Result<(), String> {
 #[test]
 fn every_finding_a_sweep_writes_reproduces() {
     let options = SweepOptions { policy: "no-fencing".into(), ..SweepOptions::default() };
-    let report = explore::sweep(&rig::reference(), &workload("switch-with-lease.toml"), &options);
+    let report = explore::sweep(&rig::reference(), &workload("switch-with-lease.toml"), &options)
+        .expect("the harness serves the workload");
     let oracles: BTreeSet<&str> = report.findings.iter().map(|f| f.oracle.as_str()).collect();
     // Every oracle rig/docs/oracles.md says catches no-fencing (one-owner by who sent each commit).
     let catching = BTreeSet::from(["blind-replay", "effects", "monotonic", "one-owner"]);
@@ -452,6 +465,10 @@ impl explore::Runs for Counted {
         explore::Runs::run(&self.inner, scenario, run, seed)
     }
 
+    fn skip(&self, workload: &Scenario, policy: &str) -> Option<rig::Skip> {
+        explore::Runs::skip(&self.inner, workload, policy)
+    }
+
     fn reference(&self) -> &dyn explore::Runs {
         &self.inner
     }
@@ -466,7 +483,8 @@ fn an_exploration_counts_its_runs_and_drops_the_cuts_it_does_not_need() {
     let found = (0..60)
         .map(|seed| {
             harness.runs.store(0, std::sync::atomic::Ordering::Relaxed);
-            let exploration = explore::explore(&harness, &scenario, "replay-unfinished", seed, false);
+            let exploration = explore::explore(&harness, &scenario, "replay-unfinished", seed, false)
+                .expect("the harness serves the workload");
             (exploration, harness.runs.load(std::sync::atomic::Ordering::Relaxed))
         })
         .find(|(e, _)| e.shrunk.is_some() && e.mix.len() > 1);
@@ -482,6 +500,7 @@ fn a_depth_two_plan_adds_the_most_promising_pairs_within_its_budget() {
     let (harness, scenario) = (rig::reference(), workload("switch-with-lease.toml"));
     let plan = |depth: u8, budget: Option<usize>| {
         explore::plan(&harness, &scenario, &SweepOptions { depth, budget, ..SweepOptions::default() })
+            .expect("the harness serves the workload")
     };
     let one = plan(1, None);
     assert!(one.jobs.iter().all(|job| job.len() == 1) && one.skipped == 0);

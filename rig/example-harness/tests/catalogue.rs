@@ -24,8 +24,9 @@ fn verdicts() -> BTreeMap<String, Verdict> {
     for file in files {
         let scenario = rig::Scenario::load(&file).unwrap();
         let Some(reference) = scenario.run_of("reference") else { continue };
-        let skipped = scenario.requirements("reference").unmet(harness.name(), &harness.capabilities());
-        let outcome = rig::run_with(&harness, &scenario, reference, 0);
+        let skipped = scenario.skip_for(harness.as_ref(), "reference");
+        // Made even when skipped, to show what the skip spares it.
+        let outcome = rig::run_unchecked(&harness, &scenario, reference, 0);
         let fired = outcome.violations.iter().map(|v| v.oracle.name()).collect();
         let name = file.strip_prefix(&root).unwrap().with_extension("").display().to_string();
         verdicts.insert(name, Verdict { fired, passed: outcome.passed, skipped });
@@ -115,4 +116,19 @@ fn the_catalogue_catches_the_naive_harness() {
             .is_some_and(|v| v.skipped.as_ref().is_some_and(|s| s.capabilities() == ["dead-letters"])),
         "a file configuring a dead-letter handler is skipped for a harness without one"
     );
+}
+
+/// What the naive harness skips of the shipped catalogue, and why, is a claim checked in beside
+/// this test: a change in what it declares, or in how a file's needs are derived, is a diff of
+/// `tests/skipped.snap`, never files passing quietly as ignored.
+#[test]
+fn what_it_skips_is_a_checked_claim() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let harness = naive_harness::factory();
+    let checked = rig::testing::check_skipped_claims(
+        harness.as_ref(),
+        &root.join("../../scenarios"),
+        &root.join("tests/skipped.snap"),
+    );
+    checked.unwrap_or_else(|failure| panic!("{failure}"));
 }

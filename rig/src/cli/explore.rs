@@ -2,14 +2,13 @@
 //! written as a minimal scenario file.
 
 use super::artifacts::write_finding;
-use super::live::{workload_skip, LiveSweepArgs};
+use super::live::LiveSweepArgs;
 use super::parallel::{for_each_ordered, Jobs};
 use super::progress::Progress;
 use super::sweep::{known_policy, output_folder, reference_note};
 use super::{bad_input, load_scenarios, output, parse_seed_range, Harness, Quiet, EXIT_BAD_INPUT, EXIT_FAILED};
-use crate::explore::{self, Runs};
+use crate::explore::{self, ExploreTally, ExploredFinding, Runs};
 use crate::{report, LiveRuns};
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -61,42 +60,38 @@ pub(crate) fn command(args: ExploreArgs, harness: &Harness) -> ExitCode {
         None => &harness.factory,
     };
     let per_scenario = seeds.end.saturating_sub(seeds.start);
-    let mut skipped = 0u64;
-    let skip = |scenario: &crate::Scenario| match &live {
-        Some(live) => workload_skip(live, scenario, &args.policy, args.keep_cuts),
-        None => harness.skip(scenario, &args.policy),
-    };
-    scenarios.retain(|scenario| match skip(scenario) {
+    let mut tally = ExploreTally::default();
+    // A workload the harness cannot run is skipped whole, as each of its seeds would be.
+    scenarios.retain(|scenario| match made_by.skip(&explore::workload(scenario, args.keep_cuts), &args.policy) {
         Some(skip) => {
             if !args.quiet.failures_only {
                 out!("{}", report::skip_line(&scenario.path.display().to_string(), &args.policy, &skip));
             }
-            skipped = skipped.saturating_add(per_scenario);
+            tally.skip(per_scenario);
             false
         }
         None => true,
     });
-    let (mut explored, mut failing) = (0u64, 0u64);
-    let mut found = Findings::default();
     let jobs =
         output::while_wanted(scenarios.iter().flat_map(|scenario| seeds.clone().map(move |seed| (scenario, seed))));
     let total = (scenarios.len() as u64).saturating_mul(seeds.end.saturating_sub(seeds.start));
     let progress = Progress::new(total);
+    let failed = |explored: &Result<explore::Exploration, crate::Skip>| {
+        explored.as_ref().is_ok_and(|e| !e.fired.is_empty() || !e.uncut_fired.is_empty())
+    };
     // Each seed is explored (and shrunk) on one worker; failing seeds are printed in seed order,
     // each naming the finding it shrank to.
     for_each_ordered(
         jobs,
         args.jobs.workers(total),
         |(scenario, seed)| (scenario, explore::explore(made_by, scenario, &args.policy, seed, args.keep_cuts)),
-        |_, (_, exploration)| {
-            progress.completed(!exploration.fired.is_empty() || !exploration.uncut_fired.is_empty(), None)
-        },
-        |_, (scenario, exploration)| {
-            explored += 1;
-            if exploration.fired.is_empty() && exploration.uncut_fired.is_empty() {
+        |_, (_, explored)| progress.completed(failed(explored), None),
+        |_, (scenario, explored)| {
+            let number = tally.add(&explored);
+            if !failed(&explored) {
                 return;
             }
-            failing += 1;
+            let Ok(exploration) = explored else { return };
             let fail = |fired: &std::collections::BTreeSet<String>, what: String| {
                 if !args.quiet.failures_only {
                     let fired: Vec<&str> = fired.iter().map(String::as_str).collect();
@@ -111,67 +106,35 @@ pub(crate) fn command(args: ExploreArgs, harness: &Harness) -> ExitCode {
             if exploration.fired.is_empty() {
                 return;
             }
-            let number = exploration.shrunk.clone().map(|shrunk| found.add(shrunk, exploration.runs));
             let mix: Vec<String> = exploration.mix.iter().map(|p| p.id()).collect();
             let finding = number.map(|n| format!(" (finding #{n})")).unwrap_or_default();
             fail(&exploration.fired, format!("with {}{finding}", mix.join(" + ")));
         },
     );
     progress.finish();
-    for (number, each) in found.found.iter().enumerate() {
+    for (number, each) in tally.findings.iter().enumerate() {
         print_finding(number + 1, each, &args, harness, live.as_ref());
     }
-    out!(
-        "explored {explored} seed(s): {} clean, {failing} failing ({} distinct finding{}), {skipped} skipped (harness {})",
-        explored - failing,
-        found.found.len(),
-        if found.found.len() == 1 { "" } else { "s" },
-        made_by.name()
-    );
-    if failing > 0 {
+    out!("{}", tally.summary(made_by.name()));
+    if tally.failing > 0 {
         ExitCode::from(EXIT_FAILED)
-    } else if explored == 0 {
+    } else if tally.explored == 0 {
         bad_input("every workload was skipped: harness lacks what they need, so nothing was explored")
     } else {
         ExitCode::SUCCESS
     }
 }
 
-/// The findings of an exploration, one per [`explore::Signature`] in the order first found.
-#[derive(Default)]
-struct Findings {
-    found: Vec<Found>,
-    numbers: BTreeMap<explore::Signature, usize>,
-}
-
-/// One finding: the first seed's shrunk finding (naming in [`explore::Finding::also`] the seeds
-/// that shrank to the same), every such seed, and the runs the first seed's exploration took.
-struct Found {
-    finding: explore::Finding,
-    seeds: Vec<u64>,
-    runs: usize,
-}
-
-impl Findings {
-    /// Adds a seed's shrunk finding; its number (from 1), shared with every seed of its signature.
-    fn add(&mut self, shrunk: explore::Finding, runs: usize) -> usize {
-        let signature = shrunk.signature();
-        if let Some(&index) = self.numbers.get(&signature) {
-            let found = &mut self.found[index];
-            found.finding.also.push(format!("seed {}", shrunk.seed));
-            found.seeds.push(shrunk.seed);
-            return index + 1;
-        }
-        self.numbers.insert(signature, self.found.len());
-        self.found.push(Found { seeds: vec![shrunk.seed], finding: shrunk, runs });
-        self.found.len()
-    }
-}
-
 /// A finding, once: its signature, the seeds that shrank to it, the repro of the first, its
 /// cuts, and the file it is written to.
-fn print_finding(number: usize, found: &Found, args: &ExploreArgs, harness: &Harness, live: Option<&LiveRuns>) {
-    let Found { finding, seeds, runs } = found;
+fn print_finding(
+    number: usize,
+    found: &ExploredFinding,
+    args: &ExploreArgs,
+    harness: &Harness,
+    live: Option<&LiveRuns>,
+) {
+    let ExploredFinding { finding, seeds, runs } = found;
     let seeds = match seeds.len() {
         1 => format!("seed {}", finding.seed),
         n => format!("{n} seeds: {}", report::seed_list(seeds, n as u64)),

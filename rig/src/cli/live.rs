@@ -4,10 +4,8 @@ use super::{
     bad_input, load_scenarios, output, selected_runs, trace_lines, trace_sink, Harness, EXIT_BAD_INPUT, EXIT_FAILED,
 };
 use crate::capability::{Capabilities, Skip};
-use crate::explore::Runs as _;
 use crate::live::check_time_scale;
 use crate::report::{self, SkippedRun};
-use crate::scenario::Scenario;
 use crate::{prepare_live, run_live, LiveListener, LiveOptions, LiveRuns, LiveSweepOptions, Processes, SpawnOptions};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -91,7 +89,7 @@ pub fn command(args: LiveArgs, rig: &Harness) -> ExitCode {
     let declared = args.capabilities.clone().unwrap_or_else(Capabilities::all);
     let mut skipped = 0u64;
     for super::Pair { scenario, policy_run: run, .. } in selected {
-        let skip = match scenario.requirements(&run.policy).unmet(LIVE, &declared) {
+        let skip = match scenario.requirements(&run.policy, false).unmet(LIVE, &declared) {
             Some(skip) => skip,
             None => match prepare_live(scenario, args.time_scale, processes) {
                 Ok(ready) => {
@@ -324,10 +322,4 @@ impl LiveSweepArgs {
         };
         Ok(Some(LiveRuns::new(options, Arc::clone(&rig.factory))))
     }
-}
-
-/// Why live mode cannot sweep or explore `scenario`'s workload under `policy`, if it cannot.
-pub(crate) fn workload_skip(live: &LiveRuns, scenario: &Scenario, policy: &str, keep_cuts: bool) -> Option<Skip> {
-    let unmet = scenario.requirements(policy).unmet(LIVE, &Capabilities::all());
-    unmet.or_else(|| live.cannot(&crate::explore::workload(scenario, keep_cuts)).map(|why| Skip::not_live(LIVE, why)))
 }

@@ -17,7 +17,7 @@
 use crate::capability::Skip;
 use crate::harness::HarnessFactory;
 use crate::report::{self, SkippedRun};
-use crate::run::{run_with, shell_word, Rerun, RunOutcome};
+use crate::run::{run_unchecked, shell_word, Rerun, RunOutcome};
 use crate::scenario::{PolicyRun, Scenario};
 use clap::{CommandFactory as _, FromArgMatches as _};
 use std::path::{Path, PathBuf};
@@ -155,14 +155,14 @@ impl Harness {
 
     /// One run, whose repro line reruns it with this binary.
     pub fn run(&self, scenario: &Scenario, policy_run: &PolicyRun, seed: u64) -> RunOutcome {
-        let mut outcome = run_with(&self.factory, scenario, policy_run, seed);
+        let mut outcome = run_unchecked(&self.factory, scenario, policy_run, seed);
         outcome.rerun = Rerun::Cli(self.program.clone());
         outcome
     }
 
     /// Why this harness cannot make a run of `scenario` under `policy`, if it cannot.
     pub fn skip(&self, scenario: &Scenario, policy: &str) -> Option<Skip> {
-        scenario.requirements(policy).unmet(self.name(), &self.factory.capabilities())
+        scenario.skip_for(self.factory.as_ref(), policy)
     }
 
     /// `policy` if this harness answers to it; bad input naming the ones it does otherwise.

@@ -2,11 +2,11 @@
 //! written as a minimal scenario file.
 
 use super::artifacts::write_finding;
-use super::live::{workload_skip, LiveSweepArgs};
+use super::live::LiveSweepArgs;
 use super::parallel::{map_ordered, Jobs};
 use super::progress::Progress;
 use super::{bad_input, load_scenarios, output, Harness, Quiet, EXIT_BAD_INPUT, EXIT_FAILED};
-use crate::explore::{self, Runs, SpaceOptions, SweepOptions, Verdict};
+use crate::explore::{self, Runs, SpaceOptions, SweepOptions, SweepTally, Verdict};
 use crate::report;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -103,26 +103,23 @@ pub(crate) fn command(args: SweepArgs, harness: &Harness) -> ExitCode {
         space: SpaceOptions { nth_max: args.nth_max },
     };
     let mut anything = false;
-    let (mut swept, mut skipped, mut found, mut distinct) = (0u64, 0u64, 0u64, 0usize);
+    let mut tally = SweepTally::default();
     for scenario in &scenarios {
         if output::lost() {
             break;
         }
-        let skip = match &live {
-            Some(live) => workload_skip(live, scenario, &args.policy, args.keep_cuts),
-            None => harness.skip(scenario, &args.policy),
-        };
-        if let Some(skip) = skip {
-            if !args.quiet.failures_only {
-                out!("{}", report::skip_line(&scenario.path.display().to_string(), &args.policy, &skip));
-            }
-            skipped += 1;
-            continue;
-        }
-        swept += 1;
         // Wall time, for the summary line only: the uncut run and the sweep's, as they took.
         let started = std::time::Instant::now();
-        let plan = explore::plan(made_by, scenario, &options);
+        let plan = match explore::plan(made_by, scenario, &options) {
+            Ok(plan) => plan,
+            Err(skip) => {
+                if !args.quiet.failures_only {
+                    out!("{}", report::skip_line(&scenario.path.display().to_string(), &args.policy, &skip));
+                }
+                tally.add(&Err(skip));
+                continue;
+            }
+        };
         let progress = Progress::new(plan.jobs.len() as u64);
         let runs = map_ordered(
             output::while_wanted(plan.jobs.iter()),
@@ -134,10 +131,8 @@ pub(crate) fn command(args: SweepArgs, harness: &Harness) -> ExitCode {
         let elapsed = started.elapsed();
         let baseline_us = plan.baseline.wall_us;
         let report = explore::report(made_by, plan, runs);
-        let found_here = !report.baseline_fired.is_empty() || !report.findings.is_empty();
-        found += u64::from(found_here);
-        distinct += report.findings.len();
-        if args.quiet.failures_only && !found_here {
+        tally.count(&report);
+        if args.quiet.failures_only && !report.found_anything() {
             continue;
         }
         out!("sweep {} [{}] depth {} seed {}", scenario.path.display(), args.policy, args.depth, args.seed);
@@ -196,14 +191,10 @@ pub(crate) fn command(args: SweepArgs, harness: &Harness) -> ExitCode {
             out!("  finding `{}`: {}{runs}{}{written}", finding.oracle, ids.join(" + "), reference_note(finding));
         }
     }
-    out!(
-        "swept {swept} workload(s): {found} with findings ({distinct} distinct finding{}), {skipped} skipped (harness {})",
-        if distinct == 1 { "" } else { "s" },
-        made_by.name()
-    );
+    out!("{}", tally.summary(made_by.name()));
     if anything {
         ExitCode::from(EXIT_FAILED)
-    } else if swept == 0 {
+    } else if tally.swept == 0 {
         bad_input("every workload was skipped: harness lacks what they need, so nothing was swept")
     } else {
         ExitCode::SUCCESS
@@ -233,13 +224,15 @@ pub(crate) fn bench(workload: &Path, harness: &Harness) -> u64 {
         return 1;
     };
     let options = SweepOptions::default();
-    if let Some(skip) = harness.skip(&scenario, &options.policy) {
-        out!("sweep: {}", report::skip_line(&workload.display().to_string(), &options.policy, &skip));
-        return 0;
-    }
     // Wall time, for the benchmark only.
     let started = std::time::Instant::now();
-    let report = explore::sweep(&harness.factory, &scenario, &options);
+    let report = match explore::sweep(&harness.factory, &scenario, &options) {
+        Ok(report) => report,
+        Err(skip) => {
+            out!("sweep: {}", report::skip_line(&workload.display().to_string(), &options.policy, &skip));
+            return 0;
+        }
+    };
     let seconds = started.elapsed().as_secs_f64();
     out!(
         "sweep: {} depth 1 under {}: {} runs in {seconds:.2} s on one core ({:.0} runs/s), {} findings",

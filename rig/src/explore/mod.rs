@@ -10,7 +10,11 @@
 //! These are library entry points too, for any harness: [`sweep`] (or [`plan`], [`run_job`] and
 //! [`report`] to spread the runs over threads as `rig sweep` does) and [`explore`], which shrinks
 //! each failure it finds (to the cuts that fired, then one cut and one step at a time) into
-//! [`Exploration::shrunk`]. A [`Finding`]'s `scenario_file` is a scenario file of its own; the
+//! [`Exploration::shrunk`]. They are the command line's searches: a workload whose story uses
+//! what the harness does not declare is skipped with the same reason ([`Runs::skip`]), a cut
+//! that makes an oracle the uncut run already trips fire about something else is a finding
+//! ([`fired_beyond`]), and [`SweepTally`] and [`ExploreTally`] count and say what many of them
+//! came to, as the summary lines of `rig sweep` and `rig explore` do. A [`Finding`]'s `scenario_file` is a scenario file of its own; the
 //! CLI adds the line that replays it with its binary. They make their runs through [`Runs`]: any
 //! harness factory in the simulation, or a harness process live (`rig sweep --live`).
 //!
@@ -24,14 +28,16 @@
 //!
 //! // Every cut at every place the uncut run offers. (This workload's turn is invoked directly,
 //! // not through a queue, so a dropped invocation leaves it running: `liveness` findings.)
-//! let swept = explore::sweep(&harness, &workload, &SweepOptions::default());
+//! // `Err` says why a harness cannot run a workload (what its story uses that the harness does
+//! // not declare): it is skipped, as `rig sweep` skips it.
+//! let swept = explore::sweep(&harness, &workload, &SweepOptions::default()).expect("the reference serves it");
 //! assert!(!swept.runs.is_empty());
 //! for finding in &swept.findings {
 //!     println!("`{}` with {} cut(s): {}", finding.oracle, finding.placements.len(), finding.file_name);
 //! }
 //!
 //! // One seed's random fault mix; a failure comes back shrunk, as a scenario file.
-//! let exploration = explore::explore(&harness, &workload, "reference", 7, false);
+//! let exploration = explore::explore(&harness, &workload, "reference", 7, false).expect("the reference serves it");
 //! if let Some(finding) = &exploration.shrunk {
 //!     println!("{} -> {}\n{}", finding.oracle, finding.file_name, finding.scenario_file);
 //! }
@@ -43,11 +49,14 @@ mod swarm;
 mod sweep;
 
 pub use space::{cut_space, Kind, Placement, Site, SpaceOptions};
-pub use swarm::{explore, Exploration};
-pub use sweep::{plan, report, run_job, sweep, SweepOptions, SweepPlan, SweepReport, SweepRun, Verdict, PAIRS_DEFAULT};
+pub use swarm::{explore, Exploration, ExploreTally, ExploredFinding};
+pub use sweep::{
+    plan, report, run_job, sweep, SweepOptions, SweepPlan, SweepReport, SweepRun, SweepTally, Verdict, PAIRS_DEFAULT,
+};
 
+use crate::capability::Skip;
 use crate::harness::HarnessFactory;
-use crate::run::{run_with, RunOutcome};
+use crate::run::{run_unchecked, RunOutcome};
 use crate::scenario::{PolicyRun, Scenario};
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -57,8 +66,14 @@ use std::sync::Arc;
 pub trait Runs: Sync {
     /// The harness's name, for what found a finding.
     fn name(&self) -> &str;
-    /// One run of `scenario` under `run`'s policy.
+    /// One run of `scenario` under `run`'s policy, made whether or not the harness serves what
+    /// it needs: [`sweep`], [`plan`] and [`explore`] ask [`Runs::skip`] first.
     fn run(&self, scenario: &Scenario, run: &PolicyRun, seed: u64) -> RunOutcome;
+    /// Why `workload` (a scenario's workload, as a sweep or an exploration runs it: its
+    /// scripted cuts removed unless kept) cannot be run under `policy`: what its story uses that
+    /// the harness does not declare, or what this way of running cannot do. The same skip as
+    /// every command's and `scenario_tests!`'s.
+    fn skip(&self, workload: &Scenario, policy: &str) -> Option<Skip>;
     /// Why `scenario` cannot be run this way (a cut only the simulation can make, live); such
     /// placements are left out of the cut space.
     fn cannot(&self, _scenario: &Scenario) -> Option<Vec<String>> {
@@ -74,7 +89,11 @@ impl Runs for Arc<dyn HarnessFactory> {
     }
 
     fn run(&self, scenario: &Scenario, run: &PolicyRun, seed: u64) -> RunOutcome {
-        run_with(self, scenario, run, seed)
+        run_unchecked(self, scenario, run, seed)
+    }
+
+    fn skip(&self, workload: &Scenario, policy: &str) -> Option<Skip> {
+        workload.skip_for(self.as_ref(), policy)
     }
 
     fn reference(&self) -> &dyn Runs {
@@ -203,12 +222,13 @@ impl Finding {
         let reference = harness.reference();
         let (outcome, _) = run_placed(reference, &variant, &self.placements, "reference", self.seed);
         let baseline = reference.run(&variant, &bare_run("reference"), self.seed);
-        self.reference_fired = Some(fired(&outcome).difference(&fired(&baseline)).cloned().collect());
+        self.reference_fired = Some(fired_beyond(&outcome, &baseline));
     }
 }
 
-/// The workload of a scenario: with its scripted cuts removed, unless asked to keep them.
-pub(crate) fn workload(scenario: &Scenario, keep_cuts: bool) -> Scenario {
+/// The workload of a scenario, as sweep and explore run it: with its scripted cuts removed,
+/// unless asked to keep them.
+pub fn workload(scenario: &Scenario, keep_cuts: bool) -> Scenario {
     let mut workload = scenario.clone();
     if !keep_cuts {
         workload.cuts.clear();
@@ -236,6 +256,45 @@ pub fn fired(outcome: &RunOutcome) -> BTreeSet<String> {
         fired.insert("limit".into());
     }
     fired
+}
+
+/// The oracles `outcome` trips beyond what `uncut` (the same workload's uncut run) already
+/// trips: an oracle with a violation the uncut run does not have, told apart by what each
+/// violation is about (its oracle and detail, without its timings), not by the oracle's name
+/// alone, so a cut that makes an oracle the workload already trips fire about something else
+/// is not hidden behind it; and `limit` when the run hit one and the uncut run did not.
+pub fn fired_beyond(outcome: &RunOutcome, uncut: &RunOutcome) -> BTreeSet<String> {
+    let known: BTreeSet<String> = uncut.violations.iter().map(violation_key).collect();
+    let mut new: BTreeSet<String> = outcome
+        .violations
+        .iter()
+        .filter(|v| !known.contains(&violation_key(v)))
+        .map(|v| v.oracle.name().to_string())
+        .collect();
+    if fired(outcome).contains("limit") && !fired(uncut).contains("limit") {
+        new.insert("limit".into());
+    }
+    new
+}
+
+/// A violation as [`fired_beyond`] tells one from another: its oracle and its detail, with every
+/// time in it (`1200 ms`) left out, since a cut moves when things happen without changing what
+/// went wrong.
+fn violation_key(violation: &crate::oracle::Violation) -> String {
+    let mut key = format!("{}: ", violation.oracle.name());
+    let detail = violation.detail.as_str();
+    let mut rest = detail;
+    while let Some(start) = rest.find(|c: char| c.is_ascii_digit()) {
+        let digits_end = rest[start..].find(|c: char| !c.is_ascii_digit()).map_or(rest.len(), |end| start + end);
+        // A number is a time when " ms" follows it, and it starts a word.
+        let starts_word = !rest[..start].ends_with(|c: char| c.is_alphanumeric() || c == '_' || c == ':');
+        let time = starts_word && rest[digits_end..].starts_with(" ms");
+        key.push_str(&rest[..start]);
+        key.push_str(if time { "N" } else { &rest[start..digits_end] });
+        rest = &rest[digits_end..];
+    }
+    key.push_str(rest);
+    key
 }
 
 /// Runs `scenario` with `placements` added; `None` when some placement never fired.

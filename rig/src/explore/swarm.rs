@@ -5,11 +5,16 @@
 //! draws the same mix, so `rig explore FILE --seed N` replays it bit for bit.
 
 use super::space::{Kind, Placement, SpaceOptions};
-use super::{bare_run, finding, fired, run_placed, runnable_space, without_steps, workload, Finding, Found, Runs};
+use super::{
+    bare_run, finding, fired, fired_beyond, run_placed, runnable_space, without_steps, workload, Finding, Found, Runs,
+    Signature,
+};
+use crate::capability::Skip;
+use crate::run::RunOutcome;
 use crate::scenario::Scenario;
 use crate::streams::component_stream;
 use rand::Rng;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// The most cuts one seed's mix holds.
 pub const MIX_CUTS_MAX: usize = 4;
@@ -20,7 +25,7 @@ pub struct Exploration {
     pub seed: u64,
     /// The fault mix the seed drew.
     pub mix: Vec<Placement>,
-    /// Oracles the mix made fire that the uncut run does not trip.
+    /// Oracles the mix made fire beyond the uncut run's violations (see [`super::fired_beyond`]).
     pub fired: BTreeSet<String>,
     /// Oracles the uncut run itself trips: a finding of the workload, not of any mix.
     pub uncut_fired: BTreeSet<String>,
@@ -68,27 +73,29 @@ fn draw(seed: u64, space: &[Placement], workload: &Scenario) -> Vec<Placement> {
         .collect()
 }
 
-/// Whether `placements` on the workload with `removed` steps still make `oracle` fire, and are
-/// still why it fires: without some steps the workload alone can trip it (a seeded running turn
-/// whose delivery was a removed step is left running, and `liveness` fires with no cut at all),
-/// and a finding shrunk into that is no finding.
-fn still_fires(
-    harness: &dyn Runs,
-    workload: &Scenario,
-    placements: &[Placement],
-    removed: &BTreeSet<usize>,
-    policy: &str,
+/// What shrinking keeps to: the workload, its uncut run, the policy, seed and oracle.
+struct Target<'a> {
+    workload: &'a Scenario,
+    uncut: &'a RunOutcome,
+    policy: &'a str,
     seed: u64,
-    oracle: &str,
-) -> bool {
+    oracle: &'a str,
+}
+
+/// Whether `placements` on the workload with `removed` steps still make `oracle` fire beyond
+/// the workload's uncut run, and are still why it fires: without some steps the workload alone
+/// can trip it (a seeded running turn whose delivery was a removed step is left running, and
+/// `liveness` fires with no cut at all), and a finding shrunk into that is no finding.
+fn still_fires(harness: &dyn Runs, target: &Target<'_>, placements: &[Placement], removed: &BTreeSet<usize>) -> bool {
+    let Target { workload, uncut, policy, seed, oracle } = *target;
     let variant = without_steps(workload, removed);
     let (outcome, _) = run_placed(harness, &variant, placements, policy, seed);
-    if !fired(&outcome).contains(oracle) {
+    if !fired_beyond(&outcome, uncut).contains(oracle) {
         return false;
     }
-    // The whole workload's uncut run does not trip it (that is how it was chosen); a shorter one
+    // The whole workload's uncut run does not have it (that is how it was chosen); a shorter one
     // may.
-    removed.is_empty() || !fired(&harness.run(&variant, &bare_run(policy), seed)).contains(oracle)
+    removed.is_empty() || fired_beyond(&outcome, &harness.run(&variant, &bare_run(policy), seed)).contains(oracle)
 }
 
 /// Drops one cut at a time, in order, while what is left still `fires`, never the last one:
@@ -108,9 +115,19 @@ fn drop_cuts(mut cuts: Vec<Placement>, mut fires: impl FnMut(&[Placement]) -> bo
     (cuts, tries)
 }
 
-/// Explores one seed of `scenario`'s workload under `policy`.
-pub fn explore(harness: &dyn Runs, scenario: &Scenario, policy: &str, seed: u64, keep_cuts: bool) -> Exploration {
+/// Explores one seed of `scenario`'s workload under `policy`; `Err` with why, when the harness
+/// cannot run the workload ([`Runs::skip`]), as `rig explore` skips it: nothing is run then.
+pub fn explore(
+    harness: &dyn Runs,
+    scenario: &Scenario,
+    policy: &str,
+    seed: u64,
+    keep_cuts: bool,
+) -> Result<Exploration, Skip> {
     let workload = workload(scenario, keep_cuts);
+    if let Some(skip) = harness.skip(&workload, policy) {
+        return Err(skip);
+    }
     let baseline = harness.run(&workload, &bare_run(policy), seed);
     let baseline_fired = fired(&baseline);
     let space = runnable_space(harness, &workload, &baseline, &SpaceOptions::default());
@@ -124,21 +141,21 @@ pub fn explore(harness: &dyn Runs, scenario: &Scenario, policy: &str, seed: u64,
         runs: 1,
     };
     if mix.is_empty() {
-        return exploration;
+        return Ok(exploration);
     }
     let mut variant = workload.clone();
     let indices = super::space::apply_all(&mix, &mut variant);
     let outcome = harness.run(&variant, &bare_run(policy), seed);
     exploration.runs += 1;
-    exploration.fired = fired(&outcome).difference(&baseline_fired).cloned().collect();
-    let Some(oracle) = exploration.fired.iter().next().cloned() else { return exploration };
+    exploration.fired = fired_beyond(&outcome, &baseline);
+    let Some(oracle) = exploration.fired.iter().next().cloned() else { return Ok(exploration) };
+    let target = Target { workload: &workload, uncut: &baseline, policy, seed, oracle: &oracle };
 
     // Only what fired can matter; then drop one cut at a time while the oracle still fires.
     let fired_cuts: Vec<Placement> =
         mix.iter().zip(&indices).filter(|(p, i)| p.fired(&outcome, **i)).map(|(p, _)| p.clone()).collect();
     let none_removed = BTreeSet::new();
-    let (cuts, tries) =
-        drop_cuts(fired_cuts, |fewer| still_fires(harness, &workload, fewer, &none_removed, policy, seed, &oracle));
+    let (cuts, tries) = drop_cuts(fired_cuts, |fewer| still_fires(harness, &target, fewer, &none_removed));
     exploration.runs += tries;
     // Then the workload's steps, last first, so later steps go before the ones they follow.
     let mut removed = none_removed;
@@ -146,7 +163,7 @@ pub fn explore(harness: &dyn Runs, scenario: &Scenario, policy: &str, seed: u64,
         let mut fewer = removed.clone();
         fewer.insert(step);
         exploration.runs += 1;
-        if still_fires(harness, &workload, &cuts, &fewer, policy, seed, &oracle) {
+        if still_fires(harness, &target, &cuts, &fewer) {
             removed = fewer;
         }
     }
@@ -158,7 +175,79 @@ pub fn explore(harness: &dyn Runs, scenario: &Scenario, policy: &str, seed: u64,
     let mut shrunk = finding(&workload, &cuts, policy, found, seed, &removed, &found_by);
     shrunk.check_reference(harness, &workload, &removed);
     exploration.shrunk = Some(shrunk);
-    exploration
+    Ok(exploration)
+}
+
+/// One finding of an exploration: the first seed's shrunk finding (naming in
+/// [`Finding::also`] the seeds that shrank to the same), every such seed, and the runs the first
+/// seed's exploration took.
+#[derive(Debug, Clone)]
+pub struct ExploredFinding {
+    pub finding: Finding,
+    pub seeds: Vec<u64>,
+    pub runs: usize,
+}
+
+/// What an exploration of many seeds (and workloads) came to, as `rig explore` counts it and
+/// says it in its summary line: add each seed's [`explore`] (or skip), then
+/// [`ExploreTally::summary`]. Findings are kept one per [`Signature`], in the order first found.
+#[derive(Debug, Clone, Default)]
+pub struct ExploreTally {
+    pub explored: u64,
+    /// Seeds whose mix made an oracle fire, or whose uncut workload already trips one.
+    pub failing: u64,
+    /// Seeds not explored: the harness lacks what their workload needs.
+    pub skipped: u64,
+    pub findings: Vec<ExploredFinding>,
+    numbers: BTreeMap<Signature, usize>,
+}
+
+impl ExploreTally {
+    /// Counts one seed's exploration, or its skip; the number (from 1) of the finding it shrank
+    /// to, shared with every seed of the same signature.
+    pub fn add(&mut self, explored: &Result<Exploration, Skip>) -> Option<usize> {
+        let exploration = match explored {
+            Ok(exploration) => exploration,
+            Err(_) => {
+                self.skipped += 1;
+                return None;
+            }
+        };
+        self.explored += 1;
+        if exploration.fired.is_empty() && exploration.uncut_fired.is_empty() {
+            return None;
+        }
+        self.failing += 1;
+        let shrunk = exploration.shrunk.clone()?;
+        let signature = shrunk.signature();
+        if let Some(&index) = self.numbers.get(&signature) {
+            let found = &mut self.findings[index];
+            found.finding.also.push(format!("seed {}", shrunk.seed));
+            found.seeds.push(shrunk.seed);
+            return Some(index + 1);
+        }
+        self.numbers.insert(signature, self.findings.len());
+        self.findings.push(ExploredFinding { seeds: vec![shrunk.seed], finding: shrunk, runs: exploration.runs });
+        Some(self.findings.len())
+    }
+
+    /// Counts `seeds` seeds of a workload skipped whole, without exploring them one by one.
+    pub fn skip(&mut self, seeds: u64) {
+        self.skipped = self.skipped.saturating_add(seeds);
+    }
+
+    /// `explored 80 seed(s): 65 clean, 15 failing (11 distinct findings), 0 skipped (harness NAME)`.
+    pub fn summary(&self, harness: &str) -> String {
+        let distinct = self.findings.len();
+        format!(
+            "explored {} seed(s): {} clean, {} failing ({distinct} distinct finding{}), {} skipped (harness {harness})",
+            self.explored,
+            self.explored - self.failing,
+            self.failing,
+            if distinct == 1 { "" } else { "s" },
+            self.skipped
+        )
+    }
 }
 
 #[cfg(test)]
@@ -274,17 +363,10 @@ mod tests {
         };
         let harness = crate::reference();
         let late = BTreeSet::from([workload.steps.len() - 1]);
-        let fires = |removed: &BTreeSet<usize>| {
-            still_fires(
-                &harness,
-                &workload,
-                std::slice::from_ref(&crash),
-                removed,
-                "replay-unfinished",
-                0,
-                "blind-replay",
-            )
-        };
+        let policy = "replay-unfinished";
+        let uncut = Runs::run(&harness, &workload, &bare_run(policy), 0);
+        let target = Target { workload: &workload, uncut: &uncut, policy, seed: 0, oracle: "blind-replay" };
+        let fires = |removed: &BTreeSet<usize>| still_fires(&harness, &target, std::slice::from_ref(&crash), removed);
         assert!(fires(&BTreeSet::new()), "the cut trips blind-replay under replay-unfinished");
         assert!(fires(&late), "and still does without the late status read");
     }

@@ -2,7 +2,10 @@
 //! first (sites next to effects, commits and acknowledgements).
 
 use super::space::{Placement, SpaceOptions};
-use super::{bare_run, finding, fired, run_placed, runnable_space, workload, Finding, Found, Runs, Signature};
+use super::{
+    bare_run, finding, fired, fired_beyond, run_placed, runnable_space, workload, Finding, Found, Runs, Signature,
+};
+use crate::capability::Skip;
 use crate::run::RunOutcome;
 use crate::scenario::Scenario;
 use std::collections::btree_map::Entry;
@@ -41,7 +44,7 @@ pub const PAIRS_DEFAULT: usize = 1_000;
 /// How one run of the sweep ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
-    /// No oracle fired that the uncut run did not already trip.
+    /// No oracle fired beyond what the uncut run already trips (see [`super::fired_beyond`]).
     Clean,
     /// A placement never fired: the run did not reach its site.
     Unreached,
@@ -63,7 +66,8 @@ pub struct SweepPlan {
     pub workload: Scenario,
     pub options: SweepOptions,
     pub baseline: RunOutcome,
-    /// Oracles the uncut run already trips: no cut's finding.
+    /// Oracles the uncut run already trips. A run's finding is a violation the uncut run does
+    /// not have ([`super::fired_beyond`]), of these oracles too.
     pub baseline_fired: BTreeSet<String>,
     pub jobs: Vec<Vec<Placement>>,
     /// Pairs the budget left out.
@@ -80,9 +84,13 @@ pub struct SweepReport {
     pub skipped: usize,
 }
 
-/// Runs the uncut workload and lays out every run of the sweep.
-pub fn plan(harness: &dyn Runs, scenario: &Scenario, options: &SweepOptions) -> SweepPlan {
+/// Runs the uncut workload and lays out every run of the sweep; `Err` with why, when the
+/// harness cannot run the workload ([`Runs::skip`]): nothing is run then.
+pub fn plan(harness: &dyn Runs, scenario: &Scenario, options: &SweepOptions) -> Result<SweepPlan, Skip> {
     let workload = workload(scenario, options.keep_cuts);
+    if let Some(skip) = harness.skip(&workload, &options.policy) {
+        return Err(skip);
+    }
     let baseline = harness.run(&workload, &bare_run(&options.policy), options.seed);
     let baseline_fired = fired(&baseline);
     let singles = runnable_space(harness, &workload, &baseline, &options.space);
@@ -111,13 +119,13 @@ pub fn plan(harness: &dyn Runs, scenario: &Scenario, options: &SweepOptions) -> 
         skipped += jobs.len() - budget;
         jobs.truncate(budget);
     }
-    SweepPlan { workload, options: options.clone(), baseline, baseline_fired, jobs, skipped }
+    Ok(SweepPlan { workload, options: options.clone(), baseline, baseline_fired, jobs, skipped })
 }
 
 /// Makes one run of the plan.
 pub fn run_job(harness: &dyn Runs, plan: &SweepPlan, placements: &[Placement]) -> SweepRun {
     let (outcome, reached) = run_placed(harness, &plan.workload, placements, &plan.options.policy, plan.options.seed);
-    let new: BTreeSet<String> = fired(&outcome).difference(&plan.baseline_fired).cloned().collect();
+    let new = fired_beyond(&outcome, &plan.baseline);
     let verdict = if !reached {
         Verdict::Unreached
     } else if new.is_empty() {
@@ -172,9 +180,60 @@ pub fn report(harness: &dyn Runs, plan: SweepPlan, runs: Vec<SweepRun>) -> Sweep
     }
 }
 
-/// Sweeps `scenario`'s workload under `options`, one run after another.
-pub fn sweep(harness: &dyn Runs, scenario: &Scenario, options: &SweepOptions) -> SweepReport {
-    let plan = plan(harness, scenario, options);
+/// Sweeps `scenario`'s workload under `options`, one run after another; `Err` with why, when
+/// the harness cannot run the workload, as `rig sweep` skips it.
+pub fn sweep(harness: &dyn Runs, scenario: &Scenario, options: &SweepOptions) -> Result<SweepReport, Skip> {
+    let plan = plan(harness, scenario, options)?;
     let runs = plan.jobs.iter().map(|job| run_job(harness, &plan, job)).collect();
-    report(harness, plan, runs)
+    Ok(report(harness, plan, runs))
+}
+
+/// What the sweeps of many workloads came to, as `rig sweep`'s summary line says it: add each
+/// workload's [`sweep`] (or skip), then [`SweepTally::summary`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SweepTally {
+    /// Workloads swept.
+    pub swept: u64,
+    /// Of them, those with a finding, or whose uncut run already trips an oracle.
+    pub with_findings: u64,
+    /// Distinct findings, one per signature, over every workload.
+    pub distinct: usize,
+    /// Workloads skipped: the harness lacks what they need.
+    pub skipped: u64,
+}
+
+impl SweepTally {
+    /// Counts one workload's sweep, or its skip.
+    pub fn add(&mut self, swept: &Result<SweepReport, Skip>) {
+        match swept {
+            Ok(report) => self.count(report),
+            Err(_) => self.skipped += 1,
+        }
+    }
+
+    /// Counts one workload's sweep.
+    pub fn count(&mut self, report: &SweepReport) {
+        self.swept += 1;
+        self.with_findings += u64::from(report.found_anything());
+        self.distinct += report.findings.len();
+    }
+
+    /// `swept 3 workload(s): 1 with findings (4 distinct findings), 0 skipped (harness NAME)`.
+    pub fn summary(&self, harness: &str) -> String {
+        format!(
+            "swept {} workload(s): {} with findings ({} distinct finding{}), {} skipped (harness {harness})",
+            self.swept,
+            self.with_findings,
+            self.distinct,
+            if self.distinct == 1 { "" } else { "s" },
+            self.skipped
+        )
+    }
+}
+
+impl SweepReport {
+    /// Whether the sweep found anything: a finding, or an oracle its uncut run trips.
+    pub fn found_anything(&self) -> bool {
+        !self.baseline_fired.is_empty() || !self.findings.is_empty()
+    }
 }

@@ -3,6 +3,7 @@
 //! port of its own, so `--jobs N` runs N worlds side by side.
 
 use super::{prepare_live, run_live, LiveListener, LiveOptions, Processes, SpawnOptions};
+use crate::capability::{Capabilities, Skip};
 use crate::explore::Runs;
 use crate::harness::HarnessFactory;
 use crate::run::{shell_word, Rerun, RunOutcome};
@@ -10,6 +11,9 @@ use crate::scenario::{PolicyRun, Scenario};
 use crate::trace::Trace;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex};
+
+/// The name a live harness is reported by.
+const LIVE_HARNESS: &str = "live";
 
 /// How the runs of a live sweep or exploration are made.
 #[derive(Debug, Clone)]
@@ -96,12 +100,19 @@ impl LiveRuns {
 
 impl Runs for LiveRuns {
     fn name(&self) -> &str {
-        "live"
+        LIVE_HARNESS
     }
 
     fn run(&self, scenario: &Scenario, run: &PolicyRun, seed: u64) -> RunOutcome {
         let started = std::time::Instant::now();
         self.live(scenario, run, seed).unwrap_or_else(|why| not_run(scenario, run, seed, why, started))
+    }
+
+    fn skip(&self, workload: &Scenario, policy: &str) -> Option<Skip> {
+        // A live worker's capabilities are not declared to a sweep: it is taken to serve the
+        // contract, and what live mode cannot do is what it skips.
+        let unmet = workload.requirements(policy, false).unmet(LIVE_HARNESS, &Capabilities::all());
+        unmet.or_else(|| self.cannot(workload).map(|why| Skip::not_live(LIVE_HARNESS, why)))
     }
 
     fn cannot(&self, scenario: &Scenario) -> Option<Vec<String>> {
@@ -130,6 +141,7 @@ fn not_run(scenario: &Scenario, run: &PolicyRun, seed: u64, why: String, started
         violations: Vec::new(),
         expected_violations: Vec::new(),
         failures: vec![format!("the live run could not be made: {why}")],
+        notes: Vec::new(),
         broke: Vec::new(),
         rpc: Default::default(),
         state: Vec::new(),

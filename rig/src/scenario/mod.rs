@@ -256,10 +256,20 @@ impl Scenario {
         self.path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default()
     }
 
-    /// What a run of this scenario under `policy` needs of its harness, derived from the file
-    /// (see [`crate::Capability`]).
-    pub fn requirements(&self, policy: &str) -> crate::capability::Requirements {
-        requires::derive(&self.source, policy)
+    /// What a run of this scenario under `policy` needs of its harness, derived from what the
+    /// file's story uses (see [`crate::Capability`] and `rig/docs/your-harness.md`);
+    /// `particulars`: whether the harness is held to the policy section's own expectations
+    /// ([`crate::HarnessFactory::reference_particulars`]), whose uses then count too.
+    pub fn requirements(&self, policy: &str, particulars: bool) -> crate::capability::Requirements {
+        let scripted = requires::Scripted { interrupts: !self.interrupts.is_empty(), proxy: self.proxy.is_some() };
+        requires::derive(&self.source, policy, particulars, scripted)
+    }
+
+    /// Why `harness` cannot make a run of this scenario under `policy`, if it cannot: what the
+    /// run needs that the harness does not declare. Every command, `scenario_tests!`,
+    /// [`crate::run_with`] and the explorer skip by this.
+    pub fn skip_for(&self, harness: &dyn crate::HarnessFactory, policy: &str) -> Option<crate::Skip> {
+        self.requirements(policy, harness.reference_particulars()).unmet(harness.name(), &harness.capabilities())
     }
 
     /// The run of the given policy section, if the file declares it.
