@@ -1,0 +1,160 @@
+//! Queued input (scope `harness_queue`, key `{session}:{id}`), admitted as a new turn once the
+//! session's turn has ended: the new turn's record first (naming the input in `input_keys`),
+//! then its messages into the transcript, the entries removed, and the turn on the turn queue.
+//! Each step is safe to do again, so whoever finds a new turn half admitted finishes it.
+
+use crate::store::{ended, TRIES};
+use crate::Worker;
+use rig::{Action, Bus};
+use serde_json::{json, Value};
+use std::rc::Rc;
+
+const INPUT_SCOPE: &str = "harness_queue";
+/// How many more times a new turn that could be neither enqueued nor held is offered to the
+/// turn queue in the background, further apart each time.
+const LATER_ROUNDS: u32 = 6;
+
+impl Worker {
+    /// Admits the session's waiting input as a new turn, if its turn has ended.
+    pub(crate) async fn admit(self: &Rc<Self>, bus: &Bus, session: &str) {
+        let Some(waiting) = self.waiting_input(bus, session).await else { return };
+        if waiting.is_empty() {
+            return;
+        }
+        let Ok(record) = self.read_turn(bus, session).await else { return };
+        if !ended(&record) {
+            return;
+        }
+        // Input the ended turn was itself admitted from is spent: its removal did not land.
+        let spent: Vec<&str> =
+            record["input_keys"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+        let (spent, waiting): (Vec<_>, Vec<_>) =
+            waiting.into_iter().partition(|(key, _)| spent.contains(&key.as_str()));
+        for (key, _) in &spent {
+            self.remove_input(bus, key).await;
+        }
+        if waiting.is_empty() {
+            return;
+        }
+        let keys: Vec<&String> = waiting.iter().map(|(key, _)| key).collect();
+        let successor = json!({
+            "session_id": session, "turn_id": format!("turn-{}", self.env.new_id()), "status": "running", "step": 0,
+            "input_keys": keys, "after": record["turn_id"],
+        });
+        if self.write_turn(bus, &successor, TRIES).await.is_err() {
+            // Still waiting, and still there for the next delivery or start to admit.
+            return;
+        }
+        self.finish_admission(bus, successor).await;
+    }
+
+    /// The rest of a new turn's admission, from its record: its input's messages into the
+    /// transcript, their entries removed, the turn on the turn queue (or held, saying why).
+    pub(crate) async fn finish_admission(self: &Rc<Self>, bus: &Bus, record: Value) {
+        let session = record["session_id"].as_str().unwrap_or_default().to_string();
+        let keys: Vec<String> = record["input_keys"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .map(str::to_string)
+            .collect();
+        for key in &keys {
+            let Ok(entry) = self.read(bus, INPUT_SCOPE, key).await else { return };
+            if entry.is_null() {
+                continue;
+            }
+            let mut message = entry["message"].clone();
+            if let Some(fields) = message.as_object_mut() {
+                fields.insert("entry_key".into(), json!(format!("input:{key}")));
+                fields.entry("role").or_insert(json!("user"));
+            }
+            if !self.append(bus, &session, message).await {
+                return;
+            }
+            self.remove_input(bus, key).await;
+        }
+        let Err(why) = self.enqueue(bus, &record).await else { return };
+        if self.hold_unqueued(bus, &record, &why).await.is_err() {
+            tokio::task::spawn_local(Rc::clone(self).enqueue_later(bus.clone(), record));
+        }
+    }
+
+    /// The session's waiting input, by key, oldest key first; `None` when it cannot be listed.
+    async fn waiting_input(&self, bus: &Bus, session: &str) -> Option<Vec<(String, Value)>> {
+        for attempt in 0..TRIES {
+            if let Ok(Value::Array(entries)) = self.call(bus, "state::list", json!({ "scope": INPUT_SCOPE })).await {
+                let mut waiting: Vec<(String, Value)> = entries
+                    .into_iter()
+                    .filter(|entry| entry["value"]["session_id"] == session)
+                    .map(|entry| (entry["key"].as_str().unwrap_or_default().to_string(), entry["value"].clone()))
+                    .collect();
+                waiting.sort_by(|a, b| a.0.cmp(&b.0));
+                return Some(waiting);
+            }
+            self.back_off(attempt).await;
+        }
+        None
+    }
+
+    async fn remove_input(&self, bus: &Bus, key: &str) {
+        for attempt in 0..TRIES {
+            if self.call(bus, "state::delete", json!({ "scope": INPUT_SCOPE, "key": key })).await.is_ok() {
+                return;
+            }
+            self.back_off(attempt).await;
+        }
+    }
+
+    /// Puts a new turn on the turn queue, as many times as the settings say.
+    async fn enqueue(&self, bus: &Bus, record: &Value) -> Result<(), String> {
+        let queue = Action::Enqueue { queue: self.env.config.turn_queue.clone() };
+        let delivery = json!({ "session_id": record["session_id"], "turn_id": record["turn_id"], "step": 0 });
+        let mut last = String::new();
+        for attempt in 0..self.env.config.enqueue_attempts.max(1) {
+            let sent = bus
+                .invoke_with(
+                    &self.env.function("turn"),
+                    delivery.clone(),
+                    Some(queue.clone()),
+                    self.env.config.session_timeout_ms,
+                )
+                .await;
+            match sent {
+                Ok(_) => return Ok(()),
+                Err(error) => last = error.to_string(),
+            }
+            self.back_off(attempt).await;
+        }
+        Err(last)
+    }
+
+    /// A new turn nobody will deliver is held, with why, rather than left running.
+    async fn hold_unqueued(&self, bus: &Bus, record: &Value, why: &str) -> Result<(), String> {
+        let mut held = record.clone();
+        held["status"] = json!("held");
+        held["held_reason"] = json!(format!("the new turn could not be put on the turn queue: {why}"));
+        self.write_turn(bus, &held, TRIES).await.map_err(|unwritten| unwritten.why())
+    }
+
+    /// Tries again, further apart, while the new turn is still running and undelivered: an
+    /// outage longer than the first tries would otherwise leave it to nobody.
+    async fn enqueue_later(self: Rc<Self>, bus: Bus, record: Value) {
+        let session = record["session_id"].as_str().unwrap_or_default().to_string();
+        for round in 0..LATER_ROUNDS {
+            self.back_off(round + 3).await;
+            // A round tried while this worker is cut off from the engine fails at once: wait for
+            // the connection first, so that an outage longer than every backoff together does
+            // not use the rounds up.
+            self.connected(&bus).await;
+            let Ok(stored) = self.read_turn(&bus, &session).await else { continue };
+            if stored["turn_id"] != record["turn_id"] || stored["status"] != "running" {
+                return;
+            }
+            let Err(why) = self.enqueue(&bus, &stored).await else { return };
+            if self.hold_unqueued(&bus, &stored, &why).await.is_ok() {
+                return;
+            }
+        }
+    }
+}

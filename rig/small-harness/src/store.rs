@@ -1,0 +1,224 @@
+//! The state store as this harness uses it: reads tried a few times, whole-record writes
+//! guarded and fenced and confirmed by reading back when their outcome is unknown, and the
+//! session's ownership lease.
+
+use crate::Worker;
+use rig::{Bus, InvokeError};
+use serde_json::{json, Value};
+use std::rc::Rc;
+use tokio::task::JoinHandle;
+
+pub(crate) const TURN_SCOPE: &str = "harness_turn";
+pub(crate) const OWNER_SCOPE: &str = "harness_owner";
+/// The statuses after which a turn never runs again.
+pub(crate) const ENDED: [&str; 3] = ["completed", "failed", "cancelled"];
+/// How often a read, or an ordinary write, is tried before the work gives up on it.
+pub(crate) const TRIES: u32 = 3;
+
+/// A lease this worker holds on a session; dropping it stops its renewal.
+pub(crate) struct Lease {
+    pub(crate) token: u64,
+    renewal: JoinHandle<()>,
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.renewal.abort();
+    }
+}
+
+/// Why a write did not land.
+#[derive(Debug)]
+pub(crate) enum Unwritten {
+    /// A newer owner holds the session: this worker writes nothing more for it.
+    Fenced,
+    /// The turn had already ended.
+    Ended,
+    /// Not taken, or not known to be, after every try.
+    Failed(String),
+}
+
+impl Unwritten {
+    pub(crate) fn why(&self) -> String {
+        match self {
+            Unwritten::Fenced => "a newer owner holds the session".into(),
+            Unwritten::Ended => "the turn had already ended".into(),
+            Unwritten::Failed(why) => why.clone(),
+        }
+    }
+}
+
+/// Whether a turn record has ended.
+pub(crate) fn ended(record: &Value) -> bool {
+    record["status"].as_str().is_some_and(|status| ENDED.contains(&status))
+}
+
+impl Worker {
+    pub(crate) async fn call(&self, bus: &Bus, function: &str, data: Value) -> Result<Value, InvokeError> {
+        bus.invoke(function, data, self.env.config.session_timeout_ms).await
+    }
+
+    /// Waits until this worker is connected to the engine, looking every 100 ms, for at most
+    /// ten minutes.
+    pub(crate) async fn connected(&self, bus: &Bus) {
+        for _ in 0..6_000 {
+            if bus.is_connected() {
+                return;
+            }
+            self.env.clock.sleep(100).await;
+        }
+    }
+
+    /// Sleeps the settings' backoff for the `attempt`th retry, doubling, at most 5 s.
+    pub(crate) async fn back_off(&self, attempt: u32) {
+        let ms = self.env.config.terminalize_backoff_ms.max(1).saturating_mul(1 << attempt.min(16)).min(5_000);
+        self.env.clock.sleep(ms).await;
+    }
+
+    /// The value at `scope/key` (null for none), tried a few times.
+    pub(crate) async fn read(&self, bus: &Bus, scope: &str, key: &str) -> Result<Value, String> {
+        let mut last = String::new();
+        for attempt in 0..TRIES {
+            match self.call(bus, "state::get", json!({ "scope": scope, "key": key })).await {
+                Ok(value) => return Ok(value),
+                Err(error) => last = format!("state::get {scope}/{key}: {error}"),
+            }
+            self.back_off(attempt).await;
+        }
+        Err(last)
+    }
+
+    /// The session's turn record.
+    pub(crate) async fn read_turn(&self, bus: &Bus, session: &str) -> Result<Value, String> {
+        self.read(bus, TURN_SCOPE, session).await
+    }
+
+    /// The fence of `session`'s writes: none without ownership in this world; `Fenced` when
+    /// the world has it and this worker does not hold the session.
+    pub(crate) fn fence(&self, session: &str) -> Result<Option<u64>, Unwritten> {
+        if self.env.config.lease_ttl_ms == 0 {
+            return Ok(None);
+        }
+        self.leases.borrow().get(session).map(|lease| Some(lease.token)).ok_or(Unwritten::Fenced)
+    }
+
+    /// Writes the turn record whole, `tries` times at most: guarded (it never reopens an
+    /// ended turn), fenced by the session's lease, an unknown outcome read back.
+    pub(crate) async fn write_turn(&self, bus: &Bus, record: &Value, tries: u32) -> Result<(), Unwritten> {
+        let session = record["session_id"].as_str().unwrap_or_default().to_string();
+        let mut last = String::new();
+        for attempt in 0..tries.max(1) {
+            let mut request = json!({
+                "scope": TURN_SCOPE, "key": session, "value": record,
+                "guard": { "key": "turn_id", "status": "status", "final": ENDED },
+            });
+            if let Some(token) = self.fence(&session)? {
+                request["fence"] = json!({ "scope": OWNER_SCOPE, "key": session, "token": token });
+            }
+            match self.call(bus, "state::set", request).await {
+                Ok(_) => return Ok(()),
+                Err(InvokeError::Rejected(body)) if body.code == "stale_token" => {
+                    self.lose(&session);
+                    return Err(Unwritten::Fenced);
+                }
+                Err(InvokeError::Rejected(body)) if body.code == "final_state" => return Err(Unwritten::Ended),
+                Err(error) => {
+                    last = format!("state::set {TURN_SCOPE}/{session}: {error}");
+                    if error.outcome_unknown() && self.read_turn(bus, &session).await.is_ok_and(|v| &v == record) {
+                        return Ok(());
+                    }
+                }
+            }
+            if attempt + 1 < tries {
+                self.back_off(attempt).await;
+            }
+        }
+        Err(Unwritten::Failed(last))
+    }
+
+    /// Takes the session's lease when the world has ownership, and renews it in the
+    /// background. `Err` with why when another worker holds it.
+    pub(crate) async fn own(self: &Rc<Self>, bus: &Bus, session: &str) -> Result<(), String> {
+        let ttl_ms = self.env.config.lease_ttl_ms;
+        if ttl_ms == 0 || self.leases.borrow().contains_key(session) {
+            return Ok(());
+        }
+        let request = json!({ "scope": OWNER_SCOPE, "key": session, "owner": self.env.host, "ttl_ms": ttl_ms });
+        for attempt in 0..TRIES {
+            let reply = match self.call(bus, "state::acquire-lease", request.clone()).await {
+                Ok(reply) => reply,
+                Err(error) => {
+                    // A grant whose answer was lost is this host's: the next try is refused by
+                    // it, and waits it out below.
+                    self.back_off(attempt).await;
+                    if attempt + 1 == TRIES {
+                        return Err(format!("state::acquire-lease: {error}"));
+                    }
+                    continue;
+                }
+            };
+            if let Some(token) = reply["token"].as_u64().filter(|_| reply["granted"] == true) {
+                let renewal = tokio::task::spawn_local(Rc::clone(self).renew(bus.clone(), session.to_string(), token));
+                self.leases.borrow_mut().insert(session.to_string(), Lease { token, renewal });
+                return Ok(());
+            }
+            // Held by this host's earlier incarnation (or a grant whose answer was lost): it
+            // is nobody's work now, so wait for it to run out. Held by another: theirs.
+            if reply["owner"] != self.env.host.as_str() {
+                return Err(format!("session {session} is owned by {}", reply["owner"]));
+            }
+            let until = reply["expires_at_ms"].as_u64().unwrap_or(0);
+            self.env.clock.sleep_until(until.saturating_add(1)).await;
+        }
+        Err(format!("the lease of session {session} was not granted"))
+    }
+
+    async fn renew(self: Rc<Self>, bus: Bus, session: String, token: u64) {
+        let ttl_ms = self.env.config.lease_ttl_ms;
+        loop {
+            self.env.clock.sleep((ttl_ms / 3).max(1)).await;
+            self.env.wait_while_paused().await;
+            let request = json!({ "scope": OWNER_SCOPE, "key": session, "owner": self.env.host, "token": token, "ttl_ms": ttl_ms });
+            if let Ok(reply) = self.call(&bus, "state::renew-lease", request).await {
+                if reply["renewed"] != true {
+                    self.lose(&session);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Forgets a lease a newer owner took.
+    pub(crate) fn lose(&self, session: &str) {
+        if let Some(lease) = self.leases.borrow_mut().remove(session) {
+            // This may be the renewal task itself: let it end by itself rather than abort it.
+            std::mem::forget(lease);
+        }
+    }
+
+    /// Hands the session's lease back: its turn needs no more work from this worker.
+    pub(crate) async fn release(&self, bus: &Bus, session: &str) {
+        let Some(lease) = self.leases.borrow_mut().remove(session) else { return };
+        let request = json!({ "scope": OWNER_SCOPE, "key": session, "owner": self.env.host, "token": lease.token });
+        drop(lease);
+        for attempt in 0..TRIES {
+            if self.call(bus, "state::release-lease", request.clone()).await.is_ok() {
+                return;
+            }
+            self.back_off(attempt).await;
+        }
+    }
+
+    /// Appends an entry to the session's transcript, tried a few times; its `entry_key` makes a
+    /// repeat harmless.
+    pub(crate) async fn append(&self, bus: &Bus, session: &str, entry: Value) -> bool {
+        let request = json!({ "session_id": session, "entry": entry });
+        for attempt in 0..TRIES {
+            if self.call(bus, "session::append", request.clone()).await.is_ok() {
+                return true;
+            }
+            self.back_off(attempt).await;
+        }
+        false
+    }
+}

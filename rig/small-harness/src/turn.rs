@@ -1,0 +1,276 @@
+//! A turn: its deliveries, its model rounds, and its one recorded end.
+
+use crate::actions::Settled;
+use crate::status::{NOT_DONE, PLANNED};
+use crate::store::{ended, Unwritten, TRIES};
+use crate::{text, Worker, ACTIONS_FIELD};
+use rig::{Bus, ErrorBody};
+use serde_json::{json, Value};
+use std::rc::Rc;
+
+/// The most model rounds one delivery runs before the turn fails.
+const ROUNDS_MAX: u32 = 16;
+
+/// How a delivery's work ended.
+enum Ended {
+    /// The turn ended (`completed`, `failed`, `held`) and the record says so.
+    Recorded(String),
+    /// A newer owner took the session, or the turn ended elsewhere: this worker stops.
+    Superseded,
+    /// What it had to record could not be: the delivery is answered with an error, so whoever
+    /// delivers it again runs the turn on from its record.
+    Unrecorded(String),
+}
+
+impl From<Unwritten> for Ended {
+    fn from(unwritten: Unwritten) -> Self {
+        match unwritten {
+            Unwritten::Failed(why) => Ended::Unrecorded(why),
+            Unwritten::Fenced | Unwritten::Ended => Ended::Superseded,
+        }
+    }
+}
+
+/// Whether a delivery for `turn_id` at `step` is the session's current work: the record is that
+/// turn, running, at or past that step.
+fn current(record: &Value, turn_id: &str, step: u64) -> bool {
+    record["turn_id"] == turn_id && record["status"] == "running" && record["step"].as_u64().unwrap_or(0) >= step
+}
+
+fn skipped(session: &str, turn_id: &str, reason: &str) -> Value {
+    json!({ "session_id": session, "turn_id": turn_id, "skipped": true, "reason": reason })
+}
+
+impl Worker {
+    /// `{host}::turn`: runs the turn when the delivery is current, and answers the contract's
+    /// turn reply.
+    pub(crate) async fn deliver(self: &Rc<Self>, bus: &Bus, data: &Value) -> Result<Value, ErrorBody> {
+        let session = text(data, "session_id")?;
+        let turn_id = text(data, "turn_id")?;
+        let step = data["step"].as_u64().unwrap_or(0);
+        let lock = self.session_lock(&session);
+        let _working = lock.lock().await;
+        let unavailable = |why: String| ErrorBody::new("unavailable", why);
+        let record = self.read_turn(bus, &session).await.map_err(unavailable)?;
+        if !current(&record, &turn_id, step) {
+            self.finish_what_was_left(bus, &session, &record).await;
+            return Ok(skipped(&session, &turn_id, "not the session's current turn at that step"));
+        }
+        self.own(bus, &session).await.map_err(unavailable)?;
+        // Read again as its owner: the record may have moved before the lease was granted.
+        let record = match self.read_turn(bus, &session).await {
+            Ok(record) => record,
+            Err(why) => {
+                self.release(bus, &session).await;
+                return Err(unavailable(why));
+            }
+        };
+        if !current(&record, &turn_id, step) {
+            self.finish_what_was_left(bus, &session, &record).await;
+            self.release(bus, &session).await;
+            return Ok(skipped(&session, &turn_id, "not the session's current turn at that step"));
+        }
+        match self.run(bus, record).await {
+            Ended::Recorded(status) => {
+                if status != "held" {
+                    self.admit(bus, &session).await;
+                }
+                self.release(bus, &session).await;
+                Ok(json!({ "session_id": session, "turn_id": turn_id, "status": status }))
+            }
+            Ended::Superseded => {
+                self.lose(&session);
+                Ok(skipped(&session, &turn_id, "superseded: a newer owner, or the turn ended elsewhere"))
+            }
+            Ended::Unrecorded(why) => {
+                self.release(bus, &session).await;
+                Err(unavailable(why))
+            }
+        }
+    }
+
+    /// Model rounds, each a generation and the actions it asked for, until the turn ends.
+    async fn run(self: &Rc<Self>, bus: &Bus, mut record: Value) -> Ended {
+        for _ in 0..ROUNDS_MAX {
+            if !self.round_planned(&record) {
+                match self.generate(bus, &record).await {
+                    Ok(Generated::Answer(answer)) => return self.complete(bus, record, answer).await,
+                    Ok(Generated::Calls(calls)) => {
+                        if let Err(unwritten) = self.plan(bus, &mut record, &calls).await {
+                            return unwritten.into();
+                        }
+                    }
+                    Err(why) => return self.end(bus, record, "failed", why).await,
+                }
+            }
+            let mut held = Vec::new();
+            for id in self.round_actions(&record) {
+                match self.settle(bus, &mut record, &id).await {
+                    Ok(Settled::Held(why)) => held.push(format!("{id}: {why}")),
+                    Ok(Settled::Done | Settled::NotDone) => {}
+                    Err(unwritten) => return unwritten.into(),
+                }
+            }
+            if !held.is_empty() {
+                return self.end(bus, record, "held", held.join("; ")).await;
+            }
+            record["step"] = json!(record["step"].as_u64().unwrap_or(0) + 1);
+            if let Err(unwritten) = self.write_turn(bus, &record, TRIES).await {
+                return unwritten.into();
+            }
+        }
+        self.end(bus, record, "failed", format!("more than {ROUNDS_MAX} model rounds")).await
+    }
+
+    /// Whether the record holds a round planned at its current step.
+    fn round_planned(&self, record: &Value) -> bool {
+        !self.round_actions(record).is_empty()
+    }
+
+    /// The ids of the actions planned at the record's current step, in order.
+    pub(crate) fn round_actions(&self, record: &Value) -> Vec<String> {
+        let step = record["step"].as_u64().unwrap_or(0);
+        let mut planned: Vec<(u64, String)> = record[ACTIONS_FIELD]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter(|(_, action)| action["step"].as_u64() == Some(step))
+            .map(|(id, action)| (action["index"].as_u64().unwrap_or(0), id.clone()))
+            .collect();
+        planned.sort();
+        planned.into_iter().map(|(_, id)| id).collect()
+    }
+
+    /// Records a round: every call it asks for, planned, in one write; then the calls into the
+    /// transcript.
+    async fn plan(&self, bus: &Bus, record: &mut Value, calls: &[Value]) -> Result<(), Unwritten> {
+        let turn_id = record["turn_id"].as_str().unwrap_or_default().to_string();
+        let step = record["step"].as_u64().unwrap_or(0);
+        let session = record["session_id"].as_str().unwrap_or_default().to_string();
+        if !record[ACTIONS_FIELD].is_object() {
+            record[ACTIONS_FIELD] = json!({});
+        }
+        let mut content = Vec::new();
+        for (index, call) in calls.iter().enumerate() {
+            let id = format!("{turn_id}/{step}.{index}");
+            let call_id = call["id"].as_str().map_or_else(|| id.clone(), str::to_string);
+            record[ACTIONS_FIELD][&id] = json!({
+                "step": step, "index": index, "tool": call["tool"], "args": call["args"], "call_id": call_id,
+                "status": PLANNED, "owner": self.env.host,
+                "idempotency_key": format!("{session}/{id}"), "client_reference": id,
+            });
+            content.push(
+                json!({ "type": "function_call", "id": call_id, "function_id": call["tool"], "arguments": call["args"] }),
+            );
+        }
+        self.write_turn(bus, record, TRIES).await?;
+        let entry = json!({ "role": "assistant", "content": content, "entry_key": format!("{turn_id}/{step}:calls") });
+        self.append(bus, &session, entry).await;
+        Ok(())
+    }
+
+    /// A completed turn: its answer into the transcript, then its end recorded.
+    async fn complete(&self, bus: &Bus, record: Value, answer: Value) -> Ended {
+        let session = record["session_id"].as_str().unwrap_or_default().to_string();
+        let key = answer_key(&record);
+        if !self.append(bus, &session, json!({ "role": "assistant", "text": answer, "entry_key": key })).await {
+            return self.end(bus, record, "failed", "the answer could not be put into the transcript".into()).await;
+        }
+        self.end(bus, record, "completed", String::new()).await
+    }
+
+    /// Records how the turn ended (`why`: a failure's or a hold's reason). Before a failure, each
+    /// action of the turn that was never requested is closed as not done; one whose request may
+    /// have left cannot be closed, so the turn is held for a person instead.
+    async fn end(&self, bus: &Bus, mut record: Value, status: &str, why: String) -> Ended {
+        let mut status = status.to_string();
+        let session = record["session_id"].as_str().unwrap_or_default().to_string();
+        let mut results = Vec::new();
+        let mut why = why;
+        if status == "failed" {
+            let ids: Vec<String> =
+                record[ACTIONS_FIELD].as_object().into_iter().flatten().map(|(id, _)| id.clone()).collect();
+            for id in ids {
+                let action = &mut record[ACTIONS_FIELD][&id];
+                match action["status"].as_str() {
+                    Some(PLANNED) => {
+                        action["status"] = json!(NOT_DONE);
+                        action["error"] = json!(format!("never requested: the turn failed ({why})"));
+                        results.push((id.clone(), action.clone()));
+                    }
+                    Some(crate::status::REQUESTED | crate::status::HELD) => {
+                        status = "held".into();
+                        why = format!("the turn failed ({why}) with action {id} of unknown outcome");
+                    }
+                    _ => {}
+                }
+            }
+        }
+        record["status"] = json!(status);
+        match status.as_str() {
+            "held" => record["held_reason"] = json!(why),
+            "failed" => record["error"] = json!(why),
+            _ => {}
+        }
+        let tries = self.env.config.terminalize_attempts.max(1);
+        if let Err(unwritten) = self.write_turn(bus, &record, tries).await {
+            return unwritten.into();
+        }
+        for (id, action) in results {
+            let result = json!({ "error": action["error"] });
+            self.transcribe_result(bus, &session, &id, &action, &result, true).await;
+        }
+        Ended::Recorded(status)
+    }
+
+    /// One generation for the turn, from the transcript as it stands; a completed turn whose
+    /// end was not recorded finds its answer there, and is not asked again.
+    async fn generate(&self, bus: &Bus, record: &Value) -> Result<Generated, String> {
+        let session = record["session_id"].clone();
+        let messages = self.call(bus, "session::messages", json!({ "session_id": session })).await;
+        let messages = messages.map_err(|e| format!("session::messages: {e}"))?;
+        let key = answer_key(record);
+        let entries = messages["entries"].as_array().map(Vec::as_slice).unwrap_or_default();
+        if let Some(answer) = entries.iter().find(|entry| entry["entry_key"] == key.as_str()) {
+            return Ok(Generated::Answer(answer["text"].clone()));
+        }
+        let tools: Vec<Value> = self
+            .env
+            .config
+            .tools
+            .iter()
+            .map(|tool| json!({ "name": tool.name, "description": tool.description, "parameters": tool.parameters }))
+            .collect();
+        let request = json!({
+            "session_id": session, "turn_id": record["turn_id"], "step": record["step"], "messages": messages["entries"],
+            "tools": tools, "system_prompt": self.env.config.system_prompt,
+        });
+        let reply = bus.invoke("model::generate", request, self.env.config.model_timeout_ms).await;
+        let reply = reply.map_err(|e| format!("model::generate: {e}"))?;
+        match reply["tool_calls"].as_array().filter(|calls| !calls.is_empty()) {
+            Some(calls) => Ok(Generated::Calls(calls.clone())),
+            None => Ok(Generated::Answer(reply["text"].clone())),
+        }
+    }
+
+    /// What a delivery that is not current may still find to do, left by a worker that died:
+    /// input waiting after a recorded end, or a new turn recorded but not yet through admission.
+    async fn finish_what_was_left(self: &Rc<Self>, bus: &Bus, session: &str, record: &Value) {
+        if ended(record) {
+            self.admit(bus, session).await;
+        } else if record["status"] == "running" && record["step"] == 0 {
+            self.finish_admission(bus, record.clone()).await;
+        }
+    }
+}
+
+/// What a generation asked for.
+enum Generated {
+    Answer(Value),
+    Calls(Vec<Value>),
+}
+
+/// The transcript key of a turn's answer.
+fn answer_key(record: &Value) -> String {
+    format!("{}:answer", record["turn_id"].as_str().unwrap_or_default())
+}
