@@ -31,9 +31,19 @@ impl Worker {
     /// of it in `record`.
     pub(crate) async fn settle(&self, bus: &Bus, record: &mut Value, id: &str) -> Result<Settled, Unwritten> {
         let action = record[ACTIONS_FIELD][id].clone();
+        let session = record["session_id"].as_str().unwrap_or_default().to_string();
         match action["status"].as_str() {
-            Some(DONE) => return Ok(Settled::Done),
-            Some(NOT_DONE) => return Ok(Settled::NotDone),
+            // Settled by a worker that may have died before transcribing its result: the
+            // append is keyed, so making sure is harmless, and the next generation needs it.
+            Some(status @ (DONE | NOT_DONE)) => {
+                let result = match &action["result"] {
+                    Value::Null => json!({ "error": action["error"] }),
+                    result => result.clone(),
+                };
+                let is_error = status != DONE || result["is_error"] == true;
+                self.transcribe_result(bus, &session, id, &action, &result, is_error).await;
+                return Ok(if status == DONE { Settled::Done } else { Settled::NotDone });
+            }
             Some(HELD) => return Ok(Settled::Held(action["held_reason"].as_str().unwrap_or("held").into())),
             _ => {}
         }
