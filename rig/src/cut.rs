@@ -92,6 +92,55 @@ pub enum ServiceFault {
     /// answer arrives, for `ms`: its process goes on, but every call it makes fails at once and
     /// it cannot connect again until the link is repaired.
     IsolateCaller { ms: u64 },
+    /// The function (or its whole service) is down for `ms` from the call that starts it: that
+    /// call and every later one it covers fail as `refuse` says, however many there are, while
+    /// every network link stays up. Nothing they ask takes effect.
+    Outage { ms: u64, refuse: Refusal, over: OutageOver },
+}
+
+/// How each call an outage covers fails.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// A definite error reply (the service answers, saying it cannot serve).
+    Reject { code: String, message: String },
+    /// No reply at all: the caller's deadline passes.
+    Timeout,
+}
+
+/// The error an outage answers each call with, unless its file names another.
+pub const OUTAGE_CODE: &str = "unavailable";
+pub const OUTAGE_MESSAGE: &str = "the service is down (an outage cut)";
+
+impl Refusal {
+    /// The error an outage answers with unless the file names another.
+    pub fn unavailable() -> Self {
+        Refusal::Reject { code: OUTAGE_CODE.into(), message: OUTAGE_MESSAGE.into() }
+    }
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            Refusal::Reject { .. } => "reject",
+            Refusal::Timeout => "timeout",
+        }
+    }
+}
+
+/// What an outage takes down.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutageOver {
+    /// Every call of the cut's function, whatever it is about.
+    Function,
+    /// Every call of every function of the service the cut's function belongs to.
+    Service,
+}
+
+impl OutageOver {
+    pub fn name(self) -> &'static str {
+        match self {
+            OutageOver::Function => "function",
+            OutageOver::Service => "service",
+        }
+    }
 }
 
 impl ServiceFault {
@@ -107,6 +156,7 @@ impl ServiceFault {
             ServiceFault::CrashEngine => "crash-engine",
             ServiceFault::PauseCaller { .. } => "pause-caller",
             ServiceFault::IsolateCaller { .. } => "isolate-caller",
+            ServiceFault::Outage { .. } => "outage",
         }
     }
 }
@@ -124,24 +174,51 @@ pub struct ServiceCut {
 #[derive(Debug, Default)]
 pub struct CutTable {
     cuts: Vec<ServiceCut>,
+    /// Until when each cut's outage lasts, once one has started (by cut index).
+    outages: Vec<Option<u64>>,
+}
+
+/// The service a function belongs to: `state` for `state::set`.
+pub fn service_of(function: &str) -> &str {
+    function.split_once("::").map_or(function, |(service, _)| service)
 }
 
 impl CutTable {
     pub fn new(cuts: impl IntoIterator<Item = ServiceCut>) -> Self {
-        Self { cuts: cuts.into_iter().collect() }
+        let cuts: Vec<ServiceCut> = cuts.into_iter().collect();
+        Self { outages: vec![None; cuts.len()], cuts }
     }
 
-    /// Which cut (by index) takes this call, and with what fault. The first that fires decides.
-    pub fn decide(&mut self, function: &str, payload: &Value) -> Option<(usize, ServiceFault)> {
+    /// Which cut (by index) takes this call, arriving at `now_ms`, and with what fault. The
+    /// first that fires decides; an outage under way takes every call it covers until it ends,
+    /// and a call that starts one is the first it takes.
+    pub fn decide(&mut self, function: &str, payload: &Value, now_ms: u64) -> Option<(usize, ServiceFault)> {
+        let outages = &mut self.outages;
         self.cuts.iter_mut().enumerate().find_map(|(index, cut)| {
+            if let ServiceFault::Outage { over, .. } = &cut.fault {
+                let covered = match over {
+                    OutageOver::Function => cut.function == function,
+                    OutageOver::Service => service_of(&cut.function) == service_of(function),
+                };
+                if covered && outages[index].is_some_and(|until| now_ms < until) {
+                    return Some((index, cut.fault.clone()));
+                }
+            }
             let applies = cut.function == function && all_hold(&cut.conditions, payload);
-            (applies && cut.trigger.arrive()).then(|| (index, cut.fault.clone()))
+            if !(applies && cut.trigger.arrive()) {
+                return None;
+            }
+            if let ServiceFault::Outage { ms, .. } = cut.fault {
+                outages[index] = Some(now_ms.saturating_add(ms));
+            }
+            Some((index, cut.fault.clone()))
         })
     }
 
-    /// Disarms every cut: the faults are healed.
+    /// Disarms every cut: the faults are healed, and an outage under way ends.
     pub fn heal(&mut self) {
         self.cuts.iter_mut().for_each(|cut| cut.trigger.disarm());
+        self.outages.iter_mut().for_each(|until| *until = None);
     }
 
     pub fn cuts(&self) -> &[ServiceCut] {
@@ -230,12 +307,12 @@ mod tests {
     fn fires_on_matching_calls_within_its_count_after_skipping() {
         let mut table = CutTable::new([cut(1, Count::Times(2))]);
         let failed = json!({"value": {"status": "failed"}});
-        assert_eq!(table.decide("state::set", &json!({"value": {"status": "running"}})), None);
-        assert_eq!(table.decide("state::get", &failed), None);
-        assert_eq!(table.decide("state::set", &failed), None, "the first match is skipped");
-        assert!(table.decide("state::set", &failed).is_some());
-        assert!(table.decide("state::set", &failed).is_some());
-        assert_eq!(table.decide("state::set", &failed), None, "count used up");
+        assert_eq!(table.decide("state::set", &json!({"value": {"status": "running"}}), 0), None);
+        assert_eq!(table.decide("state::get", &failed, 0), None);
+        assert_eq!(table.decide("state::set", &failed, 0), None, "the first match is skipped");
+        assert!(table.decide("state::set", &failed, 0).is_some());
+        assert!(table.decide("state::set", &failed, 0).is_some());
+        assert_eq!(table.decide("state::set", &failed, 0), None, "count used up");
         assert_eq!(table.cuts()[0].trigger.fired(), 2);
     }
 
@@ -243,11 +320,49 @@ mod tests {
     fn healing_disarms_always_cuts_and_unfired_cuts_are_vacuous() {
         let mut table = CutTable::new([cut(0, Count::Always), cut(0, Count::Always)]);
         let failed = json!({"value": {"status": "failed"}});
-        assert!(table.decide("state::set", &failed).is_some());
+        assert!(table.decide("state::set", &failed, 0).is_some());
         table.heal();
-        assert_eq!(table.decide("state::set", &failed), None);
+        assert_eq!(table.decide("state::set", &failed, 0), None);
         assert!(!table.cuts()[0].trigger.is_vacuous());
         assert!(table.cuts()[1].trigger.is_vacuous(), "shadowed by the first cut, it never fired");
+    }
+
+    fn outage(function: &str, over: OutageOver, skip: u64) -> ServiceCut {
+        ServiceCut {
+            function: function.into(),
+            conditions: vec![Condition::equals("key", "s1").unwrap()],
+            fault: ServiceFault::Outage { ms: 1_000, refuse: Refusal::Timeout, over },
+            trigger: Trigger::new(skip, Count::Times(1), false),
+        }
+    }
+
+    /// From the call that starts it, an outage takes every call it covers, whatever it is
+    /// about and however many, until its time is up; then calls go through again.
+    #[test]
+    fn an_outage_takes_every_call_it_covers_for_its_duration() {
+        let mut table = CutTable::new([outage("state::set", OutageOver::Function, 1)]);
+        let (s1, s2) = (json!({"key": "s1"}), json!({"key": "s2"}));
+        assert_eq!(table.decide("state::set", &s2, 0), None, "not the call that starts it");
+        assert_eq!(table.decide("state::set", &s1, 10), None, "skipped");
+        assert!(table.decide("state::set", &s1, 20).is_some(), "the outage starts");
+        assert!(table.decide("state::set", &s2, 500).is_some(), "any call of the function while it lasts");
+        assert_eq!(table.decide("state::get", &s1, 500), None, "another function of the service is up");
+        assert!(table.decide("state::set", &s1, 1_019).is_some(), "the last millisecond");
+        assert_eq!(table.decide("state::set", &s1, 1_020), None, "over, and it starts once");
+        assert_eq!(table.cuts()[0].trigger.fired(), 1, "one outage");
+    }
+
+    #[test]
+    fn a_service_outage_takes_every_function_of_the_service_and_healing_ends_it() {
+        let mut table = CutTable::new([outage("state::set", OutageOver::Service, 0)]);
+        let s1 = json!({"key": "s1"});
+        assert!(table.decide("state::set", &s1, 0).is_some());
+        assert!(table.decide("state::get", &json!({}), 10).is_some(), "a read of the same service");
+        assert_eq!(table.decide("session::append", &json!({}), 10), None, "another service");
+        table.heal();
+        assert_eq!(table.decide("state::get", &json!({}), 20), None, "healed");
+        assert_eq!(service_of("state::compare-and-set"), "state");
+        assert_eq!(service_of("lonely"), "lonely");
     }
 
     #[test]

@@ -535,7 +535,7 @@ fn an_explored_finding_is_written_with_its_timeline_trace_and_repro_and_overwrit
             })
             .collect::<Vec<(PathBuf, u64)>>()
     };
-    let found = explore("0..12");
+    let found = explore("0..20");
     let written: Vec<&PathBuf> = found.iter().map(|(path, _)| path).collect();
     assert!(written.len() >= 2, "the unguarded policy is found more than once");
     let distinct: std::collections::BTreeSet<_> = written.iter().collect();
@@ -569,7 +569,7 @@ fn seeds_that_shrink_to_the_same_cuts_are_one_finding_in_one_file() {
     let folder = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli/explore-signatures");
     let _ = std::fs::remove_dir_all(&folder);
     let explore = |extra: &[&str]| {
-        let mut args = vec!["explore", workload.to_str().unwrap(), "--policy", "unguarded", "--seeds", "0..30"];
+        let mut args = vec!["explore", workload.to_str().unwrap(), "--policy", "unguarded", "--seeds", "0..40"];
         args.extend(extra);
         let out = rig(&args);
         assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));

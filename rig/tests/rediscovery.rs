@@ -46,7 +46,7 @@ fn table() -> Vec<Row> {
     vec![
         row("swallow", "queued-successor.toml", Explore(6..7), "liveness"),
         row("propagate", "multi-round.toml", Explore(9..10), "liveness"),
-        row("unguarded", "multi-round.toml", Explore(1..2), "monotonic"),
+        row("unguarded", "multi-round.toml", Explore(6..7), "monotonic"),
         row(
             "replay-unfinished",
             "switch-with-lease.toml",

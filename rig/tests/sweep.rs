@@ -15,7 +15,10 @@ fn workload(name: &str) -> Scenario {
 
 #[test]
 fn a_depth_one_sweep_of_a_workload_finds_nothing_under_reference() {
-    let report = explore::sweep(&rig::reference(), &workload("queued-successor.toml"), &SweepOptions::default())
+    // (queued-successor.toml was this workload until outages joined the cut space: a store down
+    // past the reference harness's background retries strands its queued input, a known gap of
+    // rig/docs/explore.md.)
+    let report = explore::sweep(&rig::reference(), &workload("multi-round.toml"), &SweepOptions::default())
         .expect("the harness serves the workload");
     assert!(report.baseline_fired.is_empty(), "the uncut workload trips {:?}", report.baseline_fired);
     assert!(report.runs.len() > 100, "the cut space is the whole workload: {} runs", report.runs.len());

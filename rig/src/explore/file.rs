@@ -46,7 +46,9 @@ pub(super) fn scenario_toml(workload: &Scenario, contents: &Contents<'_>) -> Str
     }
     remove_steps(&mut doc, contents.removed_steps);
     let count = contents.placements.len();
-    for (n, placement) in contents.placements.iter().enumerate() {
+    // In the order the run added them: which cut counts which call depends on it.
+    for n in super::space::application_order(contents.placements) {
+        let placement = &contents.placements[n];
         let note = if count == 1 { String::from("The cut") } else { format!("Cut {} of {count}", n + 1) };
         add_cut(doc.as_table_mut(), placement, &format!("# {note}: {}", placement.id()));
     }
@@ -168,6 +170,12 @@ fn add_cut(root: &mut Table, placement: &Placement, comment: &str) {
                 Kind::Delay => drop(cut.insert("delay_ms", ms)),
                 Kind::PauseCaller => drop(cut.insert("pause_ms", ms)),
                 Kind::IsolateCaller => drop(cut.insert("isolate_ms", ms)),
+                Kind::Outage | Kind::OutageTimeout => {
+                    cut.insert("action", value("outage"));
+                    cut.insert("for_ms", ms);
+                    cut.insert("refuse", value(if placement.kind == Kind::Outage { "reject" } else { "timeout" }));
+                    cut.insert("over", value("service"));
+                }
                 _ => {}
             }
             skip(&mut cut, *nth);

@@ -12,7 +12,7 @@
 //! point, since the seed is the same).
 
 use crate::condition::Condition;
-use crate::cut::{Count, Interrupt, ProcessCut, ServiceCut, ServiceFault, Trigger};
+use crate::cut::{Count, Interrupt, OutageOver, ProcessCut, Refusal, ServiceCut, ServiceFault, Trigger};
 use crate::run::RunOutcome;
 use crate::scenario::{ProxySetup, Scenario};
 use crate::topology::{HARNESS, REPLACEMENT};
@@ -74,11 +74,17 @@ pub enum Kind {
     Reorder,
     Crash,
     Pause,
+    /// The call's whole service down for a while from this call on, every link up: each call
+    /// it gets meanwhile is refused with an error.
+    Outage,
+    /// The same, each call left unanswered until its caller's deadline.
+    OutageTimeout,
 }
 
 impl Kind {
     /// The kinds a swarm draws a coin for, each its own; `Reorder` comes with `Delay`'s (a frame
-    /// made late past its partner), so that adding it changed no seed's draw.
+    /// made late past its partner), so that adding it changed no seed's draw; the two outages
+    /// come from a stream of their own for the same reason (see `swarm::draw`).
     pub const ALL: [Kind; 14] = [
         Kind::LostAck,
         Kind::Timeout,
@@ -113,7 +119,14 @@ impl Kind {
             Kind::Reorder => "reorder",
             Kind::Crash => "crash",
             Kind::Pause => "pause",
+            Kind::Outage => "outage",
+            Kind::OutageTimeout => "outage-timeout",
         }
+    }
+
+    /// A service down for a while, however it refuses.
+    pub fn is_outage(self) -> bool {
+        matches!(self, Kind::Outage | Kind::OutageTimeout)
     }
 }
 
@@ -142,7 +155,8 @@ impl Site {
         }
     }
 
-    fn nth(&self) -> u64 {
+    /// Which of its like the site is, from 1.
+    pub fn nth(&self) -> u64 {
         match self {
             Site::Call { nth, .. } | Site::Frame { nth, .. } | Site::Point { nth, .. } => *nth,
         }
@@ -168,9 +182,14 @@ impl fmt::Display for Site {
 }
 
 impl Placement {
-    /// A stable id a person can read: `timeout @ call state::set[scope=harness_turn ...]#2`.
+    /// A stable id a person can read: `timeout @ call state::set[scope=harness_turn ...]#2`; an
+    /// outage says how long, since the space offers a few at each site (`outage for 15000 ms @
+    /// ...`).
     pub fn id(&self) -> String {
-        format!("{} @ {}", self.kind.name(), self.site)
+        match self.ms.filter(|_| self.kind.is_outage()) {
+            Some(ms) => format!("{} for {ms} ms @ {}", self.kind.name(), self.site),
+            None => format!("{} @ {}", self.kind.name(), self.site),
+        }
     }
 
     /// The id without the ordinal.
@@ -196,6 +215,11 @@ impl Placement {
                     Kind::CrashService => ServiceFault::CrashService,
                     Kind::CrashEngine => ServiceFault::CrashEngine,
                     Kind::IsolateCaller => ServiceFault::IsolateCaller { ms: self.ms.unwrap_or(0) },
+                    Kind::Outage | Kind::OutageTimeout => ServiceFault::Outage {
+                        ms: self.ms.unwrap_or(0),
+                        refuse: if self.kind == Kind::Outage { Refusal::unavailable() } else { Refusal::Timeout },
+                        over: OutageOver::Service,
+                    },
                     _ => ServiceFault::PauseCaller { ms: self.ms.unwrap_or(0) },
                 };
                 let conditions = about
@@ -254,20 +278,33 @@ impl Placement {
     }
 }
 
+/// The order in which [`apply_all`] adds placements (and a finding's file lists their cuts):
+/// latest ordinal first, the mix's own order otherwise.
+pub fn application_order(placements: &[Placement]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..placements.len()).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(placements[i].site.nth()));
+    order
+}
+
 /// Applies several placements and returns, for each, the index of the cut it added among its sort.
+///
+/// The first cut that fires on a call decides it, and the cuts after it never count that call;
+/// a cut that lets a call through still counts it. So the placements are added latest ordinal
+/// first: a placement at the second call of a class, added before one at the first, counts the
+/// first call too and fires at the second, as its id says, where added after it would fire at
+/// the third. (Placements of one mix keep their order otherwise.)
 pub fn apply_all(placements: &[Placement], scenario: &mut Scenario) -> Vec<usize> {
-    placements
-        .iter()
-        .map(|placement| {
-            let index = match placement.site {
-                Site::Call { .. } => scenario.cuts.len(),
-                Site::Point { .. } => scenario.interrupts.len(),
-                Site::Frame { .. } => scenario.proxy.as_ref().map_or(0, |p| p.rules.len()),
-            };
-            placement.apply(scenario);
-            index
-        })
-        .collect()
+    let mut indices = vec![0; placements.len()];
+    for i in application_order(placements) {
+        let placement = &placements[i];
+        indices[i] = match placement.site {
+            Site::Call { .. } => scenario.cuts.len(),
+            Site::Point { .. } => scenario.interrupts.len(),
+            Site::Frame { .. } => scenario.proxy.as_ref().map_or(0, |p| p.rules.len()),
+        };
+        placement.apply(scenario);
+    }
+    indices
 }
 
 /// The identity fields of a call's payload.
@@ -294,6 +331,20 @@ impl Default for SpaceOptions {
     }
 }
 
+/// How long the cut space keeps a service down, for a call whose caller waits `deadline_ms` for
+/// it: three of its deadlines (a few tries refused), a quarter of the liveness window (past the
+/// retries a harness makes in the background), and the whole window; none longer than the
+/// window, each once, shortest first.
+pub fn outage_durations(deadline_ms: u64, liveness_ms: u64) -> Vec<u64> {
+    let mut durations: Vec<u64> = [deadline_ms.saturating_mul(3), liveness_ms / 4, liveness_ms]
+        .iter()
+        .map(|ms| (*ms).clamp(1, liveness_ms.max(1)))
+        .collect();
+    durations.sort_unstable();
+    durations.dedup();
+    durations
+}
+
 /// Every placement the uncut `baseline` run of `scenario` offers, in a fixed order.
 pub fn cut_space(scenario: &Scenario, baseline: &RunOutcome, options: &SpaceOptions) -> Vec<Placement> {
     let config = &scenario.world.harness;
@@ -303,6 +354,7 @@ pub fn cut_space(scenario: &Scenario, baseline: &RunOutcome, options: &SpaceOpti
         _ => config.session_timeout_ms,
     };
     let pause_ms = (config.lease_ttl_ms * 3).max(5_000);
+    let liveness_ms = scenario.world.liveness_ms;
     let is_worker = |name: &str| name == HARNESS || name == REPLACEMENT;
     let proxied_elsewhere = |worker: &str| scenario.proxy.as_ref().is_some_and(|p| p.worker != worker);
     let mut seen: BTreeMap<String, u64> = BTreeMap::new();
@@ -342,6 +394,16 @@ pub fn cut_space(scenario: &Scenario, baseline: &RunOutcome, options: &SpaceOpti
                         _ => None,
                     };
                     placements.push(Placement { site: site.clone(), kind, ms });
+                }
+                // A service down for a while, from the first call of each class on: a few
+                // refused calls, then past a harness's own retries, then up to the liveness
+                // window (healing ends an outage still under way).
+                if nth == 1 {
+                    for kind in [Kind::Outage, Kind::OutageTimeout] {
+                        for ms in outage_durations(deadline_of(function), liveness_ms) {
+                            placements.push(Placement { site: site.clone(), kind, ms: Some(ms) });
+                        }
+                    }
                 }
             }
             EventKind::Frame { direction, peer, frame, function_id: Some(function), invocation_id }
@@ -453,6 +515,49 @@ mod tests {
         assert_eq!(point(2).to_string(), "point harness@after_completion#2");
         assert_eq!(frame("invoke", 5).to_string(), "frame invoke harness::turn from harness#5");
         assert_eq!(call("state::get", 3).class(), call("state::get", 1).class());
+    }
+
+    #[test]
+    fn an_outage_takes_its_whole_service_down_and_its_id_says_for_how_long() {
+        for (kind, refuse) in [(Kind::Outage, Refusal::unavailable()), (Kind::OutageTimeout, Refusal::Timeout)] {
+            let scenario = applied(call("state::set", 1), kind);
+            let expected = ServiceFault::Outage { ms: 40, refuse, over: OutageOver::Service };
+            assert_eq!(scenario.cuts[0].fault, expected, "{kind:?}");
+        }
+        let outage = Placement { site: call("state::set", 2), kind: Kind::OutageTimeout, ms: Some(1_500) };
+        assert_eq!(outage.id(), "outage-timeout for 1500 ms @ call state::set[]#2");
+        assert_eq!(outage.class(), "outage-timeout @ call state::set[]", "a finding is the same at any length");
+        let delay = Placement { site: call("state::set", 2), kind: Kind::Delay, ms: Some(1_500) };
+        assert_eq!(delay.id(), "delay @ call state::set[]#2", "one delay per site: no length in its id");
+    }
+
+    #[test]
+    fn outages_last_a_few_deadlines_past_background_retries_and_up_to_the_liveness_window() {
+        assert_eq!(outage_durations(500, 60_000), [1_500, 15_000, 60_000]);
+        assert_eq!(outage_durations(60_000, 60_000), [15_000, 60_000], "never past the window, each once");
+        assert_eq!(outage_durations(0, 0), [1], "at least a millisecond");
+    }
+
+    /// The first cut that fires decides a call, and the cuts after it do not count it: a cut at
+    /// the second call added after one at the first would fire at the third.
+    #[test]
+    fn two_placements_on_one_class_fire_at_their_own_ordinals_in_any_order() {
+        let at = |nth: u64, kind: Kind| Placement { site: call("state::set", nth), kind, ms: None };
+        for mix in [vec![at(1, Kind::LostAck), at(2, Kind::Timeout)], vec![at(2, Kind::Timeout), at(1, Kind::LostAck)]]
+        {
+            let mut scenario = empty();
+            let indices = apply_all(&mix, &mut scenario);
+            let mut table = crate::cut::CutTable::new(scenario.cuts.clone());
+            let payload = serde_json::json!({});
+            let fired: Vec<Option<usize>> =
+                (0..3).map(|at_ms| table.decide("state::set", &payload, at_ms).map(|(index, _)| index)).collect();
+            let by_call: Vec<Option<&Placement>> = fired
+                .iter()
+                .map(|index| index.and_then(|i| mix.iter().zip(&indices).find(|(_, j)| **j == i)).map(|(p, _)| p))
+                .collect();
+            assert_eq!(by_call, [Some(&at(1, Kind::LostAck)), Some(&at(2, Kind::Timeout)), None], "{mix:?}");
+        }
+        assert_eq!(application_order(&[at(1, Kind::LostAck), at(3, Kind::Timeout), at(2, Kind::Reject)]), [1, 2, 0]);
     }
 
     /// Effects first, then what commits or acknowledges, then reads and the other frames.

@@ -46,6 +46,34 @@ fn draw(seed: u64, space: &[Placement], workload: &Scenario) -> Vec<Placement> {
         enabled.push(Kind::Reorder);
     }
     let candidates: Vec<&Placement> = space.iter().filter(|p| enabled.contains(&p.kind)).collect();
+    let mut mix = draw_from(&mut rng, &candidates, workload);
+    add_outage(seed, space, &mut mix);
+    mix
+}
+
+/// An outage, drawn from a stream of its own so that a seed that draws none keeps the mix it drew
+/// before outages were in the cut space: on for half the seeds, as any kind of cut, one outage
+/// at a call site of the space with its length drawn around the space's, added to the mix (in
+/// place of its last cut when the mix is full).
+fn add_outage(seed: u64, space: &[Placement], mix: &mut Vec<Placement>) {
+    let mut rng = component_stream(seed, "explore/outage");
+    let outages: Vec<&Placement> = space.iter().filter(|p| p.kind.is_outage()).collect();
+    if outages.is_empty() || !rng.random_bool(0.5) {
+        return;
+    }
+    let mut outage = outages[rng.random_range(0..outages.len())].clone();
+    outage.ms = outage.ms.map(|ms| rng.random_range(ms / 2..=ms.saturating_add(ms / 2)).max(1));
+    if mix.iter().any(|p| p.site == outage.site) {
+        return;
+    }
+    if mix.len() >= MIX_CUTS_MAX {
+        mix.pop();
+    }
+    mix.push(outage);
+}
+
+/// How many cuts, which of `candidates`, and their timings.
+fn draw_from(rng: &mut rand_chacha::ChaCha8Rng, candidates: &[&Placement], workload: &Scenario) -> Vec<Placement> {
     if candidates.is_empty() {
         return Vec::new();
     }
@@ -321,6 +349,33 @@ mod tests {
             assert!(mix.iter().all(|p| p.kind != Kind::Reorder || p.ms.is_none()), "seed {seed}: {mix:?}");
         }
         assert!(reordered > 0, "some seed reorders a frame");
+    }
+
+    /// Outages joined the space after seeds had names: a seed draws from the same space what it
+    /// drew before, and half of them add one outage (in place of the last cut of a full mix).
+    #[test]
+    fn an_outage_joins_half_the_mixes_and_changes_nothing_else_they_draw() {
+        let source = "about = \"mix\"\n[[step]]\nwait_ms = 1\n\n[policy.reference]\n";
+        let workload = Scenario::parse(Path::new("mix.toml"), source).unwrap();
+        let before: Vec<Placement> = (1..=8).map(|nth| placement(nth, Kind::Timeout, None)).collect();
+        let outages: Vec<Placement> = (1..=2).map(|nth| placement(nth + 10, Kind::Outage, Some(10_000))).collect();
+        let with: Vec<Placement> = before.iter().chain(&outages).cloned().collect();
+        let mut added = 0;
+        for seed in 0..200 {
+            let (old, new) = (draw(seed, &before, &workload), draw(seed, &with, &workload));
+            let (kept, outage): (Vec<Placement>, Vec<Placement>) = new.into_iter().partition(|p| !p.kind.is_outage());
+            assert!(outage.len() <= 1, "seed {seed}: {outage:?}");
+            if outage.is_empty() {
+                assert_eq!(kept, old, "seed {seed}: a mix without an outage is the one drawn before");
+                continue;
+            }
+            added += 1;
+            let len = if old.len() == MIX_CUTS_MAX { old.len() - 1 } else { old.len() };
+            assert_eq!(kept, old[..len], "seed {seed}");
+            let ms = outage[0].ms.unwrap_or(0);
+            assert!((5_000..=15_000).contains(&ms), "seed {seed}: its length is drawn around the space's: {ms}");
+        }
+        assert!((60..=140).contains(&added), "about half the seeds draw an outage: {added}");
     }
 
     #[test]

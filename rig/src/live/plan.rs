@@ -195,8 +195,14 @@ fn timings(scenario: &Scenario) -> Vec<Timing> {
         add(format!("[world.queue.{name}] poll_interval_ms"), queue.poll_interval_ms, TimingKind::Wait);
     }
     for (index, cut) in scenario.cuts.iter().enumerate() {
-        if let crate::cut::ServiceFault::Delay { ms } = cut.fault {
-            add(format!("[[cut]] #{} delay_ms", index + 1), ms, TimingKind::Wait);
+        match cut.fault {
+            crate::cut::ServiceFault::Delay { ms } => {
+                add(format!("[[cut]] #{} delay_ms", index + 1), ms, TimingKind::Wait)
+            }
+            crate::cut::ServiceFault::Outage { ms, .. } => {
+                add(format!("[[cut]] #{} for_ms", index + 1), ms, TimingKind::Wait)
+            }
+            _ => {}
         }
     }
     for (index, rule) in scenario.proxy.iter().flat_map(|p| p.rules.iter()).enumerate() {
@@ -266,7 +272,7 @@ fn scale_scenario(scenario: &Scenario, scale: f64) -> Scenario {
         s(&mut queue.poll_interval_ms);
     }
     for cut in &mut scenario.cuts {
-        if let crate::cut::ServiceFault::Delay { ms } = &mut cut.fault {
+        if let crate::cut::ServiceFault::Delay { ms } | crate::cut::ServiceFault::Outage { ms, .. } = &mut cut.fault {
             s(ms);
         }
     }

@@ -258,6 +258,16 @@ pub struct CutSpec {
     /// How long an `isolate-caller` cut keeps the calling worker's link to the engine cut.
     #[serde(default)]
     pub isolate_ms: Option<u64>,
+    /// How long an `outage` keeps its function (or service) down, from the call that starts it.
+    #[serde(default)]
+    pub for_ms: Option<u64>,
+    /// How each call an `outage` takes fails: `reject` (an error reply, `code`/`message`) or
+    /// `timeout` (no reply).
+    #[serde(default)]
+    pub refuse: Option<RefuseSpec>,
+    /// What an `outage` takes down: the cut's `function` (every call of it) or its whole `service`.
+    #[serde(default)]
+    pub over: Option<OverSpec>,
     #[serde(default)]
     pub code: Option<String>,
     #[serde(default)]
@@ -285,6 +295,23 @@ pub enum CutAction {
     CrashEngine,
     PauseCaller,
     IsolateCaller,
+    Outage,
+}
+
+/// How an outage refuses each call it takes.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum RefuseSpec {
+    Reject,
+    Timeout,
+}
+
+/// What an outage takes down.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum OverSpec {
+    Function,
+    Service,
 }
 
 /// `"once"`, `"always"` or a number of times.

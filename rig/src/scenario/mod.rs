@@ -7,7 +7,10 @@ mod file;
 mod requires;
 
 use crate::condition::Condition;
-use crate::cut::{Count, Interrupt, ProcessCut, ServiceCut, ServiceFault, Trigger, INTERRUPT_POINTS};
+use crate::cut::{
+    Count, Interrupt, OutageOver, ProcessCut, Refusal, ServiceCut, ServiceFault, Trigger, INTERRUPT_POINTS,
+    OUTAGE_CODE, OUTAGE_MESSAGE,
+};
 use crate::expect::{After, EventsExpectation, Expectation, AFTER_BY};
 use crate::harness::{Binding, BindingPoint, HarnessConfig, Policy};
 use crate::oracle::Oracle;
@@ -782,6 +785,27 @@ fn compile_cut(at: &Locator, functions: &BTreeSet<String>, cut: Spanned<CutSpec>
         CutAction::IsolateCaller => ServiceFault::IsolateCaller {
             ms: cut.isolate_ms.ok_or_else(|| at.error(span.clone(), "an `isolate-caller` cut needs `isolate_ms`"))?,
         },
+        CutAction::Outage => {
+            let ms = match cut.for_ms {
+                None => return Err(at.error(span, "an `outage` cut needs `for_ms`: how long the function is down")),
+                Some(0) => {
+                    return Err(at.error(span, "`for_ms = 0`: an outage of no time takes no call; expected at least 1"))
+                }
+                Some(ms) => ms,
+            };
+            let refuse = match cut.refuse.unwrap_or(file::RefuseSpec::Reject) {
+                file::RefuseSpec::Reject => Refusal::Reject {
+                    code: cut.code.unwrap_or_else(|| OUTAGE_CODE.into()),
+                    message: cut.message.unwrap_or_else(|| OUTAGE_MESSAGE.into()),
+                },
+                file::RefuseSpec::Timeout => Refusal::Timeout,
+            };
+            let over = match cut.over.unwrap_or(file::OverSpec::Function) {
+                file::OverSpec::Function => OutageOver::Function,
+                file::OverSpec::Service => OutageOver::Service,
+            };
+            ServiceFault::Outage { ms, refuse, over }
+        }
     };
     Ok(ServiceCut {
         function,

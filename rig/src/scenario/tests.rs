@@ -292,6 +292,32 @@ fn a_cut_that_may_fire_zero_times_is_a_load_error() {
     assert!(parse(&cut.replace("count = 0", "count = 1")).is_ok());
 }
 
+#[test]
+fn an_outage_says_how_long_and_compiles_its_refusal_and_reach() {
+    let outage = |keys: &str| {
+        format!("{TURN}[[cut]]\nfunction = \"state::set\"\naction = \"outage\"\n{keys}[policy.reference]\n")
+    };
+    let e = error(&outage(""));
+    assert!(e.message.contains("needs `for_ms`"), "{e}");
+    assert_eq!(e.line, 3, "at the cut: {e}");
+    assert!(error(&outage("for_ms = 0\n")).message.contains("`for_ms = 0`"));
+    assert!(error(&outage("for_ms = 5\nrefuse = \"drop\"\n")).message.contains("reject"), "the choices are named");
+    assert!(error(&outage("for_ms = 5\nover = \"world\"\n")).message.contains("service"), "the choices are named");
+    let fault = |keys: &str| parse(&outage(keys)).unwrap().cuts[0].fault.clone();
+    assert_eq!(
+        fault("for_ms = 5\n"),
+        ServiceFault::Outage { ms: 5, refuse: Refusal::unavailable(), over: OutageOver::Function },
+        "by default every call of the function is refused with an error"
+    );
+    assert_eq!(
+        fault("for_ms = 5\nrefuse = \"timeout\"\nover = \"service\"\n"),
+        ServiceFault::Outage { ms: 5, refuse: Refusal::Timeout, over: OutageOver::Service }
+    );
+    let named = fault("for_ms = 5\ncode = \"maintenance\"\nmessage = \"back soon\"\n");
+    let ServiceFault::Outage { refuse: Refusal::Reject { code, message }, .. } = named else { panic!("{named:?}") };
+    assert_eq!((code.as_str(), message.as_str()), ("maintenance", "back soon"));
+}
+
 /// A world with these `[world]` settings and one turn.
 fn world(settings: &str) -> String {
     format!("[world]\n{settings}\n{TURN}[policy.reference]\n")

@@ -3,7 +3,7 @@
 
 use super::world::World;
 use crate::bus::{websocket, Answer, Bus, Connection, Engine, ErrorBody, Invocation, Provider};
-use crate::cut::ServiceFault;
+use crate::cut::{Refusal, ServiceFault};
 use crate::queue::{QueueEnv, QueueWorker};
 use crate::services::SharedDouble;
 use crate::topology::{ENGINE, PROXY, QUEUE};
@@ -198,7 +198,7 @@ impl Provider for ServiceHost {
                     invocation_id: Some(call.invocation_id.clone()).filter(|id| !id.is_empty()),
                 },
             );
-            let fault = world.cuts.borrow_mut().decide(&call.function_id, &call.data);
+            let fault = world.cuts.borrow_mut().decide(&call.function_id, &call.data, world.clock.now_ms());
             let Some((cut, fault)) = fault else {
                 return Some(self.apply(&call, caller.as_deref(), &bus));
             };
@@ -245,6 +245,11 @@ impl Provider for ServiceHost {
                     }
                     None
                 }
+                // Down: nothing it asks takes effect, and the caller is refused or left waiting.
+                ServiceFault::Outage { refuse, .. } => match refuse {
+                    Refusal::Reject { code, message } => Some(Err(ErrorBody { code, message })),
+                    Refusal::Timeout => None,
+                },
                 ServiceFault::PauseCaller { ms } => {
                     let reply = self.apply(&call, caller.as_deref(), &bus);
                     if let Some(caller) = caller.as_deref() {
