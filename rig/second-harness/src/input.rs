@@ -21,16 +21,27 @@ impl Worker {
         self.not_exported(&session)?;
         let unavailable = |e: String| ErrorBody::new("unavailable", e);
         let key = data["idempotency_key"].as_str().map(|k| format!("{session}:{k}"));
+        let lock = self.send_lock(&session);
+        let _sending = lock.lock().await;
+        let deduplicated = |turn_id: &Value, queued: &Value| {
+            json!({
+                "session_id": session, "turn_id": turn_id, "accepted": true, "queued": queued,
+                "deduplicated": true, "merged": false,
+            })
+        };
         if let Some(key) = &key {
             let sent = self.get(bus, SENT_SCOPE, key).await.map_err(unavailable)?;
             if !sent.is_null() {
-                return Ok(json!({
-                    "session_id": session, "turn_id": sent["turn_id"], "accepted": true, "queued": sent["queued"],
-                    "deduplicated": true, "merged": false,
-                }));
+                return Ok(deduplicated(&sent["turn_id"], &sent["queued"]));
             }
         }
         let record = self.get(bus, TURN_SCOPE, &session).await.map_err(unavailable)?;
+        // A turn started on this very message, by a send whose own note of the key never
+        // landed: the message is in, once.
+        let names_it = |k: &String| record["input_keys"].as_array().is_some_and(|keys| keys.contains(&json!(k)));
+        if key.as_ref().is_some_and(names_it) {
+            return Ok(deduplicated(&record["turn_id"], &json!(false)));
+        }
         let under_way = record["status"].as_str().is_some_and(|s| !FINAL.contains(&s));
         let id = key.clone().unwrap_or_else(|| format!("{session}:{}", self.env.new_id()));
         let (turn_id, queued) = if under_way {

@@ -75,6 +75,7 @@ impl HarnessFactory for SecondHarness {
             leases: RefCell::default(),
             exported: RefCell::default(),
             working: RefCell::default(),
+            sending: RefCell::default(),
         });
         tokio::task::spawn_local(Rc::clone(&worker).enqueue_unqueued());
         worker
@@ -99,11 +100,19 @@ pub(crate) struct Worker {
     /// One delivery at a time works on a session: a second one waits, then finds where the
     /// first left the turn.
     working: RefCell<BTreeMap<String, Rc<tokio::sync::Mutex<()>>>>,
+    /// One `send` at a time is taken in for a session: a copy of a send the network delivered
+    /// twice waits, then finds what the first copy did. Apart from `working`, so a message
+    /// sent while a turn runs is queued at once.
+    sending: RefCell<BTreeMap<String, Rc<tokio::sync::Mutex<()>>>>,
 }
 
 impl Worker {
     pub(crate) fn session_lock(&self, session: &str) -> Rc<tokio::sync::Mutex<()>> {
         Rc::clone(self.working.borrow_mut().entry(session.to_string()).or_default())
+    }
+
+    pub(crate) fn send_lock(&self, session: &str) -> Rc<tokio::sync::Mutex<()>> {
+        Rc::clone(self.sending.borrow_mut().entry(session.to_string()).or_default())
     }
 }
 
