@@ -14,16 +14,39 @@ const INPUT_SCOPE: &str = "harness_queue";
 /// turn queue in the background, further apart each time.
 const LATER_ROUNDS: u32 = 6;
 
+/// How far one attempt at admitting a session's input got.
+enum Admitted {
+    /// Nothing waits, or the session's turn has not ended: nothing to do.
+    Nothing,
+    /// The new turn is recorded, in the transcript and on the turn queue (or held).
+    Done,
+    /// Something could not be reached (a worker cut off from the engine, say): the new turn may
+    /// be recorded without anybody else knowing it is there, or the input still waits.
+    Unfinished,
+}
+
 impl Worker {
-    /// Admits the session's waiting input as a new turn, if its turn has ended.
+    /// Admits the session's waiting input as a new turn, if its turn has ended; what cannot be
+    /// done now is done in the background once it can.
     pub(crate) async fn admit(self: &Rc<Self>, bus: &Bus, session: &str) {
-        let Some(waiting) = self.waiting_input(bus, session).await else { return };
-        if waiting.is_empty() {
-            return;
+        if let Admitted::Unfinished = self.admit_once(bus, session).await {
+            tokio::task::spawn_local(Rc::clone(self).admit_later(bus.clone(), session.to_string()));
         }
-        let Ok(record) = self.read_turn(bus, session).await else { return };
+    }
+
+    async fn admit_once(self: &Rc<Self>, bus: &Bus, session: &str) -> Admitted {
+        let Some(waiting) = self.waiting_input(bus, session).await else { return Admitted::Unfinished };
+        if waiting.is_empty() {
+            return Admitted::Nothing;
+        }
+        let Ok(record) = self.read_turn(bus, session).await else { return Admitted::Unfinished };
         if !ended(&record) {
-            return;
+            // A new turn, recorded and not yet through admission, is finished; any other turn
+            // under way admits the input itself when it ends.
+            if record["status"] == "running" && record["step"] == 0 && !record["input_keys"].is_null() {
+                return if self.finish_admission(bus, record).await { Admitted::Done } else { Admitted::Unfinished };
+            }
+            return Admitted::Nothing;
         }
         // Input the ended turn was itself admitted from is spent: its removal did not land.
         let spent: Vec<&str> =
@@ -34,7 +57,7 @@ impl Worker {
             self.remove_input(bus, key).await;
         }
         if waiting.is_empty() {
-            return;
+            return Admitted::Nothing;
         }
         let keys: Vec<&String> = waiting.iter().map(|(key, _)| key).collect();
         let successor = json!({
@@ -42,15 +65,42 @@ impl Worker {
             "input_keys": keys, "after": record["turn_id"],
         });
         if self.write_turn(bus, &successor, TRIES).await.is_err() {
-            // Still waiting, and still there for the next delivery or start to admit.
-            return;
+            // Its write may have landed all the same, with nobody to know it.
+            return Admitted::Unfinished;
         }
-        self.finish_admission(bus, successor).await;
+        if self.finish_admission(bus, successor).await {
+            Admitted::Done
+        } else {
+            Admitted::Unfinished
+        }
+    }
+
+    /// Admits again, further apart, each time once this worker is connected to the engine, until
+    /// an attempt gets through: a worker cut off while admitting would otherwise leave the input
+    /// waiting, or a new turn recorded that nobody delivers.
+    async fn admit_later(self: Rc<Self>, bus: Bus, session: String) {
+        for round in 0..LATER_ROUNDS {
+            self.back_off(round + 3).await;
+            self.connected(&bus).await;
+            if !matches!(self.admit_once(&bus, &session).await, Admitted::Unfinished) {
+                return;
+            }
+        }
+    }
+
+    /// Finishes a new turn's admission found half done (by a delivery that is not current), or
+    /// in the background once it can.
+    pub(crate) async fn finish_admission_or_later(self: &Rc<Self>, bus: &Bus, record: Value) {
+        let session = record["session_id"].as_str().unwrap_or_default().to_string();
+        if !self.finish_admission(bus, record).await {
+            tokio::task::spawn_local(Rc::clone(self).admit_later(bus.clone(), session));
+        }
     }
 
     /// The rest of a new turn's admission, from its record: its input's messages into the
     /// transcript, their entries removed, the turn on the turn queue (or held, saying why).
-    pub(crate) async fn finish_admission(self: &Rc<Self>, bus: &Bus, record: Value) {
+    /// False when it could not get that far.
+    async fn finish_admission(self: &Rc<Self>, bus: &Bus, record: Value) -> bool {
         let session = record["session_id"].as_str().unwrap_or_default().to_string();
         let keys: Vec<String> = record["input_keys"]
             .as_array()
@@ -60,7 +110,7 @@ impl Worker {
             .map(str::to_string)
             .collect();
         for key in &keys {
-            let Ok(entry) = self.read(bus, INPUT_SCOPE, key).await else { return };
+            let Ok(entry) = self.read(bus, INPUT_SCOPE, key).await else { return false };
             if entry.is_null() {
                 continue;
             }
@@ -70,14 +120,15 @@ impl Worker {
                 fields.entry("role").or_insert(json!("user"));
             }
             if !self.append(bus, &session, message).await {
-                return;
+                return false;
             }
             self.remove_input(bus, key).await;
         }
-        let Err(why) = self.enqueue(bus, &record).await else { return };
+        let Err(why) = self.enqueue(bus, &record).await else { return true };
         if self.hold_unqueued(bus, &record, &why).await.is_err() {
             tokio::task::spawn_local(Rc::clone(self).enqueue_later(bus.clone(), record));
         }
+        true
     }
 
     /// The session's waiting input, by key, oldest key first; `None` when it cannot be listed.
@@ -109,7 +160,8 @@ impl Worker {
     /// Puts a new turn on the turn queue, as many times as the settings say.
     async fn enqueue(&self, bus: &Bus, record: &Value) -> Result<(), String> {
         let queue = Action::Enqueue { queue: self.env.config.turn_queue.clone() };
-        let delivery = json!({ "session_id": record["session_id"], "turn_id": record["turn_id"], "step": 0 });
+        let step = record["step"].as_u64().unwrap_or(0);
+        let delivery = json!({ "session_id": record["session_id"], "turn_id": record["turn_id"], "step": step });
         let mut last = String::new();
         for attempt in 0..self.env.config.enqueue_attempts.max(1) {
             let sent = bus
@@ -127,6 +179,26 @@ impl Worker {
             self.back_off(attempt).await;
         }
         Err(last)
+    }
+
+    /// Puts a delivery of a running turn back on the turn queue once this worker is connected
+    /// again, while the turn is still running.
+    pub(crate) async fn deliver_again_later(self: Rc<Self>, bus: Bus, delivery: Value) {
+        let session = delivery["session_id"].as_str().unwrap_or_default().to_string();
+        for round in 0..LATER_ROUNDS {
+            self.connected(&bus).await;
+            let Ok(stored) = self.read_turn(&bus, &session).await else {
+                self.back_off(round + 3).await;
+                continue;
+            };
+            if stored["turn_id"] != delivery["turn_id"] || stored["status"] != "running" {
+                return;
+            }
+            if self.enqueue(&bus, &delivery).await.is_ok() {
+                return;
+            }
+            self.back_off(round + 3).await;
+        }
     }
 
     /// A new turn nobody will deliver is held, with why, rather than left running.

@@ -188,6 +188,12 @@ impl Worker {
         }
     }
 
+    /// Who holds the session's lease now, if anyone does and it has not run out.
+    pub(crate) async fn lease_holder(&self, bus: &Bus, session: &str) -> Option<String> {
+        let lease = self.call(bus, "state::get-lease", json!({ "scope": OWNER_SCOPE, "key": session })).await.ok()?;
+        (lease["expired"] == false).then(|| lease["owner"].as_str().map(str::to_string)).flatten()
+    }
+
     /// Forgets a lease a newer owner took.
     pub(crate) fn lose(&self, session: &str) {
         if let Some(lease) = self.leases.borrow_mut().remove(session) {

@@ -15,7 +15,9 @@ const ROUNDS_MAX: u32 = 16;
 enum Ended {
     /// The turn ended (`completed`, `failed`, `held`) and the record says so.
     Recorded(String),
-    /// A newer owner took the session, or the turn ended elsewhere: this worker stops.
+    /// A write was refused for a stale token: this worker stops.
+    Fenced,
+    /// The turn ended elsewhere: this worker stops.
     Superseded,
     /// What it had to record could not be: the delivery is answered with an error, so whoever
     /// delivers it again runs the turn on from its record.
@@ -26,7 +28,8 @@ impl From<Unwritten> for Ended {
     fn from(unwritten: Unwritten) -> Self {
         match unwritten {
             Unwritten::Failed(why) => Ended::Unrecorded(why),
-            Unwritten::Fenced | Unwritten::Ended => Ended::Superseded,
+            Unwritten::Fenced => Ended::Fenced,
+            Unwritten::Ended => Ended::Superseded,
         }
     }
 }
@@ -79,11 +82,29 @@ impl Worker {
                 Ok(json!({ "session_id": session, "turn_id": turn_id, "status": status }))
             }
             Ended::Superseded => {
-                self.lose(&session);
-                Ok(skipped(&session, &turn_id, "superseded: a newer owner, or the turn ended elsewhere"))
+                self.release(bus, &session).await;
+                Ok(skipped(&session, &turn_id, "the turn ended elsewhere"))
             }
+            // Refused for a stale token: another worker's newer grant, which is its turn to
+            // run now; or this worker's own, granted twice to one request the network repeated,
+            // whose token it never heard of. Then nobody runs the turn unless it is delivered
+            // again: an error asks for that, and the next delivery takes a lease it knows.
+            Ended::Fenced => match self.lease_holder(bus, &session).await {
+                Some(owner) if owner != self.env.host => {
+                    Ok(skipped(&session, &turn_id, &format!("superseded: {owner} owns the session now")))
+                }
+                _ => Err(ErrorBody::new("fenced_out", format!("a newer lease of session {session} was granted"))),
+            },
             Ended::Unrecorded(why) => {
                 self.release(bus, &session).await;
+                if !bus.is_connected() {
+                    // Cut off from the engine, this worker's answer reaches nobody, and the
+                    // queue may give the delivery up meanwhile: once back, it puts the turn
+                    // on the queue again itself (a delivery too many is not current, and runs
+                    // nothing).
+                    let delivery = json!({ "session_id": session, "turn_id": turn_id, "step": step });
+                    tokio::task::spawn_local(Rc::clone(self).deliver_again_later(bus.clone(), delivery));
+                }
                 Err(unavailable(why))
             }
         }
@@ -259,7 +280,7 @@ impl Worker {
         if ended(record) {
             self.admit(bus, session).await;
         } else if record["status"] == "running" && record["step"] == 0 {
-            self.finish_admission(bus, record.clone()).await;
+            self.finish_admission_or_later(bus, record.clone()).await;
         }
     }
 }
