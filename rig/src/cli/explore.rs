@@ -33,6 +33,9 @@ pub struct ExploreArgs {
     /// Keep the scenario's own scripted cuts in the workload (removed by default).
     #[arg(long)]
     pub keep_cuts: bool,
+    /// Run nothing: list each workload's needs, and whether this harness serves it.
+    #[arg(long)]
+    pub list: bool,
     #[command(flatten)]
     pub quiet: Quiet,
     #[command(flatten)]
@@ -45,6 +48,7 @@ pub(crate) fn command(args: ExploreArgs, harness: &Harness) -> ExitCode {
     let seeds = match (args.seed, &args.seeds) {
         (Some(seed), _) => seed..seed + 1,
         (None, Some(range)) => range.clone(),
+        (None, None) if args.list => 0..1,
         (None, None) => return bad_input("give `--seeds A..B` or `--seed N`"),
     };
     if let Err(code) = known_policy(harness, &args.policy).and_then(|()| output_folder(args.out.as_deref())) {
@@ -59,6 +63,9 @@ pub(crate) fn command(args: ExploreArgs, harness: &Harness) -> ExitCode {
         Some(live) => live,
         None => &harness.factory,
     };
+    if args.list {
+        return super::sweep::list_needs(made_by, &scenarios, &args.policy, args.keep_cuts);
+    }
     let per_scenario = seeds.end.saturating_sub(seeds.start);
     let mut tally = ExploreTally::default();
     // A workload the harness cannot run is skipped whole, as each of its seeds would be.

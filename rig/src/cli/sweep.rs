@@ -41,6 +41,9 @@ pub struct SweepArgs {
     /// List every run, clean and unreached ones too.
     #[arg(long)]
     pub all: bool,
+    /// Run nothing: list each workload's needs, and whether this harness serves it.
+    #[arg(long)]
+    pub list: bool,
     #[command(flatten)]
     pub quiet: Quiet,
     #[command(flatten)]
@@ -94,6 +97,9 @@ pub(crate) fn command(args: SweepArgs, harness: &Harness) -> ExitCode {
         Some(live) => live,
         None => &harness.factory,
     };
+    if args.list {
+        return list_needs(made_by, &scenarios, &args.policy, args.keep_cuts);
+    }
     let options = SweepOptions {
         policy: args.policy.clone(),
         depth: args.depth,
@@ -199,6 +205,23 @@ pub(crate) fn command(args: SweepArgs, harness: &Harness) -> ExitCode {
     } else {
         ExitCode::SUCCESS
     }
+}
+
+/// `--list`: each workload's needs and whether `made_by` serves it, then how many it serves.
+pub(crate) fn list_needs(made_by: &dyn Runs, scenarios: &[crate::Scenario], policy: &str, keep_cuts: bool) -> ExitCode {
+    let mut served = 0;
+    for scenario in scenarios {
+        let (line, serves) = explore::needs_line(made_by, scenario, policy, keep_cuts);
+        served += usize::from(serves);
+        out!("{line}");
+    }
+    out!(
+        "{} workload(s): harness `{}` serves {served}, skips {}",
+        scenarios.len(),
+        made_by.name(),
+        scenarios.len() - served
+    );
+    ExitCode::SUCCESS
 }
 
 /// How long the live runs took, each in real time: a live sweep's cost is its slowest runs.

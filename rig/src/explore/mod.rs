@@ -101,6 +101,36 @@ impl Runs for Arc<dyn HarnessFactory> {
     }
 }
 
+/// What the workload of `scenario` (as a sweep or exploration runs it, its scripted cuts kept or
+/// not) needs of a harness, and whether `harness` serves it: the line `rig sweep --list` and
+/// `rig explore --list` print, and whether the workload would be swept.
+pub fn needs_line(harness: &dyn Runs, scenario: &Scenario, policy: &str, keep_cuts: bool) -> (String, bool) {
+    let workload = workload(scenario, keep_cuts);
+    let needs: Vec<String> = workload
+        .requirements(policy, false)
+        .iter()
+        .map(|(capability, why)| match capability {
+            crate::Capability::Turns => capability.to_string(),
+            _ => format!("{capability} ({why})"),
+        })
+        .collect();
+    let needs = if needs.is_empty() { "nothing".to_string() } else { needs.join(", ") };
+    let path = scenario.path.display();
+    match harness.skip(&workload, policy) {
+        None => (format!("{path} [{policy}]: needs {needs}; harness `{}` serves it", harness.name()), true),
+        Some(skip) => {
+            let mut why = Vec::new();
+            if !skip.missing.is_empty() {
+                why.push(format!("harness `{}` does not declare {}", skip.harness, skip.capabilities().join(", ")));
+            }
+            if !skip.cannot.is_empty() {
+                why.push(format!("cannot run live: {}", skip.cannot.join("; ")));
+            }
+            (format!("{path} [{policy}]: needs {needs}; skipped: {}", why.join("; ")), false)
+        }
+    }
+}
+
 /// The cut space of `workload` that `harness` can run.
 fn runnable_space(
     harness: &dyn Runs,
