@@ -1,8 +1,9 @@
 # Recipes for working on the rig. `just --list` shows them.
 
-# Run every test: unit tests, one test per scenario file, snapshot checks.
+# Run every test: unit tests, one test per scenario file, snapshot checks. Every test binary
+# runs, whichever fails first (the README's test command).
 test:
-    cargo test --workspace
+    cargo test --workspace --no-fail-fast
 
 # Run the shipped scenarios (or the given paths) and print one line per run. The dev profile,
 # like `cargo test`, so the two share one build (its dependencies are optimised).
