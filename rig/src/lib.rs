@@ -20,6 +20,7 @@ mod cut;
 mod expect;
 pub mod explore;
 mod harness;
+mod interrupt;
 mod layout;
 mod live;
 mod oracle;
@@ -50,8 +51,9 @@ pub use harness::{
 };
 pub use layout::{ActionClass, ActionVersion, RecordLayout, CONTROL_SCOPE};
 pub use live::{
-    config_json, prepare_live, run_live, serve_harness, HarnessProcess, LiveListener, LiveOptions, LiveRuns,
-    LiveScenario, LiveSweepOptions, Processes, SpawnOptions, HOST_VARIABLE, RIG_CONFIG, RIG_NOTE, URL_VARIABLE,
+    config_json, late_ms_max, prepare_live, run_live, serve_harness, slower, HarnessProcess, LiveListener, LiveOptions,
+    LiveRuns, LiveScenario, LiveSweepOptions, Processes, SpawnOptions, HOST_VARIABLE, RETRY_SLOWER, RIG_CONFIG,
+    RIG_NOTE, URL_VARIABLE, VOID_RETRIES,
 };
 pub use oracle::{Oracle, Violation};
 pub use run::{reference, run, run_unchecked, run_with, ActionStatus, Rerun, RunOutcome};

@@ -9,13 +9,26 @@ use serde_json::{json, Value};
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
+pub mod bounds;
+
 /// How many trace events a failure report shows.
 const EXCERPT_EVENTS: usize = 25;
 /// Longer one-line JSON is printed indented over several lines in snapshots.
 const INLINE_JSON_MAX: usize = 100;
 
-/// One line per run; a failure adds what failed, a trace excerpt and the repro command.
+/// One line per run; a failure adds what failed, a trace excerpt and the repro command. A void
+/// run (see [`RunOutcome::void`]) is no verdict: `VOID`, and why.
 pub fn human(outcome: &RunOutcome) -> String {
+    if let Some(why) = &outcome.void {
+        return format!(
+            "VOID {} [{}] seed={} wall={}us: {why}; neither passed nor failed\n    again: {}",
+            outcome.scenario,
+            outcome.policy,
+            outcome.seed,
+            outcome.wall_us,
+            outcome.repro()
+        );
+    }
     let verdict = if outcome.passed { "PASS" } else { "FAIL" };
     let mut line = format!(
         "{verdict} {} [{}] seed={} sim={}ms wall={}us steps={} hash={}",
@@ -62,13 +75,13 @@ pub fn human(outcome: &RunOutcome) -> String {
     if outcome.passed {
         return line;
     }
-    for failure in &outcome.failures {
+    for failure in bounds::failures(&outcome.failures) {
         let _ = write!(line, "\n    - {failure}");
     }
     let _ = write!(line, "\n    trace (last {EXCERPT_EVENTS} key events):");
     let key: Vec<&Event> = outcome.trace.events().iter().filter(|e| e.is_key()).collect();
     for event in &key[key.len().saturating_sub(EXCERPT_EVENTS)..] {
-        let _ = write!(line, "\n      {}", event.render());
+        let _ = write!(line, "\n      {}", bounds::text(&event.render()));
     }
     let _ = write!(line, "\n    repro: {}", outcome.repro());
     line
@@ -103,9 +116,24 @@ pub fn skip_json(run: &SkippedRun) -> Value {
     })
 }
 
-/// The `--json` object of one run (`skipped` is null: it ran).
+/// The `--json` object of one run (`skipped` is null: it ran). Its lists of messages are
+/// bounded as the report's are (`failures`: a few per oracle, [`bounds::MESSAGES_MAX`] in all;
+/// `violation_details`: [`bounds::ONE_ORACLE_LINES_MAX`] per oracle), with how many there were
+/// in `failures_total` and `violation_details_total`; every string value longer than
+/// [`bounds::VALUE_BYTES_MAX`] bytes is cut to its start and its length (`--trace` has them whole).
 pub fn json_line(outcome: &RunOutcome) -> Value {
-    json!({
+    let mut per_oracle: std::collections::BTreeMap<crate::oracle::Oracle, usize> = Default::default();
+    let details: Vec<Value> = outcome
+        .violations
+        .iter()
+        .filter(|v| {
+            let seen = per_oracle.entry(v.oracle).or_default();
+            *seen += 1;
+            *seen <= bounds::ONE_ORACLE_LINES_MAX
+        })
+        .map(|v| json!({ "oracle": v.oracle, "detail": bounds::text(&v.detail) }))
+        .collect();
+    let line = json!({
         "scenario": outcome.scenario,
         "harness": outcome.harness,
         "policy": outcome.policy,
@@ -118,16 +146,25 @@ pub fn json_line(outcome: &RunOutcome) -> Value {
         "steps": outcome.steps,
         "effects": outcome.effects,
         "violations": fired(outcome),
-        "violation_details": outcome.violations,
+        "violation_details": details,
+        "violation_details_total": outcome.violations.len(),
         "expected_violations": outcome.expected_violations.iter().map(|o| o.name()).collect::<Vec<_>>(),
-        "failures": outcome.failures,
+        "failures": bounds::failures(&outcome.failures),
+        "failures_total": outcome.failures.len(),
         "notes": outcome.notes,
         "ledger": ledger(outcome),
         "actions": outcome.actions,
         "unresolved": outcome.unresolved().collect::<Vec<_>>(),
         "recovery": outcome.recovery.as_ref().map(recovery_json),
         "repro": outcome.repro(),
-    })
+    });
+    let mut line = bounds::json(&line);
+    if let Some(why) = &outcome.void {
+        // No verdict: `passed` is null, as for a skipped run, and `void` says why.
+        line["passed"] = Value::Null;
+        line["void"] = json!(why);
+    }
+    line
 }
 
 /// A run's work beyond its uncut workload, as `--json` shows it: per dimension the run's
@@ -280,13 +317,16 @@ fn snapshot_body(outcome: &RunOutcome) -> String {
         fired.join(", "),
         expected.join(", ")
     );
-    for violation in &outcome.violations {
-        let _ = writeln!(text, "  {}: {}", violation.oracle.name(), violation.detail);
+    let violations: Vec<String> =
+        outcome.violations.iter().map(|v| format!("{}: {}", v.oracle.name(), v.detail)).collect();
+    let grouped = outcome.violations.iter().zip(&violations).map(|(v, line)| (Some(v.oracle.name()), line.as_str()));
+    for violation in bounds::messages(grouped) {
+        let _ = writeln!(text, "  {violation}");
     }
-    for failure in &outcome.failures {
+    for failure in bounds::failures(&outcome.failures) {
         let _ = writeln!(text, "failure: {failure}");
     }
-    for broken in &outcome.broke {
+    for broken in bounds::failures(&outcome.broke) {
         let _ = writeln!(text, "broken on purpose: {broken}");
     }
     let effects: Vec<String> = outcome.effects.iter().map(|(kind, n)| format!("{kind}={n}")).collect();
@@ -303,15 +343,16 @@ fn snapshot_body(outcome: &RunOutcome) -> String {
         }
     }
     for (name, result) in &outcome.rpc {
-        let _ = writeln!(text, "{}", labelled(&format!("rpc {name}:"), &json_block(result, "  ")));
+        let _ = writeln!(text, "{}", labelled(&format!("rpc {name}:"), &json_block(&bounds::json(result), "  ")));
     }
     for (scope, key, value) in &outcome.state {
-        let _ = writeln!(text, "{}", labelled(&format!("state {scope}/{key}:"), &json_block(value, "  ")));
+        let block = json_block(&bounds::json(value), "  ");
+        let _ = writeln!(text, "{}", labelled(&format!("state {scope}/{key}:"), &block));
     }
     let _ = writeln!(text, "story:");
     let mut leases = BTreeSet::new();
     for line in outcome.trace.events().iter().filter_map(|e| story_line(e, "    ", &mut leases)) {
-        let _ = writeln!(text, "{line}");
+        let _ = writeln!(text, "{}", bounds::text(&line));
     }
     text
 }
@@ -338,10 +379,11 @@ pub fn snapshot(about: &str, outcomes: &[&RunOutcome]) -> String {
 pub fn failure_line(outcome: &RunOutcome) -> String {
     let first = outcome.failures.first().map_or("", |f| f.lines().next().unwrap_or_default());
     format!(
-        "FAIL {} [{}] seed={}: {first}\n    repro: {}",
+        "FAIL {} [{}] seed={}: {}\n    repro: {}",
         outcome.scenario,
         outcome.policy,
         outcome.seed,
+        bounds::text(first),
         outcome.repro()
     )
 }
@@ -447,7 +489,7 @@ pub fn matrix_summary(cases: &[MatrixCase], (shard, shards): (u64, u64), harness
                 case.scenario, case.policy, case.failed, case.runs, first.seed
             );
             let _ = writeln!(text, "    failing seeds: {}", seed_list(&case.failing_seeds, case.failed));
-            for failure in first.failures.iter().take(3) {
+            for failure in bounds::failures(&first.failures).iter().take(3) {
                 let _ = writeln!(text, "    - {}", failure.lines().next().unwrap_or_default());
             }
             let _ = writeln!(text, "    repro: {}", first.repro);
@@ -477,6 +519,8 @@ pub struct JunitSuite<'a> {
     /// When the matrix started, and how long it took (wall clock: this is about CI, not the runs).
     pub started: std::time::SystemTime,
     pub elapsed: std::time::Duration,
+    /// What stopped the matrix early, if a signal did (`interrupted by SIGTERM: ...`).
+    pub interrupted: Option<&'a str>,
 }
 
 /// A JUnit XML report, as nextest writes it: one suite per shard, named with the shard and
@@ -496,6 +540,16 @@ pub fn junit(cases: &[MatrixCase], suite: &JunitSuite<'_>) -> Result<String, Str
     if let Some(policy) = suite.policy {
         test_suite.add_property(("policy", policy));
     }
+    if let Some(interrupted) = suite.interrupted {
+        // A report of part of the shard: a property for tools, and an errored case for people,
+        // so a stopped night never reads as a green one.
+        test_suite.add_property(("interrupted", interrupted));
+        let mut status = TestCaseStatus::non_success(NonSuccessKind::Error);
+        status.set_message(interrupted).set_type("interrupted");
+        let mut case = TestCase::new("(the matrix was interrupted)", status);
+        case.set_classname("rig matrix");
+        test_suite.add_test_case(case);
+    }
     for case in cases {
         let status = match (&case.first_failure, &case.skip) {
             (None, Some(skip)) if case.runs == 0 => {
@@ -506,7 +560,7 @@ pub fn junit(cases: &[MatrixCase], suite: &JunitSuite<'_>) -> Result<String, Str
             (None, _) => TestCaseStatus::success(),
             (Some(first), _) => {
                 let mut status = TestCaseStatus::non_success(NonSuccessKind::Failure);
-                let mut description = first.failures.join("\n");
+                let mut description = bounds::failures(&first.failures).join("\n");
                 let _ = write!(description, "\nfailing seeds: {}", seed_list(&case.failing_seeds, case.failed));
                 let _ = write!(description, "\nrepro: {}", first.repro);
                 for artifact in &first.artifacts {

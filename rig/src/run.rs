@@ -60,6 +60,10 @@ pub struct RunOutcome {
     /// A live run's command line: it runs the scenario again against the same kind of worker,
     /// but there is no bit-for-bit replay of a live run. `None` for a simulated run.
     pub live: Option<String>,
+    /// Why this run is no verdict, neither passed nor failed: a live run the machine did not
+    /// keep real time for, or one a signal stopped (see `rig/docs/live.md`). Always `None` for a
+    /// simulated run, whose time is its own.
+    pub void: Option<String>,
     /// What reruns this simulated run's harness (see [`RunOutcome::repro`]).
     pub rerun: Rerun,
 }
@@ -380,6 +384,7 @@ pub(crate) fn judge(
         recovery,
         trace,
         live: None,
+        void: None,
         rerun: Rerun::default_for(harness.name),
     }
 }

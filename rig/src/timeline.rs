@@ -113,7 +113,7 @@ pub fn mermaid(outcomes: &[&RunOutcome]) -> String {
 fn mermaid_section(outcome: &RunOutcome) -> String {
     let picture = Picture::of(outcome);
     let mut text = format!("# {}: {}\n\n", title(outcome), if outcome.passed { "passed" } else { "FAILED" });
-    for failure in &outcome.failures {
+    for failure in crate::report::bounds::failures(&outcome.failures) {
         let _ = writeln!(text, "- {}", failure.lines().next().unwrap_or_default());
     }
     let _ = writeln!(text, "\nRepro: `{}`\n\n```mermaid\nsequenceDiagram", outcome.repro());
@@ -132,7 +132,7 @@ fn mermaid_section(outcome: &RunOutcome) -> String {
 }
 
 fn mermaid_row(row: &Row, first: usize, last: usize) -> String {
-    let label = mermaid_text(&format!("{} ms · {}", row.at_ms, row.text));
+    let label = mermaid_text(&format!("{} ms · {}", row.at_ms, crate::report::bounds::text(&row.text)));
     let red = row.ink == CUT_RED;
     let line = match &row.mark {
         Mark::Arrow { from, to, dropped, .. } => {
@@ -512,8 +512,22 @@ fn shorten(text: &str, chars_max: usize) -> String {
 
 /// Each oracle that fired, as a band at its moment: the last `at N ms` its finding names, or
 /// the end of the run for oracles that judge the final state (liveness, stranded work).
+/// An oracle that fired many times is drawn as many bands as a report shows lines of it (see
+/// [`crate::report::bounds`]); the last says how many more there were.
 fn place_oracles(outcome: &RunOutcome, rows: &mut Vec<Row>) {
+    use crate::report::bounds::{self, ONE_ORACLE_LINES_MAX};
+    let mut drawn: std::collections::BTreeMap<crate::oracle::Oracle, usize> = Default::default();
     for violation in &outcome.violations {
+        let seen = drawn.entry(violation.oracle).or_default();
+        *seen += 1;
+        if *seen > ONE_ORACLE_LINES_MAX {
+            continue;
+        }
+        let all = outcome.violations.iter().filter(|v| v.oracle == violation.oracle).count();
+        let more = match all - *seen {
+            more if *seen == ONE_ORACLE_LINES_MAX && more > 0 => format!(" (and {more} more of this oracle)"),
+            _ => String::new(),
+        };
         let at_ms = moment(&violation.detail).unwrap_or(outcome.sim_ms);
         let expected = outcome.expected_violations.contains(&violation.oracle);
         let row = Row {
@@ -522,10 +536,10 @@ fn place_oracles(outcome: &RunOutcome, rows: &mut Vec<Row>) {
             ink: ORACLE_PURPLE,
             tag: String::new(),
             text: format!(
-                "oracle `{}` fired{}: {}",
+                "oracle `{}` fired{}: {}{more}",
                 violation.oracle.name(),
                 if expected { " (expected under this policy)" } else { "" },
-                violation.detail
+                bounds::text(&violation.detail)
             ),
         };
         let position = rows.iter().position(|r| r.at_ms > at_ms).unwrap_or(rows.len());
@@ -637,7 +651,7 @@ fn header(outcome: &RunOutcome) -> String {
     );
     if !outcome.failures.is_empty() {
         text.push_str("<ul>");
-        for failure in &outcome.failures {
+        for failure in crate::report::bounds::failures(&outcome.failures) {
             let _ = write!(text, "<li class=\"fail\">{}</li>", escape(failure.lines().next().unwrap_or_default()));
         }
         text.push_str("</ul>\n");
@@ -842,7 +856,7 @@ fn rows_svg(picture: &Picture, layout: &Layout) -> String {
 fn mark_svg(row: &Row, layout: &Layout, middle: usize, (top, height): (usize, usize)) -> String {
     let ink = row.ink;
     let lanes_right = layout.lanes_right;
-    let tooltip = format!("<title>{} ms: {}</title>", row.at_ms, escape(&row.text));
+    let tooltip = format!("<title>{} ms: {}</title>", row.at_ms, escape(&crate::report::bounds::text(&row.text)));
     match &row.mark {
         Mark::Arrow { from, to, cut, dropped } => {
             let (x1, x2) = (layout.lane_x(*from) as i64, layout.lane_x(*to) as i64);

@@ -701,3 +701,47 @@ fn a_negative_seed_is_told_what_a_seed_is() {
         assert!(!stderr.contains("unexpected argument"), "{args:?}: {stderr}");
     }
 }
+
+/// Issue 35, item 14: hostile runs keep a bounded report. A user message of 10 MB, which a
+/// transcript expectation reads back and fails on, used to be printed whole in every line that
+/// quoted it; 10,000 queued inputs never admitted were 10,000 `stranded` lines in one run. Now a
+/// long value is its start and its length, and an oracle shows a few findings and how many more
+/// there are, in the human report, `--json` (still one JSON object per line, with the totals)
+/// and the timeline.
+#[test]
+fn a_huge_value_and_ten_thousand_violations_give_a_bounded_report() {
+    const VALUE_BYTES: usize = 10 << 20;
+    const INPUTS: usize = 10_000;
+    let source = std::fs::read_to_string(workspace().join("scenarios/smoke/healthy-turn.toml")).unwrap();
+    let mut hostile = source.replace("text = \"hello\" }", &format!("text = \"{}\" }}", "a".repeat(VALUE_BYTES)));
+    for n in 0..INPUTS {
+        hostile.push_str(&format!(
+            "\n[[world.record]]\nscope = \"harness_queue\"\nkey = \"q{n}:in\"\nvalue = {{ id = \"in\", session_id = \"q{n}\", entry_id = \"e{n}\", queued_at = 1, message = {{ role = \"user\", text = \"x\" }} }}\n"
+        ));
+    }
+    let path = scratch("hostile.toml", &hostile);
+    let timeline = scratch("hostile.html", "");
+    let args = ["run", path.to_str().unwrap(), "--policy", "reference"];
+    let human = rig(&[&args[..], &["--timeline", timeline.to_str().unwrap()]].concat());
+    assert_eq!(human.status.code(), Some(1), "{}", String::from_utf8_lossy(&human.stderr));
+    let report = String::from_utf8_lossy(&human.stdout);
+    assert!(report.len() < 64 << 10, "a report of {} bytes:\n{}", report.len(), &report[..4096.min(report.len())]);
+    assert!(report.contains("text expected = hello"), "the transcript expectation failed: {report}");
+    assert!(report.contains(&format!("…` ({VALUE_BYTES} bytes)")), "the value's length is said: {report}");
+    let stranded = report.lines().filter(|l| l.contains("oracle `stranded` fired")).count();
+    assert_eq!(stranded, 5, "a few findings of the oracle: {report}");
+    assert!(report.contains(&format!("and {} more of oracle `stranded`", INPUTS - 5)), "{report}");
+    let page = std::fs::metadata(&timeline).expect("the timeline was written").len();
+    assert!(page < 1 << 20, "a timeline of {page} bytes");
+
+    let json = rig(&[&args[..], &["--json"]].concat());
+    assert_eq!(json.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&json.stdout);
+    assert!(text.len() < 256 << 10, "a JSON line of {} bytes", text.len());
+    let line: serde_json::Value = serde_json::from_str(text.trim()).expect("one JSON object");
+    assert_eq!(line["violation_details_total"], INPUTS);
+    assert_eq!(line["violation_details"].as_array().map(Vec::len), Some(5));
+    let failures = line["failures"].as_array().expect("failures");
+    assert!(failures.len() <= 41 && line["failures_total"].as_u64() > Some(INPUTS as u64), "{line}");
+    assert!(failures.iter().any(|f| f.as_str().is_some_and(|f| f.contains(&format!("({VALUE_BYTES} bytes)")))));
+}

@@ -27,6 +27,10 @@ fn main() {
             timeline_in_chromium,
         ),
         Trial::ignorable_test("junit_of_two_shards_merges_and_validates_against_the_schema", junit_validates),
+        Trial::ignorable_test(
+            "a_signal_leaves_a_valid_partial_junit_outputs_that_say_so_and_the_signals_exit_status",
+            interrupted_outputs,
+        ),
     ];
     libtest_mimic::run(&args, trials).exit();
 }
@@ -432,4 +436,140 @@ fn merge(reports: &[&str]) -> String {
     format!(
         "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"merged\" tests=\"{tests}\" failures=\"{failures}\" errors=\"{errors}\">\n{suites}</testsuites>\n"
     )
+}
+
+/// How long a command may take to stop after a signal (a hang guard, not a target).
+const STOP_WAIT_MAX: Duration = Duration::from_secs(120);
+
+/// Issue 35, item 13: a SIGTERM in the middle of `rig matrix --junit --out` left a 0-byte JUnit
+/// file (not XML at all) and exit 143 with no word. Now the matrix starts no new run, writes a
+/// JUnit report of what it ran that validates against the schema and says it was interrupted
+/// (an errored case and a property), the failing case's files in `--out` (from the run itself:
+/// there is no replay after a signal), the summary with the interruption, and exits 143; and a
+/// SIGINT in the middle of `rig run --json` leaves whole JSON lines, the last one saying it was
+/// interrupted, and exit 130. The signals are real, sent to the child process with `kill`.
+fn interrupted_outputs() -> Result<Completion, Failed> {
+    let folder = scratch("interrupted");
+    let source = std::fs::read_to_string(workspace().join("scenarios/incident-001/finalization/write-timeout.toml"))?;
+    let failing = folder.join("fails-every-seed.toml");
+    std::fs::write(
+        &failing,
+        source.replace("[policy.reference]\n", "[policy.reference]\nviolations = [\"liveness\"]\n"),
+    )?;
+    let junit = folder.join("junit.xml");
+    let out = folder.join("out");
+    let mut matrix = Command::new(env!("CARGO_BIN_EXE_rig"));
+    matrix.args([
+        "matrix",
+        failing.to_str().unwrap(),
+        "--policy",
+        "reference",
+        "--seeds",
+        "0..10000000",
+        "--jobs",
+        "2",
+    ]);
+    matrix.args(["--junit", junit.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+    // The matrix says a case failed on stderr the moment its first seed fails: runs are going.
+    let (code, stdout) = signalled(&mut matrix, "TERM", |stderr: &str| stderr.starts_with("FAIL "))?;
+    if code != Some(143) {
+        return Err(format!("rig matrix stopped by SIGTERM exited {code:?}:\n{stdout}").into());
+    }
+    if !stdout.contains("interrupted by SIGTERM") || !stdout.contains("not replayed: the matrix was interrupted") {
+        return Err(format!("the summary does not say it was interrupted:\n{stdout}").into());
+    }
+    let xml = std::fs::read_to_string(&junit)?;
+    let report =
+        quick_junit::Report::deserialize_from_str(&xml).map_err(|e| format!("{}: {e}\n{xml}", junit.display()))?;
+    let suite = report.test_suites.first().ok_or("no suite")?;
+    let said = suite.properties.iter().any(|p| p.name.as_str() == "interrupted" && p.value.contains("SIGTERM"));
+    if !said || suite.errors != 1 || suite.failures != 1 {
+        return Err(format!("the partial report does not say what happened:\n{xml}").into());
+    }
+    let written: Vec<String> =
+        std::fs::read_dir(&out)?.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+    for suffix in [".timeline.html", ".trace.jsonl", ".repro.sh"] {
+        if !written.iter().any(|name| name.ends_with(suffix)) {
+            return Err(format!("no *{suffix} in --out: {written:?}").into());
+        }
+    }
+
+    let mut run = Command::new(env!("CARGO_BIN_EXE_rig"));
+    let smoke = workspace().join("scenarios/smoke/healthy-turn.toml");
+    run.args(["run", smoke.to_str().unwrap(), "--seeds", "0..10000000", "--json", "--jobs", "2"]);
+    let (code, stdout) = signalled(&mut run, "INT", |_| false)?;
+    if code != Some(130) {
+        return Err(format!("rig run stopped by SIGINT exited {code:?}").into());
+    }
+    let lines: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|line| serde_json::from_str(line).map_err(|e| format!("not a whole JSON line ({e}): {line}")))
+        .collect::<Result<_, _>>()?;
+    let last = lines.last().ok_or("no line at all")?;
+    if last["interrupted"] != "SIGINT" || last["runs_made"].as_u64() != Some(lines.len() as u64 - 1) {
+        return Err(format!("the last line does not say how the run was interrupted: {last}").into());
+    }
+
+    let Some(xmllint) = find_tool(&["xmllint"]) else { return missing("xmllint", "libxml2-utils") };
+    let schema = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/junit/junit-10.xsd");
+    let lint = Command::new(&xmllint).arg("--noout").arg("--schema").arg(&schema).arg(&junit).output()?;
+    if !lint.status.success() {
+        return Err(format!("the partial JUnit does not validate: {}", String::from_utf8_lossy(&lint.stderr)).into());
+    }
+    Ok(Completion::Completed)
+}
+
+/// Starts `command`, sends it `signal` (with `kill`) once a line of its standard error meets
+/// `ready` or, failing that, its standard output has printed a few lines; its exit code and
+/// standard output.
+fn signalled(
+    command: &mut Command,
+    signal: &str,
+    ready: impl Fn(&str) -> bool + Send + 'static,
+) -> Result<(Option<i32>, String), Failed> {
+    use std::io::{BufRead, BufReader, Read};
+    let mut child = command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
+    let (sender, going) = std::sync::mpsc::channel::<()>();
+    let stderr = child.stderr.take().ok_or("stderr")?;
+    let on_stderr = sender.clone();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if ready(&line) {
+                let _ = on_stderr.send(());
+            }
+        }
+    });
+    let stdout = child.stdout.take().ok_or("stdout")?;
+    let (lines_sender, printed) = std::sync::mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        let mut reader = BufReader::new(stdout);
+        let mut text = String::new();
+        let mut line = String::new();
+        while reader.read_line(&mut line).is_ok_and(|n| n > 0) {
+            if text.lines().count() == 20 {
+                let _ = sender.send(());
+            }
+            text.push_str(&line);
+            line.clear();
+        }
+        let _ = reader.read_to_string(&mut text);
+        let _ = lines_sender.send(text);
+    });
+    going.recv_timeout(STOP_WAIT_MAX).map_err(|_| "the command never got going")?;
+    let status = Command::new("kill").arg(format!("-{signal}")).arg(child.id().to_string()).status()?;
+    if !status.success() {
+        return Err("kill failed".into());
+    }
+    let started = Instant::now();
+    let code = loop {
+        if let Some(status) = child.try_wait()? {
+            break status.code();
+        }
+        if started.elapsed() > STOP_WAIT_MAX {
+            let _ = child.kill();
+            return Err(format!("still running {STOP_WAIT_MAX:?} after SIG{signal}").into());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Ok((code, printed.recv_timeout(STOP_WAIT_MAX).map_err(|_| "no standard output")?))
 }

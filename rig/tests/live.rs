@@ -131,7 +131,7 @@ impl Live {
             }
             std::thread::sleep(Duration::from_millis(100));
         };
-        let runs = self
+        let lines: Vec<serde_json::Value> = self
             .stdout
             .iter()
             .map(|line| serde_json::from_str::<serde_json::Value>(&line).expect("one JSON object per line"))
@@ -140,8 +140,51 @@ impl Live {
                 assert!(run["live"]["replay"].as_str().is_some_and(|r| r.contains("cannot be replayed")), "{run}")
             })
             .collect();
-        (status.code(), runs)
+        (status.code(), judged(lines))
     }
+}
+
+thread_local! {
+    /// The runs of this thread's checks that stayed void after every retry: no verdict to
+    /// compare (see [`judged`]).
+    static VOID: std::cell::RefCell<BTreeSet<(String, String)>> = Default::default();
+}
+
+/// The runs of a `rig live` that gave a verdict. A void run (the machine did not keep real time:
+/// rig/docs/live.md) is made again slower by `rig live`, and its last attempt stands; one void
+/// after every retry is no verdict, so it is left out of the comparison with the simulation and
+/// counted. A check whose runs are mostly void proves nothing: at most a quarter may end void.
+fn judged(lines: Vec<serde_json::Value>) -> Vec<serde_json::Value> {
+    let key = |run: &serde_json::Value| (run["scenario"].to_string(), run["policy"].to_string());
+    let (mut attempts_void, mut runs, mut void) = (0, Vec::new(), Vec::new());
+    for (index, run) in lines.iter().enumerate() {
+        if run["void"].is_null() {
+            assert!(run["passed"].is_boolean(), "a verdict: {run}");
+            runs.push(run.clone());
+            continue;
+        }
+        assert!(run["passed"].is_null() && run["violations"] == serde_json::json!([]), "no verdict: {run}");
+        attempts_void += 1;
+        if lines.get(index + 1).is_none_or(|next| key(next) != key(run)) {
+            void.push(run.clone());
+        }
+    }
+    eprintln!(
+        "rig live: {} run(s), {attempts_void} void attempt(s), {} void after every retry{}",
+        runs.len() + void.len(),
+        void.len(),
+        void.iter()
+            .map(|run| format!("; {} [{}]: {}", run["scenario"], run["policy"], run["void"]))
+            .collect::<String>()
+    );
+    assert!(void.len() * 4 <= runs.len() + void.len(), "most runs void: the machine never kept real time");
+    VOID.with(|voided| {
+        voided.borrow_mut().extend(void.iter().map(|run| {
+            let text = |field: &str| run[field].as_str().unwrap_or_default().to_string();
+            (text("scenario"), text("policy"))
+        }))
+    });
+    runs
 }
 
 fn verdict(run: &serde_json::Value) -> Verdict {
@@ -211,7 +254,7 @@ fn live_against(paths: &[&str], extra: &[&str], harness: impl FnOnce(&str) -> Ru
     let what = worker.what.clone();
     let (code, runs) = live.finish_runs();
     drop(worker);
-    assert!(matches!(code, Some(0 | 1)), "rig live against {what} exited {code:?}: {runs:#?}");
+    assert!(matches!(code, Some(0 | 1 | 75)), "rig live against {what} exited {code:?}: {runs:#?}");
     // What went wrong in each run, for a verdict that differs from the simulated one.
     for run in runs.iter().filter(|run| !run["failures"].as_array().is_none_or(Vec::is_empty)) {
         eprintln!("{} [{}] against {what}: {}", run["scenario"], run["policy"], run["failures"]);
@@ -256,7 +299,7 @@ fn live_python(paths: &[&str], extra: &[&str], swallow: bool) -> Vec<serde_json:
     let (spawn, envs) = python_worker(swallow);
     let extra: Vec<&str> = extra.iter().copied().chain(["--spawn", &spawn]).collect();
     let (code, runs) = start_live_with(paths, &extra, &envs).finish_runs();
-    assert!(matches!(code, Some(0 | 1)), "rig live against the Python worker exited {code:?}: {runs:#?}");
+    assert!(matches!(code, Some(0 | 1 | 75)), "rig live against the Python worker exited {code:?}: {runs:#?}");
     runs
 }
 
@@ -288,14 +331,18 @@ fn node_worker() -> PathBuf {
 fn a_node_harness_on_the_iii_sdk_from_npm_gives_the_simulated_verdicts() {
     let spawn = format!("node {}", node_worker().display());
     let (code, runs) = start_live(&SUITE, &["--policy", "reference", "--spawn", &spawn]).finish_runs();
-    assert!(matches!(code, Some(0 | 1)), "rig live against the node worker exited {code:?}: {runs:#?}");
+    assert!(matches!(code, Some(0 | 1 | 75)), "rig live against the node worker exited {code:?}: {runs:#?}");
     for run in runs.iter().filter(|run| run["passed"] != true) {
         eprintln!("{} against the node worker: {}", run["scenario"], run["failures"]);
     }
     assert_same(verdicts(&runs), simulated("reference"), "the node worker");
 }
 
+/// The live verdicts are the simulated ones, but for the runs that stayed void (see [`judged`]).
 fn assert_same(live: Vec<Verdict>, simulated: Vec<Verdict>, against: &str) {
+    let voided = VOID.with(|voided| voided.borrow().clone());
+    let simulated: Vec<Verdict> =
+        simulated.into_iter().filter(|v| !voided.contains(&(v.scenario.clone(), v.policy.clone()))).collect();
     assert_eq!(live, simulated, "live verdicts against {against} (left) differ from the simulated ones (right)");
 }
 
@@ -429,7 +476,7 @@ fn a_spawned_harness_is_killed_restarted_and_paused_as_a_host_is() {
     let rig = format!("{} harness", env!("CARGO_BIN_EXE_rig"));
     let live = start_live(&files, &["--spawn", &rig, "--trace", trace.to_str().unwrap()]);
     let (code, runs) = live.finish_runs();
-    assert!(matches!(code, Some(0 | 1)), "{runs:#?}");
+    assert!(matches!(code, Some(0 | 1 | 75)), "{runs:#?}");
     for run in runs.iter().filter(|run| run["passed"] != true) {
         eprintln!("{} against a spawned rig harness: {}", run["scenario"], run["failures"]);
     }
@@ -633,4 +680,65 @@ fn a_worker_the_run_did_not_start_is_refused_under_spawn() {
     let (code, verdicts) = live.finish();
     assert_eq!(code, Some(0), "{verdicts:#?}");
     assert!(verdicts.len() == 1 && verdicts[0].passed, "{verdicts:#?}");
+}
+
+/// Issue 35, item 2: a live run on a machine that did not keep real time gave a verdict anyway
+/// (under load, `redelivered-while-running` gave `stranded` besides `truthful-reply`). Here the
+/// machine stalls for certain: `rig live` itself is stopped (SIGSTOP) for 800 ms in the middle of
+/// its run, so its clock's timers fire that late. The run is void, saying why, neither passed
+/// nor failed, and is made again at twice the time scale, which passes; the summary counts both.
+#[test]
+fn a_run_the_machine_did_not_keep_time_for_is_void_and_made_again_slower() {
+    let logs = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("live-stalled-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&logs);
+    let rig_harness = format!("{} harness", env!("CARGO_BIN_EXE_rig"));
+    // A healed world settles after --quiet-ms of quiet: the run is still going when stalled.
+    let extra = ["--spawn", &rig_harness, "--quiet-ms", "5000", "--logs", logs.to_str().unwrap()];
+    // Its deadlines are 300 ms: the bound is 150 ms.
+    let live = start_live(&["scenarios/incident-001/finalization/healthy.toml"], &extra);
+    // `rig harness` says it serves the run once it has the run's settings, just before it
+    // registers; the turn is over within moments of that, and then 5 s of quiet follow.
+    let serving =
+        || {
+            std::fs::read_dir(&logs).into_iter().flatten().flatten().any(|entry| {
+                std::fs::read_to_string(entry.path()).is_ok_and(|text| text.contains("rig harness: serving"))
+            })
+        };
+    let since = Instant::now();
+    while !serving() {
+        assert!(since.elapsed() < STARTUP_MAX, "the harness process never served the run");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(1000));
+    let rig = live.running.child.id().to_string();
+    assert!(Command::new("kill").args(["-STOP", &rig]).status().expect("kill").success());
+    std::thread::sleep(Duration::from_millis(800));
+    assert!(Command::new("kill").args(["-CONT", &rig]).status().expect("kill").success());
+    let mut live = live;
+    let (code, lines) = {
+        let started = Instant::now();
+        let status = loop {
+            if let Some(status) = live.running.child.try_wait().expect("wait for rig live") {
+                break status;
+            }
+            assert!(started.elapsed() < LIVE_RUN_MAX, "rig live took too long");
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        let lines: Vec<serde_json::Value> =
+            live.stdout.iter().map(|line| serde_json::from_str(&line).expect("a JSON line")).collect();
+        (status.code(), lines)
+    };
+    assert_eq!(code, Some(0), "{lines:#?}");
+    // (On a loaded machine the slower attempt may be void too, and is made again slower still.)
+    assert!((2..=3).contains(&lines.len()), "a void attempt, then the run made again: {lines:#?}");
+    let (void, again) = (&lines[0], &lines[lines.len() - 1]);
+    assert!(lines[1..lines.len() - 1].iter().all(|line| !line["void"].is_null()), "{lines:#?}");
+    let why = void["void"].as_str().unwrap_or_default();
+    assert!(why.contains("did not keep real time") && why.contains("ms late"), "{void}");
+    assert!(void["passed"].is_null() && void["failures"].as_array().is_some_and(|f| f.len() == 1), "{void}");
+    assert_eq!(again["passed"], true, "{again}");
+    assert!(again["void"].is_null(), "{again}");
+    let attempt = lines.len() as u64;
+    let scale = 2f64.powi(lines.len() as i32 - 1);
+    assert_eq!((again["live"]["attempt"].as_u64(), again["live"]["time_scale"].as_f64()), (Some(attempt), Some(scale)));
 }

@@ -19,7 +19,13 @@ pub(crate) fn write_run(outcome: &RunOutcome, folder: &Path, stem: &str) -> Vec<
         ("trace.jsonl", trace),
         (
             "repro.sh",
-            format!("#!/bin/sh\n# {}\n{}\n", outcome.failures.first().map_or("", String::as_str), outcome.repro()),
+            format!(
+                "#!/bin/sh\n# {}\n{}\n",
+                crate::report::bounds::text(
+                    outcome.failures.first().and_then(|f| f.lines().next()).unwrap_or_default()
+                ),
+                outcome.repro()
+            ),
         ),
     ];
     files
@@ -72,6 +78,10 @@ pub(crate) fn write_finding(
     };
     if let Err(error) = std::fs::write(&path, &text) {
         return format!("(could not write {}: {error})", path.display());
+    }
+    if crate::interrupt::requested() {
+        // A signal asked for no new run: the file is there, its replay is not.
+        return format!("{} (not replayed: interrupted)", path.display());
     }
     let scenario = match crate::Scenario::parse(&path, &text) {
         Ok(scenario) => scenario,

@@ -101,7 +101,10 @@ pub(crate) fn command(args: BenchArgs, harness: &Harness) -> ExitCode {
         busy_us as f64 / elapsed_us as f64,
         skipped.saturating_mul(seeds)
     );
-    if let Some(workload) = args.sweep.as_ref().filter(|w| w.exists()) {
+    if let Some(line) = super::interrupted(all_runs, run_count(&selected, &args.seeds)) {
+        out!("{line} (the figures above are of the runs made)");
+    }
+    if let Some(workload) = args.sweep.as_ref().filter(|w| w.exists() && !crate::interrupt::requested()) {
         failed += super::sweep::bench(workload, harness);
     }
     if let Some(peak) = peak_memory_kib() {

@@ -123,6 +123,9 @@ pub(crate) fn command(args: ExploreArgs, harness: &Harness) -> ExitCode {
         print_finding(number + 1, each, &args, harness, live.as_ref());
     }
     out!("{}", tally.summary(made_by.name()));
+    if let Some(line) = super::interrupted(tally.explored, total) {
+        out!("{line}");
+    }
     if tally.failing > 0 {
         ExitCode::from(EXIT_FAILED)
     } else if tally.explored == 0 {

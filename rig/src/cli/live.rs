@@ -6,7 +6,11 @@ use super::{
 use crate::capability::{Capabilities, Skip};
 use crate::live::check_time_scale;
 use crate::report::{self, SkippedRun};
-use crate::{prepare_live, run_live, LiveListener, LiveOptions, LiveRuns, LiveSweepOptions, Processes, SpawnOptions};
+use crate::run::RunOutcome;
+use crate::{
+    prepare_live, run_live, slower, LiveListener, LiveOptions, LiveRuns, LiveSweepOptions, Processes, SpawnOptions,
+    VOID_RETRIES,
+};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -74,6 +78,7 @@ pub struct LiveArgs {
 /// `rig live`. The external harness is judged by the reference harness's policies; `rig` names
 /// the binary for the command that runs a scenario again.
 pub fn command(args: LiveArgs, rig: &Harness) -> ExitCode {
+    crate::interrupt::wind_down();
     let Some(scenarios) = load_scenarios(&args.paths) else { return ExitCode::from(EXIT_BAD_INPUT) };
     let selected = match selected_runs(&scenarios, Some(&args.policy), rig) {
         Ok(selected) => selected,
@@ -93,7 +98,7 @@ pub fn command(args: LiveArgs, rig: &Harness) -> ExitCode {
             Some(skip) => skip,
             None => match prepare_live(scenario, args.time_scale, processes) {
                 Ok(ready) => {
-                    prepared.push((ready, run));
+                    prepared.push((ready, scenario, run));
                     continue;
                 }
                 Err(reasons) => Skip::not_live(LIVE, reasons),
@@ -157,49 +162,56 @@ pub fn command(args: LiveArgs, rig: &Harness) -> ExitCode {
             listener.address()
         ),
     }
-    let (mut passed, mut failed) = (0u64, 0u64);
+    let (mut passed, mut failed, mut void, mut again) = (0u64, 0u64, 0u64, 0u64);
     let total = prepared.len();
-    for (index, (ready, run)) in prepared.iter().enumerate() {
-        if output::lost() {
+    let mut made = 0u64;
+    'runs: for (index, (first, original, run)) in prepared.iter().enumerate() {
+        if output::lost() || crate::interrupt::requested() {
             break;
         }
-        for ignored in &ready.ignored {
-            err!("rig live: {}: {ignored}", ready.scenario.path.display());
+        for ignored in &first.ignored {
+            err!("rig live: {}: {ignored}", first.scenario.path.display());
         }
-        let options = LiveOptions {
-            policy: run.policy.clone(),
-            seed: args.seed,
-            time_scale: scale,
-            connect_timeout_ms: args.connect_timeout_ms,
-            quiet_ms: args.quiet_ms,
-            command: rerun_command(&args, &rig.program, &ready.scenario.path.display().to_string(), address),
-            spawn: spawn.clone(),
-        };
-        let outcome = match run_live(&listener, ready, run, &options) {
-            Ok(outcome) => outcome,
-            Err(why) => {
-                err!("error: {}: {why}", ready.scenario.path.display());
-                failed += 1;
-                continue;
+        // A void run is made again, slower, up to VOID_RETRIES times (rig/docs/live.md).
+        let (mut attempt, mut attempt_scale, mut slower_ready) = (0, scale, None);
+        let outcome = loop {
+            attempt += 1;
+            let ready = slower_ready.as_ref().unwrap_or(first);
+            let path = ready.scenario.path.display().to_string();
+            let options = LiveOptions {
+                policy: run.policy.clone(),
+                seed: args.seed,
+                time_scale: attempt_scale,
+                connect_timeout_ms: args.connect_timeout_ms,
+                quiet_ms: args.quiet_ms,
+                command: rerun_command(&args, &rig.program, &path, address, attempt_scale),
+                spawn: spawn.clone(),
+            };
+            let outcome = match run_live(&listener, ready, run, &options) {
+                Ok(outcome) => outcome,
+                Err(why) => {
+                    err!("error: {path}: {why}");
+                    failed += 1;
+                    continue 'runs;
+                }
+            };
+            print_outcome(&outcome, &args, address, spawn.as_ref(), (attempt, attempt_scale));
+            if let Some(sink) = trace_out.as_mut() {
+                sink.write(trace_lines(&outcome).as_bytes());
             }
-        };
-        if args.json {
-            let mut line = report::json_line(&outcome);
-            line["live"] =
-                serde_json::json!({ "listen": address.to_string(), "time_scale": scale, "replay": NO_REPLAY });
-            if let Some(spawn) = &spawn {
-                line["live"]["spawn"] = serde_json::json!({ "command": spawn.command, "output": spawn.logs });
+            if outcome.void.is_none() || crate::interrupt::requested() || attempt > VOID_RETRIES {
+                break outcome;
             }
-            out!("{line}");
-        } else {
-            let output =
-                spawn.as_ref().map(|s| format!("; process output in {}", s.logs.display())).unwrap_or_default();
-            out!("{}\n    live: time scale {scale}; no bit-for-bit replay{output}", report::human(&outcome));
-        }
-        if let Some(sink) = trace_out.as_mut() {
-            sink.write(trace_lines(&outcome).as_bytes());
-        }
-        if outcome.passed {
+            let (next, ready) = slower(original, attempt_scale, processes);
+            let Some(ready) = ready else { break outcome };
+            err!("rig live: {path} [{}] was void; making it again at time scale {next}", run.policy);
+            again += 1;
+            (attempt_scale, slower_ready) = (next, Some(ready));
+        };
+        made += 1;
+        if outcome.void.is_some() {
+            void += 1;
+        } else if outcome.passed {
             passed += 1;
         } else {
             failed += 1;
@@ -215,23 +227,62 @@ pub fn command(args: LiveArgs, rig: &Harness) -> ExitCode {
     if let Err(code) = trace_out.map_or(Ok(()), |sink| sink.finish()) {
         return code;
     }
-    if !args.json {
-        out!("{passed} passed, {failed} failed, {skipped} skipped (live)");
+    if args.json {
+        if let Some(line) = super::interrupted_json(made, total as u64) {
+            out!("{line}");
+        }
+    } else {
+        let retried = if again > 0 { format!("; {again} void run(s) made again, slower") } else { String::new() };
+        out!("{passed} passed, {failed} failed, {skipped} skipped, {void} void (live){retried}");
+        if let Some(line) = super::interrupted(made, total as u64) {
+            out!("{line}");
+        }
     }
     if failed > 0 {
         ExitCode::from(EXIT_FAILED)
+    } else if void > 0 {
+        err!("rig live: {void} run(s) void after every retry: the machine did not keep real time, so they say nothing");
+        ExitCode::from(EXIT_VOID)
     } else {
         ExitCode::SUCCESS
     }
 }
 
-/// The command that runs a scenario live again, as this run did (not a replay).
-fn rerun_command(args: &LiveArgs, program: &str, scenario: &str, address: SocketAddr) -> String {
+/// The exit status of `rig live` when a run was void after every retry and none failed:
+/// nothing failed, and not everything was tested (75: `EX_TEMPFAIL`, "try again later").
+pub const EXIT_VOID: u8 = 75;
+
+/// A live run's report: its line (or JSON object), saying which attempt it was and its time scale.
+fn print_outcome(
+    outcome: &RunOutcome,
+    args: &LiveArgs,
+    address: SocketAddr,
+    spawn: Option<&SpawnOptions>,
+    (attempt, scale): (u32, f64),
+) {
+    if args.json {
+        let mut line = report::json_line(outcome);
+        line["live"] = serde_json::json!({
+            "listen": address.to_string(), "time_scale": scale, "attempt": attempt, "replay": NO_REPLAY
+        });
+        if let Some(spawn) = spawn {
+            line["live"]["spawn"] = serde_json::json!({ "command": spawn.command, "output": spawn.logs });
+        }
+        out!("{line}");
+    } else {
+        let output = spawn.map(|s| format!("; process output in {}", s.logs.display())).unwrap_or_default();
+        let attempt = if attempt > 1 { format!("; attempt {attempt}") } else { String::new() };
+        out!("{}\n    live: time scale {scale}{attempt}; no bit-for-bit replay{output}", report::human(outcome));
+    }
+}
+
+/// The command that runs a scenario live again, as this run did (not a replay), at `scale`.
+fn rerun_command(args: &LiveArgs, program: &str, scenario: &str, address: SocketAddr, scale: f64) -> String {
     let mut command = match &args.spawn {
         Some(spawn) => format!("{program} live {scenario} --spawn {} --policy {}", shell_quoted(spawn), args.policy),
         None => format!("{program} live {scenario} --listen {address} --policy {}", args.policy),
     };
-    if let Some(scale) = args.time_scale {
+    if args.time_scale.is_some() || scale != 1.0 {
         command.push_str(&format!(" --time-scale {scale}"));
     }
     command

@@ -7,6 +7,7 @@ use super::{
     Harness, Pair, Quiet, RunJob, Tally, EXIT_BAD_INPUT, EXIT_FAILED,
 };
 use crate::report::{self, MatrixCase};
+use crate::run::RunOutcome;
 use sha2::{Digest, Sha256};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -85,6 +86,9 @@ pub(crate) fn command(args: MatrixArgs, harness: &Harness) -> ExitCode {
     let mut tally = Tally::default();
     let workers = args.jobs.workers(in_shard);
     let failures_only = args.quiet.failures_only;
+    // With --out, each case's lowest failing run: what its files are written from when a signal
+    // leaves no time to replay it.
+    let mut lowest: Vec<Option<RunOutcome>> = cases.iter().map(|_| None).collect();
     run_all(jobs, in_shard, workers, harness, !failures_only, |pair, done| {
         tally.count(&done);
         let line = match &done {
@@ -101,13 +105,34 @@ pub(crate) fn command(args: MatrixArgs, harness: &Harness) -> ExitCode {
             }
         };
         digest.update(line.as_bytes());
+        if let Done::Ran(outcome) = done {
+            let lower = lowest[pair].as_ref().is_none_or(|kept| outcome.seed < kept.seed);
+            if args.out.is_some() && !outcome.passed && lower {
+                lowest[pair] = Some(outcome);
+            }
+        }
     });
-    let unreproducible = match &args.out {
-        Some(folder) => write_failures(&selected, &mut cases, folder, workers, harness),
-        None => Vec::new(),
+    let made = tally.passed + tally.failed + tally.skipped;
+    let interrupted = super::interrupted(made, in_shard);
+    let unreproducible = match (&args.out, &interrupted) {
+        (Some(folder), None) => write_failures(&selected, &mut cases, folder, workers, harness),
+        // A signal asked for no new run: the files come from the runs themselves, not replayed.
+        (Some(folder), Some(_)) => {
+            for (case, outcome) in cases.iter_mut().zip(&lowest) {
+                if let (Some(first), Some(outcome)) = (case.first_failure.as_mut(), outcome) {
+                    first.artifacts = artifacts::write_run(outcome, folder, &artifacts::run_stem(outcome));
+                    first.artifacts.push("(not replayed: the matrix was interrupted)".into());
+                }
+            }
+            Vec::new()
+        }
+        (None, _) => Vec::new(),
     };
     cases.retain(|case| case.runs > 0 || case.skipped > 0);
     out!("{}", report::matrix_summary(&cases, (shard, shards), harness.name(), failures_only));
+    if let Some(line) = &interrupted {
+        out!("{line}");
+    }
     if args.out.is_none() && !failures_only && cases.iter().any(|c| c.failed > 0) {
         out!("(--out DIR writes each failing case's timeline, trace and repro, from a replay of its lowest seed)");
     }
@@ -124,6 +149,7 @@ pub(crate) fn command(args: MatrixArgs, harness: &Harness) -> ExitCode {
             policy: args.policy.as_deref(),
             started,
             elapsed: clock.elapsed(),
+            interrupted: interrupted.as_deref(),
         };
         let written =
             report::junit(&cases, &suite).and_then(|xml| file.write_all(xml.as_bytes()).map_err(|e| e.to_string()));

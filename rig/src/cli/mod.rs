@@ -79,7 +79,11 @@ pub enum Command {
 }
 
 impl Command {
+    /// Runs the command. A first Ctrl-C, SIGTERM or SIGHUP stops it starting runs; it writes
+    /// what it has, saying it was interrupted, and [`output::finish`] exits with the signal's
+    /// status (see [`crate::interrupt`]).
     pub fn execute(self, harness: &Harness) -> ExitCode {
+        crate::interrupt::wind_down();
         match self {
             Command::Run(args) => run::command(args, harness),
             Command::Matrix(args) => matrix::command(args, harness),
@@ -195,6 +199,20 @@ pub const EXIT_BAD_INPUT: u8 = 2;
 /// is instead of being taken for an unknown flag.
 pub fn parse_seed(text: &str) -> Result<u64, String> {
     text.parse().map_err(|_| format!("`{text}` is not a seed: a seed is a non-negative integer (0 to {})", u64::MAX))
+}
+
+/// What a command that a signal stopped says of its runs: `interrupted by SIGINT: 1234 of 84000
+/// runs made`; `None` when no signal came.
+pub fn interrupted(made: u64, total: u64) -> Option<String> {
+    crate::interrupt::received()
+        .map(|signal| format!("interrupted by {}: {made} of {total} runs made, no more started", signal.name()))
+}
+
+/// The `--json` line a command that a signal stopped ends with, after its runs' lines:
+/// `{"interrupted":"SIGINT","runs_made":M,"runs_total":T}` (it has no `scenario`: it is no run).
+pub fn interrupted_json(made: u64, total: u64) -> Option<serde_json::Value> {
+    crate::interrupt::received()
+        .map(|signal| serde_json::json!({ "interrupted": signal.name(), "runs_made": made, "runs_total": total }))
 }
 
 pub fn parse_seed_range(text: &str) -> Result<std::ops::Range<u64>, String> {

@@ -46,17 +46,23 @@ pub fn lost() -> bool {
     ANY_LOST.load(Ordering::Relaxed)
 }
 
-/// The jobs of a command, taken only while its outputs can still be written.
+/// The jobs of a command, taken only while its outputs can still be written and no signal
+/// asked it to stop.
 pub fn while_wanted<I: Iterator>(jobs: I) -> impl Iterator<Item = I::Item> {
-    jobs.take_while(|_| !lost())
+    jobs.take_while(|_| !lost() && !crate::interrupt::requested())
 }
 
 /// The exit status of a command that returned `code`, once standard output is flushed: a
-/// failed standard output overrides it.
+/// failed standard output overrides it, and so does a signal that stopped the command (its
+/// status, 128 + its number: what a program the signal ended exits with).
 pub fn finish(code: ExitCode) -> ExitCode {
     if let Err(error) = std::io::stdout().flush() {
         lose_stdout(&error);
     }
+    let code = match crate::interrupt::received() {
+        Some(signal) => ExitCode::from(signal.exit_status()),
+        None => code,
+    };
     match STDOUT_LOST.get() {
         None => code,
         Some((ErrorKind::BrokenPipe, _)) => ExitCode::from(EXIT_CLOSED),

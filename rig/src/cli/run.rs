@@ -175,8 +175,16 @@ pub(crate) fn command(args: RunArgs, harness: &Harness) -> ExitCode {
         }
         err!("wrote {}", path.display());
     }
-    if !args.json {
+    let made = tally.passed + tally.failed + tally.skipped;
+    if args.json {
+        if let Some(line) = super::interrupted_json(made, total) {
+            out!("{line}");
+        }
+    } else {
         out!("{}", tally.summary(harness));
+        if let Some(line) = super::interrupted(made, total) {
+            out!("{line}");
+        }
     }
     tally.exit_code()
 }

@@ -111,7 +111,7 @@ pub(crate) fn command(args: SweepArgs, harness: &Harness) -> ExitCode {
     let mut anything = false;
     let mut tally = SweepTally::default();
     for scenario in &scenarios {
-        if output::lost() {
+        if output::lost() || crate::interrupt::requested() {
             break;
         }
         // Wall time, for the summary line only: the uncut run and the sweep's, as they took.
@@ -142,7 +142,7 @@ pub(crate) fn command(args: SweepArgs, harness: &Harness) -> ExitCode {
             continue;
         }
         out!("sweep {} [{}] depth {} seed {}", scenario.path.display(), args.policy, args.depth, args.seed);
-        for failure in &report.baseline_failures {
+        for failure in report::bounds::failures(&report.baseline_failures) {
             out!("  note: the uncut workload: {}", failure.lines().next().unwrap_or_default());
         }
         if !report.baseline_fired.is_empty() {
@@ -198,6 +198,14 @@ pub(crate) fn command(args: SweepArgs, harness: &Harness) -> ExitCode {
         }
     }
     out!("{}", tally.summary(made_by.name()));
+    if let Some(signal) = crate::interrupt::received() {
+        out!(
+            "interrupted by {}: the last workload swept in part, {} of {} not swept",
+            signal.name(),
+            (scenarios.len() as u64).saturating_sub(tally.swept + tally.skipped),
+            scenarios.len()
+        );
+    }
     if anything {
         ExitCode::from(EXIT_FAILED)
     } else if tally.swept == 0 {

@@ -23,9 +23,9 @@ mod spawn;
 mod sweep;
 
 pub use harness::{serve_harness, HarnessProcess};
-pub use plan::{check_time_scale, prepare_live, LiveScenario, Processes};
+pub use plan::{check_time_scale, late_ms_max, prepare_live, LiveScenario, Processes};
 pub use rigfns::{config_json, RIG_CONFIG, RIG_NOTE};
-pub use spawn::{SpawnOptions, HOST_VARIABLE, URL_VARIABLE};
+pub use spawn::{end_every_process, SpawnOptions, HOST_VARIABLE, URL_VARIABLE};
 pub use sweep::{LiveRuns, LiveSweepOptions};
 
 use crate::bus::Bus;
@@ -155,6 +155,7 @@ pub fn run_live(
         ready_ms_max: options.connect_timeout_ms,
         quiet_ms: options.quiet_ms,
         duration_ms_max: scenario.world.network.duration_ms_max,
+        late_ms_max: late_ms_max(scenario),
     };
     let mut runner =
         LiveRunner::start(Rc::clone(&world), net, &topology, vec![(RIG.to_string(), rig)], layout.clone(), bounds)
@@ -178,6 +179,7 @@ pub fn run_live(
         failures.extend(gone_workers(&world, &external));
     }
     let ended = Ended { at_ms: runner.now_ms(), steps: 0, settled, started, recovery: None };
+    let (late, late_ms_max) = runner.lateness();
     drop(runner);
     let name = worker_name(&world, HARNESS).map_or_else(|| "live".to_string(), |name| format!("live:{name}"));
     let judged = Judged { name: &name, layout, reference_particulars: reference_particulars.get() };
@@ -187,7 +189,37 @@ pub fn run_live(
         (outcome.violations, outcome.failures, outcome.passed) = (Vec::new(), vec![missing], false);
     }
     outcome.live = Some(options.command.clone());
+    outcome.void = match crate::interrupt::received() {
+        Some(signal) => Some(format!("interrupted by {}: the run was stopped before its end", signal.name())),
+        None if late.ms > late_ms_max => Some(format!(
+            "the machine did not keep real time: a timer of the live clock due at {} ms fired {} ms late, over the \
+             bound of {late_ms_max} ms at time scale {}",
+            late.due_ms, late.ms, options.time_scale
+        )),
+        None => None,
+    };
+    if let Some(why) = &outcome.void {
+        // No verdict: nothing the oracles saw of a run the machine could not keep up with, or
+        // that was stopped midway, says anything about the harness.
+        (outcome.passed, outcome.violations, outcome.failures) = (false, Vec::new(), vec![format!("void: {why}")]);
+    }
     Ok(outcome)
+}
+
+/// How many times a void live run is made again, each time [`RETRY_SLOWER`] times slower.
+pub const VOID_RETRIES: u32 = 2;
+/// What each retry of a void live run multiplies its time scale by.
+pub const RETRY_SLOWER: f64 = 2.0;
+
+/// The time scale to make a void run again at, and the scenario at that scale: [`RETRY_SLOWER`]
+/// times slower, or as it was when its timings cannot be slowed (one would be longer than live
+/// mode waits out, or the scenario tests the time of an event).
+pub fn slower(scenario: &Scenario, time_scale: f64, processes: Processes) -> (f64, Option<LiveScenario>) {
+    let slower = time_scale * RETRY_SLOWER;
+    match prepare_live(scenario, Some(slower), processes) {
+        Ok(ready) => (slower, Some(ready)),
+        Err(_) => (time_scale, prepare_live(scenario, Some(time_scale), processes).ok()),
+    }
 }
 
 /// The harness functions a scenario calls (by name after `{host}::`): what external workers

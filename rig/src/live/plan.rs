@@ -18,6 +18,32 @@ pub const WAIT_MS_MAX: u64 = 120_000;
 /// a loaded machine) would decide the run rather than the scenario.
 pub const DEADLINE_MS_MIN: u64 = 50;
 
+/// A timer of the live clock may fire this share of the shortest deadline the harness is given
+/// late, and the run still counts (see [`late_ms_max`]).
+pub const LATE_SHARE: f64 = 0.5;
+/// The bound on lateness is never tighter than this (a loaded machine's scheduling) ...
+pub const LATE_MS_MIN: u64 = 10;
+/// ... nor looser than this: a second of real time the world did not see is a run of its own.
+pub const LATE_MS_CAP: u64 = 1_000;
+
+/// How late (real milliseconds) a timer of the live clock may fire in a run of `scenario` (its
+/// timings as the run makes them, scaled) before the run is void: half the shortest
+/// deadline it gives the harness (a call's `session_timeout_ms`, `model_timeout_ms`,
+/// `tool_timeout_ms`), between [`LATE_MS_MIN`] and [`LATE_MS_CAP`]. A stall that long leaves a
+/// call less than the other half for its round trip: it could have decided a deadline the
+/// scenario meant the harness to meet, and the verdict would be the machine's, not the
+/// harness's. (A quarter voided four runs in ten at load 18 on two cores, half of them late by
+/// under 60 ms against 150 ms deadlines.)
+pub fn late_ms_max(scenario: &Scenario) -> u64 {
+    let shortest = timings(scenario)
+        .iter()
+        .filter(|t| t.kind == TimingKind::Deadline && t.ms > 0)
+        .map(|t| t.ms)
+        .min()
+        .unwrap_or(LATE_MS_CAP * 4);
+    ((shortest as f64 * LATE_SHARE) as u64).clamp(LATE_MS_MIN, LATE_MS_CAP)
+}
+
 /// Whose the harness processes of a live run are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Processes {

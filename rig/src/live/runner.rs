@@ -45,6 +45,19 @@ pub struct Bounds {
     pub quiet_ms: u64,
     /// Past this, the run stops and reports the limit.
     pub duration_ms_max: u64,
+    /// A timer of the live clock firing later than this (real milliseconds) makes the run void:
+    /// the machine did not keep real time (see [`super::late_ms_max`]).
+    pub late_ms_max: u64,
+}
+
+/// The latest a timer of the live clock fired, once the clock started: how far real time got
+/// ahead of the world.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Lateness {
+    /// How late, in real milliseconds.
+    pub ms: u64,
+    /// When it was due, in scenario milliseconds.
+    pub due_ms: u64,
 }
 
 /// How many lines of a process's output a failure quotes.
@@ -74,6 +87,8 @@ pub struct LiveRunner {
     /// How long each external worker said it may stay quiet before doing something by itself
     /// (`quiet_after_ms` to `rig::config`); see [`Self::provably_quiet`].
     declared_quiet: Rc<RefCell<BTreeMap<String, u64>>>,
+    /// The latest a timer fired so far (see [`Self::look`]).
+    late: std::cell::Cell<Lateness>,
 }
 
 impl LiveRunner {
@@ -133,6 +148,7 @@ impl LiveRunner {
             processes: RefCell::new(None),
             process_failures: RefCell::default(),
             declared_quiet: Rc::default(),
+            late: std::cell::Cell::default(),
         };
         let names: Vec<String> = runner.software.keys().cloned().collect();
         names.iter().for_each(|name| runner.start_host(name));
@@ -145,6 +161,31 @@ impl LiveRunner {
     /// Real milliseconds since the world's clock started.
     fn elapsed_ms(&self) -> u64 {
         self.clock_started.map_or(0, |started| u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX))
+    }
+
+    /// Brings the world's clock up to real time, firing the timers now due, and measures how
+    /// late they fire. The runner looks every [`LOOK_MS`] (and at every event), so a timer
+    /// fires within a millisecond or two of its moment on a machine that keeps up; `previous`
+    /// is when it last looked, in real milliseconds: its own tick, due [`LOOK_MS`] after, is a
+    /// timer of the clock too, so a stall with no timer of the world pending is measured as well.
+    fn look(&self, previous: Option<u64>) -> u64 {
+        let now = self.elapsed_ms();
+        if self.clock_started.is_some() {
+            let world_timer = self.world.clock.next_deadline().filter(|due| *due < now).map(|due| (now - due, due));
+            let tick = previous.map(|at| at + LOOK_MS).filter(|due| *due < now).map(|due| (now - due, due));
+            for (ms, due_ms) in [world_timer, tick].into_iter().flatten() {
+                if ms > self.late.get().ms {
+                    self.late.set(Lateness { ms, due_ms });
+                }
+            }
+        }
+        self.world.clock.advance_to(now);
+        now
+    }
+
+    /// The latest a timer of the live clock fired in this run, and the bound it is held to.
+    pub fn lateness(&self) -> (Lateness, u64) {
+        (self.late.get(), self.bounds.late_ms_max)
     }
 
     /// Owns the external hosts' processes from now on: starts one for each, which the run's
@@ -239,7 +280,7 @@ impl LiveRunner {
             if ready(runner) {
                 return Some(true);
             }
-            (Instant::now() >= deadline).then_some(false)
+            (Instant::now() >= deadline || crate::interrupt::requested()).then_some(false)
         });
         self.clock_started = Some(Instant::now());
         up
@@ -279,8 +320,9 @@ impl LiveRunner {
     fn drive_until_bounce<T>(&self, check: &mut impl FnMut(&Self) -> Option<T>) -> Option<T> {
         let watched = self.world.watch();
         self.local.block_on(&self.runtime, async {
+            let mut looked = None;
             loop {
-                self.world.clock.advance_to(self.elapsed_ms());
+                looked = Some(self.look(looked));
                 self.supervise();
                 if self.world.has_bounces() {
                     return None;
@@ -321,7 +363,12 @@ impl LiveRunner {
         }
     }
 
+    /// A limit the run reached, or a signal that asked the command to stop: the script ends at
+    /// once (a stopped run is void, see [`super::run_live`]).
     fn limit(&self) -> Option<Stop> {
+        if let Some(signal) = crate::interrupt::received() {
+            return Some(Stop::Limit(format!("interrupted by {}", signal.name())));
+        }
         let max = self.bounds.duration_ms_max;
         (self.world.clock.now_ms() > max).then(|| {
             let what = format!("run duration {max} ms");
@@ -377,7 +424,7 @@ impl WorldDriver for LiveRunner {
     }
 
     fn now_ms(&self) -> u64 {
-        self.world.clock.advance_to(self.elapsed_ms());
+        self.look(None);
         self.world.clock.now_ms()
     }
 

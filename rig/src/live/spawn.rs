@@ -8,10 +8,11 @@
 //! Each start's standard output and error go to a file of its own, named in the trace.
 //!
 //! No process outlives its run. Each is killed (its whole group) when the run ends however it
-//! ends: the supervisor's `Drop` on every return and unwinding panic, a panic hook for the
-//! groups of the panicking thread (should the panic abort), and a signal thread for Ctrl-C,
-//! SIGTERM and SIGHUP, which kills every group still running before the rig exits. Only a
-//! SIGKILL of the rig itself leaves nothing to run: the trace names each process's group.
+//! ends: the supervisor's `Drop` on every return and unwinding panic (a command stopped by
+//! Ctrl-C, SIGTERM or SIGHUP ends its run that way, see [`crate::interrupt`]), a panic hook for
+//! the groups of the panicking thread (should the panic abort), and [`end_every_process`] for a
+//! signal that ends the rig at once. Only a SIGKILL of the rig itself leaves nothing to run: the
+//! trace names each process's group.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
@@ -237,44 +238,18 @@ fn install_cleanups() {
         }
         previous(info);
     }));
-    // The first process starts only once the handlers are in place: a Ctrl-C a moment after it
-    // started must not end the rig the default way, leaving the process behind.
-    let (watching_now, watching) = std::sync::mpsc::channel::<()>();
-    let thread = std::thread::Builder::new().name("rig-live-signals".into()).spawn(move || {
-        let Ok(runtime) = tokio::runtime::Builder::new_current_thread().enable_io().build() else { return };
-        runtime.block_on(async {
-            use tokio::signal::unix::{signal, SignalKind};
-            let kinds = [(SignalKind::interrupt(), 2), (SignalKind::terminate(), 15), (SignalKind::hangup(), 1)];
-            let mut streams = Vec::new();
-            for (kind, number) in kinds {
-                match signal(kind) {
-                    Ok(stream) => streams.push((stream, number)),
-                    Err(error) => tracing::warn!("rig live cannot watch signal {number}: {error}"),
-                }
-            }
-            drop(watching_now);
-            if streams.is_empty() {
-                return;
-            }
-            let received = futures_util::future::select_all(
-                streams
-                    .iter_mut()
-                    .map(|(stream, number)| Box::pin(async move { stream.recv().await.map(|_| *number) })),
-            );
-            let (number, _, _) = received.await;
-            // Held until the exit: nothing starts after this.
-            let groups = GROUPS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            kill_groups(&groups, |_| true);
-            let number = number.unwrap_or(15);
-            eprintln!("rig live: stopped by signal {number}; every harness process it started was killed");
-            std::process::exit(128 + number);
-        });
-    });
-    match thread {
-        // Disconnected once the handlers are registered (or the thread gave up).
-        Ok(_) => drop(watching.recv()),
-        Err(error) => tracing::warn!("rig live cannot watch for Ctrl-C: {error}"),
-    }
+    // The first process starts only once the signal handlers are in place: a Ctrl-C a moment
+    // after it started must not end the rig the default way, leaving the process behind.
+    crate::interrupt::watch();
+}
+
+/// Kills every process group the rig started and has not ended, and keeps any more from
+/// starting: for a signal that ends the rig at once ([`crate::interrupt`]).
+pub fn end_every_process() {
+    let groups = GROUPS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    kill_groups(&groups, |_| true);
+    // Held until the process exits: nothing starts after this.
+    std::mem::forget(groups);
 }
 
 #[cfg(test)]

@@ -79,14 +79,14 @@ impl LiveRuns {
         }
     }
 
-    fn live(&self, scenario: &Scenario, run: &PolicyRun, seed: u64) -> Result<RunOutcome, String> {
-        let prepared = prepare_live(scenario, self.options.time_scale, Processes::Owned).map_err(|r| r.join("; "))?;
+    fn live(&self, scenario: &Scenario, run: &PolicyRun, seed: u64, scale: f64) -> Result<RunOutcome, String> {
+        let prepared = prepare_live(scenario, Some(scale), Processes::Owned).map_err(|r| r.join("; "))?;
         let listener = self.listener().map_err(|e| format!("cannot listen on a free loopback port: {e}"))?;
         let absolute = std::path::absolute(&scenario.path).unwrap_or_else(|_| scenario.path.clone());
         let options = LiveOptions {
             policy: run.policy.clone(),
             seed,
-            time_scale: self.options.time_scale.unwrap_or(1.0),
+            time_scale: scale,
             connect_timeout_ms: self.options.connect_timeout_ms,
             quiet_ms: self.options.quiet_ms,
             command: self.command(&shell_word(&absolute.to_string_lossy()), &run.policy, seed),
@@ -103,9 +103,29 @@ impl Runs for LiveRuns {
         LIVE_HARNESS
     }
 
+    /// A live run, made again slower while it is void, as `rig live` does (see
+    /// [`super::VOID_RETRIES`]). One void after every retry fires no oracle: it is said on
+    /// standard error, and the sweep or exploration counts it as a run that found nothing.
     fn run(&self, scenario: &Scenario, run: &PolicyRun, seed: u64) -> RunOutcome {
-        let started = std::time::Instant::now();
-        self.live(scenario, run, seed).unwrap_or_else(|why| not_run(scenario, run, seed, why, started))
+        let mut scale = self.options.time_scale.unwrap_or(1.0);
+        for attempt in 1.. {
+            let started = std::time::Instant::now();
+            let outcome =
+                self.live(scenario, run, seed, scale).unwrap_or_else(|why| not_run(scenario, run, seed, why, started));
+            let Some(why) = &outcome.void else { return outcome };
+            let path = scenario.path.display();
+            if crate::interrupt::requested() || attempt > super::VOID_RETRIES {
+                eprintln!("rig: live: {path} [{}] void, and not made again: {why}", run.policy);
+                return outcome;
+            }
+            let (next, ready) = super::slower(scenario, scale, Processes::Owned);
+            if ready.is_none() {
+                return outcome;
+            }
+            eprintln!("rig: live: {path} [{}] void ({why}); making it again at time scale {next}", run.policy);
+            scale = next;
+        }
+        unreachable!("the attempts end by returning")
     }
 
     fn skip(&self, workload: &Scenario, policy: &str) -> Option<Skip> {
@@ -149,6 +169,7 @@ fn not_run(scenario: &Scenario, run: &PolicyRun, seed: u64, why: String, started
         interrupt_points: Default::default(),
         trace,
         live: None,
+        void: None,
         recovery: None,
         rerun: Rerun::Unknown,
     }
