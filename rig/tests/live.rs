@@ -135,7 +135,8 @@ impl Live {
             .stdout
             .iter()
             .map(|line| serde_json::from_str::<serde_json::Value>(&line).expect("one JSON object per line"))
-            .filter(|run| run["skipped"].is_null())
+            // The line a signal leaves at the end is no run (`{"interrupted": ...}`).
+            .filter(|run| run["skipped"].is_null() && run["interrupted"].is_null())
             .inspect(|run| {
                 assert!(run["live"]["replay"].as_str().is_some_and(|r| r.contains("cannot be replayed")), "{run}")
             })
@@ -177,7 +178,8 @@ fn judged(lines: Vec<serde_json::Value>) -> Vec<serde_json::Value> {
             .map(|run| format!("; {} [{}]: {}", run["scenario"], run["policy"], run["void"]))
             .collect::<String>()
     );
-    assert!(void.len() * 4 <= runs.len() + void.len(), "most runs void: the machine never kept real time");
+    let late = void.iter().filter(|run| !run["void"].as_str().unwrap_or_default().starts_with("interrupted")).count();
+    assert!(late * 4 <= runs.len() + void.len(), "most runs void: the machine never kept real time");
     VOID.with(|voided| {
         voided.borrow_mut().extend(void.iter().map(|run| {
             let text = |field: &str| run[field].as_str().unwrap_or_default().to_string();

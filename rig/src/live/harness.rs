@@ -223,13 +223,19 @@ impl Process {
             bus: bus.clone(),
         };
         let set = LocalSet::new();
+        let late_notes = bus.clone();
+        let host = self.request.host.clone();
+        let late = move |ms: u64| {
+            let detail = json!({ "ms": ms });
+            late_notes.send_void(RIG_NOTE, json!({ "host": host, "what": LATE_NOTE, "detail": detail }));
+        };
         // Tasks the worker starts by itself (its recovery sweep) belong to this incarnation too.
         let worker = {
             let _inside = set.enter();
             ReferenceHarness.start(policy.name(), env)
         };
         let (jobs, mut incoming) = mpsc::unbounded_channel::<Job>();
-        set.spawn_local(drive_clock(clock));
+        set.spawn_local(drive_clock(clock, late));
         // Whatever it is handed runs in this set, and so do the tasks those start.
         set.spawn_local(async move {
             while let Some(job) = incoming.recv().await {
@@ -283,14 +289,30 @@ async fn config(
     Err(format!("the connection closed before {RIG_CONFIG} answered"))
 }
 
-/// Moves the worker's clock with real time.
-async fn drive_clock(clock: Rc<Clock>) {
+/// Moves the worker's clock with real time, looking every millisecond; each time it wakes later
+/// than ever before in this incarnation (by [`LATE_REPORTED_MS_MIN`] or more), it tells the rig
+/// (`late`): a process the machine starved acts late, which the rig cannot see from outside.
+async fn drive_clock(clock: Rc<Clock>, late: impl Fn(u64)) {
     let started = Instant::now();
+    let since = |at: Instant| u64::try_from(at.elapsed().as_millis()).unwrap_or(u64::MAX);
+    let mut reported = LATE_REPORTED_MS_MIN.saturating_sub(1);
     loop {
-        clock.advance_to(u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX));
+        clock.advance_to(since(started));
+        let slept = Instant::now();
         tokio::time::sleep(Duration::from_millis(1)).await;
+        let ms = since(slept).saturating_sub(1);
+        if ms > reported {
+            reported = ms;
+            late(ms);
+        }
     }
 }
+
+/// The note `rig harness` sends `rig::note` when its clock woke late (`detail.ms`): the rig
+/// counts it as it counts its own timers' lateness (see `rig/docs/live.md`).
+pub const LATE_NOTE: &str = "clock_late";
+/// Lateness under this is not reported: scheduling noise on any machine.
+const LATE_REPORTED_MS_MIN: u64 = 10;
 
 /// A process nobody interrupts or pauses from inside: live, those cuts are refused.
 struct Unmanaged;
