@@ -29,6 +29,9 @@ const STARTUP_MAX: Duration = Duration::from_secs(30);
 /// The time scale of the runs that wait out a liveness bound: a 60 s bound becomes 30 s, and the
 /// finalisation files' 300 ms deadlines 150 ms, ample for a loopback round trip on a loaded machine.
 const TIME_SCALE: &str = "0.5";
+/// The time scale of the checks that run three `rig live` side by side (see
+/// `the_reference_harness_as_a_process_gives_the_simulated_verdicts`).
+const RESERVE_SCALE: &str = "2";
 /// The files checked live: the smoke scenario and the finalisation suite.
 const SUITE: [&str; 2] = ["scenarios/smoke", "scenarios/incident-001/finalization"];
 
@@ -154,7 +157,8 @@ thread_local! {
 /// The runs of a `rig live` that gave a verdict. A void run (the machine did not keep real time:
 /// rig/docs/live.md) is made again slower by `rig live`, and its last attempt stands; one void
 /// after every retry is no verdict, so it is left out of the comparison with the simulation and
-/// counted. A check whose runs are mostly void proves nothing: at most a quarter may end void.
+/// counted. A check whose runs are mostly void proves nothing: at most a quarter may end void
+/// (one, of fewer than eight).
 fn judged(lines: Vec<serde_json::Value>) -> Vec<serde_json::Value> {
     let key = |run: &serde_json::Value| (run["scenario"].to_string(), run["policy"].to_string());
     let (mut attempts_void, mut runs, mut void) = (0, Vec::new(), Vec::new());
@@ -179,7 +183,7 @@ fn judged(lines: Vec<serde_json::Value>) -> Vec<serde_json::Value> {
             .collect::<String>()
     );
     let late = void.iter().filter(|run| !run["void"].as_str().unwrap_or_default().starts_with("interrupted")).count();
-    assert!(late * 4 <= runs.len() + void.len(), "most runs void: the machine never kept real time");
+    assert!(late <= ((runs.len() + void.len()) / 4).max(1), "most runs void: the machine never kept real time");
     VOID.with(|voided| {
         voided.borrow_mut().extend(void.iter().map(|run| {
             let text = |field: &str| run[field].as_str().unwrap_or_default().to_string();
@@ -352,6 +356,14 @@ fn assert_same(live: Vec<Verdict>, simulated: Vec<Verdict>, against: &str) {
 /// correct policy and both of incident 001's known-bad ones, one `rig live` per policy side by
 /// side. A run whose turn never ends is judged as soon as its world is provably quiet (`rig
 /// harness` says how long it may wait by itself), not at the end of its liveness bound.
+///
+/// The three run side by side, so on a loaded machine their processes compete with each other
+/// and with the load; they run at `RESERVE_SCALE` (twice as slow as written): in
+/// `redelivered-while-running` the second delivery's visibility deadline outlives the first
+/// turn's end by the queue's 100 ms backoff only, and under load 19-23 on two cores the reference
+/// harness's last round trips of the turn took longer than that with no timer late by even
+/// 50 ms (a `stranded` dead letter, issue 35's flake), which no void bound can see: it is time
+/// spent working, not waiting.
 #[test]
 fn the_reference_harness_as_a_process_gives_the_simulated_verdicts() {
     std::thread::scope(|scope| {
@@ -359,10 +371,7 @@ fn the_reference_harness_as_a_process_gives_the_simulated_verdicts() {
             .into_iter()
             .map(|policy| {
                 scope.spawn(move || {
-                    let mut extra = vec!["--policy", policy];
-                    if policy != "reference" {
-                        extra.extend(["--time-scale", TIME_SCALE]);
-                    }
+                    let extra = vec!["--policy", policy, "--time-scale", RESERVE_SCALE];
                     let live = live_against(&SUITE, &extra, |url| rig_harness(url, policy));
                     assert_same(live, simulated(policy), &format!("rig harness --policy {policy}"));
                 })
@@ -496,10 +505,14 @@ fn a_spawned_harness_is_killed_restarted_and_paused_as_a_host_is() {
     let count = |scenario: &str, what: &str| {
         notes.iter().filter(|n| n["scenario"].as_str() == Some(scenario) && n["event"]["what"] == what).count()
     };
+    // Per attempt: a void run made again (rig/docs/live.md) does it all again.
+    let attempts = |scenario: &str| count(scenario, "process_started") - count(scenario, "process_killed");
     let redelivered = "scenarios/regressions/crash-mid-turn-redelivered.toml";
-    assert_eq!((count(redelivered, "process_killed"), count(redelivered, "process_started")), (1, 2));
+    let tries = attempts(redelivered);
+    assert_eq!((count(redelivered, "process_killed"), count(redelivered, "process_started")), (tries, 2 * tries));
     let paused = "scenarios/restarts/paused-worker-does-nothing.toml";
-    assert_eq!((count(paused, "process_stopped"), count(paused, "process_continued")), (1, 1));
+    let tries = attempts(paused);
+    assert_eq!((count(paused, "process_stopped"), count(paused, "process_continued")), (tries, tries));
     for started in notes.iter().filter(|n| n["event"]["what"] == "process_started") {
         let detail = &started["event"]["detail"];
         let output = detail["output"].as_str().expect("an output file");

@@ -184,14 +184,22 @@ pub fn run_live(
     // How late the harness processes said their own clocks woke, if they say it (`rig harness`
     // does): a starved process acts late however punctual the rig was.
     let reported = {
-        let trace = world.trace();
-        let notes = trace.events().iter().filter_map(|event| match &event.kind {
-            EventKind::Note { what, detail } if what == harness::LATE_NOTE && external.contains(&event.host) => {
-                Some((event.host.clone(), detail["ms"].as_u64().unwrap_or(0)))
+        // The first lateness a process reports after the rig continued it (SIGCONT, the end of a
+        // scripted pause) is the pause's, not the machine's.
+        let mut continued: BTreeSet<String> = BTreeSet::new();
+        let mut worst: Option<(String, u64)> = None;
+        for event in world.trace().events() {
+            let EventKind::Note { what, detail } = &event.kind else { continue };
+            if what == "process_continued" && event.host == RIG {
+                continued.insert(detail["host"].as_str().unwrap_or_default().to_string());
+            } else if what == harness::LATE_NOTE && external.contains(&event.host) && !continued.remove(&event.host) {
+                let ms = detail["ms"].as_u64().unwrap_or(0);
+                if worst.as_ref().is_none_or(|(_, worst)| ms > *worst) {
+                    worst = Some((event.host.clone(), ms));
+                }
             }
-            _ => None,
-        });
-        notes.max_by_key(|(_, ms)| *ms)
+        }
+        worst
     };
     let late = reported.filter(|(_, ms)| *ms > own.ms);
     let name = worker_name(&world, HARNESS).map_or_else(|| "live".to_string(), |name| format!("live:{name}"));
