@@ -15,7 +15,16 @@
 //! own, which nothing else can keep busy.
 
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
-use std::sync::Once;
+use std::sync::{Once, OnceLock};
+
+/// What must be done before a signal ends the process at once: live mode kills every harness
+/// process it started (registered by live mode, which builds on this module, not under it).
+static BEFORE_EXIT: OnceLock<fn()> = OnceLock::new();
+
+/// Has `cleanup` run before a signal ends the process at once (the first registration stands).
+pub fn before_exit(cleanup: fn()) {
+    let _ = BEFORE_EXIT.set(cleanup);
+}
 
 /// The signal that asked the command to wind down (its number), or 0.
 static RECEIVED: AtomicI32 = AtomicI32::new(0);
@@ -118,7 +127,9 @@ async fn watch_signals(watching_now: std::sync::mpsc::Sender<()>) {
             );
             continue;
         }
-        crate::live::end_every_process();
+        if let Some(cleanup) = BEFORE_EXIT.get() {
+            cleanup();
+        }
         eprintln!("rig: stopped by {}; every harness process it started was killed", signal_of.name());
         std::process::exit(i32::from(signal_of.exit_status()));
     }

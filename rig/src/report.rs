@@ -160,9 +160,16 @@ pub fn json_line(outcome: &RunOutcome) -> Value {
     });
     let mut line = bounds::json(&line);
     if let Some(why) = &outcome.void {
-        // No verdict: `passed` is null, as for a skipped run, and `void` says why.
+        // No verdict: `passed` is null, as for a skipped run, `void` says why, and nothing the
+        // oracles or expectations saw of the run is shown: it says nothing of the harness.
         line["passed"] = Value::Null;
         line["void"] = json!(why);
+        for field in ["violations", "violation_details", "expected_violations"] {
+            line[field] = json!([]);
+        }
+        line["failures"] = json!([format!("void: {why}")]);
+        line["failures_total"] = json!(1);
+        line["violation_details_total"] = json!(0);
     }
     line
 }

@@ -25,7 +25,7 @@ mod sweep;
 pub use harness::{serve_harness, HarnessProcess};
 pub use plan::{check_time_scale, late_ms_max, prepare_live, LiveScenario, Processes};
 pub use rigfns::{config_json, RIG_CONFIG, RIG_NOTE};
-pub use spawn::{end_every_process, SpawnOptions, HOST_VARIABLE, URL_VARIABLE};
+pub use spawn::{SpawnOptions, HOST_VARIABLE, URL_VARIABLE};
 pub use sweep::{LiveRuns, LiveSweepOptions};
 
 use crate::bus::Bus;
@@ -226,10 +226,10 @@ pub fn run_live(
             _ => None,
         },
     };
-    if let Some(why) = &outcome.void {
-        // No verdict: nothing the oracles saw of a run the machine could not keep up with, or
-        // that was stopped midway, says anything about the harness.
-        (outcome.passed, outcome.violations, outcome.failures) = (false, Vec::new(), vec![format!("void: {why}")]);
+    if outcome.void.is_some() {
+        // No verdict: what the oracles saw stays in the outcome (a live sweep may still want it,
+        // see `LiveRuns`), but every report of a void run shows only why it is void.
+        outcome.passed = false;
     }
     Ok(outcome)
 }

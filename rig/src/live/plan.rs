@@ -195,9 +195,11 @@ fn unsupported(scenario: &Scenario, processes: Processes) -> Vec<String> {
 fn timed_expectation(scenario: &Scenario) -> Option<String> {
     let timed = |conditions: &[crate::condition::Condition]| conditions.iter().any(|c| c.path() == "at_ms");
     for run in &scenario.runs {
-        for expectation in &run.expectations {
+        // A policy's own expectations too; and an event timed after another (`after`, `by_ms`)
+        // is a time as much as `at_ms` is.
+        for expectation in run.expectations.iter().chain(&run.particulars) {
             if let Expectation::Events(events) = expectation {
-                if timed(&events.conditions) {
+                if timed(&events.conditions) || events.after.is_some() {
                     return Some(format!("an `[[expect.events]]` entry of [policy.{}]", run.policy));
                 }
             }

@@ -240,12 +240,13 @@ fn install_cleanups() {
     }));
     // The first process starts only once the signal handlers are in place: a Ctrl-C a moment
     // after it started must not end the rig the default way, leaving the process behind.
+    crate::interrupt::before_exit(end_every_process);
     crate::interrupt::watch();
 }
 
 /// Kills every process group the rig started and has not ended, and keeps any more from
 /// starting: for a signal that ends the rig at once ([`crate::interrupt`]).
-pub fn end_every_process() {
+fn end_every_process() {
     let groups = GROUPS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     kill_groups(&groups, |_| true);
     // Held until the process exits: nothing starts after this.

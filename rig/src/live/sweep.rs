@@ -104,18 +104,26 @@ impl Runs for LiveRuns {
     }
 
     /// A live run, made again slower while it is void, as `rig live` does (see
-    /// [`super::VOID_RETRIES`]). One void after every retry fires no oracle: it is said on
-    /// standard error, and the sweep or exploration counts it as a run that found nothing.
+    /// [`super::VOID_RETRIES`]). One still void after every retry is judged as it ran, saying
+    /// so on standard error: a sweep has no verdict for "no verdict", and counting it clean
+    /// would hide what it found (a finding is replayed when it is written, and said `NOT
+    /// REPRODUCED` when the replay does not trip it). A run a signal stopped fires nothing.
     fn run(&self, scenario: &Scenario, run: &PolicyRun, seed: u64) -> RunOutcome {
         let mut scale = self.options.time_scale.unwrap_or(1.0);
         for attempt in 1.. {
             let started = std::time::Instant::now();
-            let outcome =
+            let mut outcome =
                 self.live(scenario, run, seed, scale).unwrap_or_else(|why| not_run(scenario, run, seed, why, started));
-            let Some(why) = &outcome.void else { return outcome };
+            let Some(why) = outcome.void.clone() else { return outcome };
             let path = scenario.path.display();
-            if crate::interrupt::requested() || attempt > super::VOID_RETRIES {
-                eprintln!("rig: live: {path} [{}] void, and not made again: {why}", run.policy);
+            if crate::interrupt::requested() {
+                outcome.violations.clear();
+                return outcome;
+            }
+            if attempt > super::VOID_RETRIES {
+                eprintln!("rig: live: {path} [{}] void after every retry ({why}); judged as it ran", run.policy);
+                outcome.void = None;
+                outcome.passed = outcome.failures.is_empty();
                 return outcome;
             }
             let (next, ready) = super::slower(scenario, scale, Processes::Owned);
