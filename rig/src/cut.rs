@@ -60,6 +60,11 @@ impl Trigger {
         self.fired
     }
 
+    /// How many arrivals met the cut's conditions (fired or let through).
+    pub fn matched(&self) -> u64 {
+        self.matched
+    }
+
     /// A cut that should have fired and never did.
     pub fn is_vacuous(&self) -> bool {
         self.fired == 0 && !self.optional

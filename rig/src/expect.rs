@@ -227,8 +227,23 @@ fn check_transcript(session: &str, expected: &[Vec<Condition>], entries: &[Value
     }
 }
 
-/// The model's own notes of requests its script did not provide for, and replies left unused.
+/// The model's own notes of requests its script did not provide for, and replies left unused;
+/// and, before them, the deliveries of one queued turn a worker was running at once when such
+/// a request came: the likely cause, said as such rather than as a script that ran short.
 fn check_model_script(observed: &Observed<'_>, failures: &mut Vec<String>) {
+    let overlaps = overlapping_deliveries(observed.events);
+    let mut told = std::collections::BTreeSet::new();
+    for event in observed.events {
+        if let EventKind::Note { what, .. } = &event.kind {
+            if what == "model_contract" {
+                for (index, overlap) in overlaps.iter().enumerate() {
+                    if overlap.covers(event.at_ms) && told.insert(index) {
+                        failures.push(overlap.to_string());
+                    }
+                }
+            }
+        }
+    }
     for event in observed.events {
         if let EventKind::Note { what, detail } = &event.kind {
             if what == "model_contract" {
@@ -252,6 +267,132 @@ fn check_model_script(observed: &Observed<'_>, failures: &mut Vec<String>) {
         }
     }
     failures.extend(observed.unused.iter().map(|line| format!("model script: {line}")));
+}
+
+/// One delivery of a queued message to a worker, from the trace.
+#[derive(Debug, Clone)]
+struct Delivery {
+    queue: String,
+    message: String,
+    attempt: u64,
+    dispatched_ms: u64,
+    invocation: Option<String>,
+    worker: Option<String>,
+    /// When the worker answered it, or its host crashed.
+    ended_ms: Option<u64>,
+}
+
+/// Two deliveries of one queued message a worker was running at the same time: the later one
+/// dispatched (its deadline having passed, or its answer lost) before the earlier one ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Overlap {
+    worker: String,
+    queue: String,
+    message: String,
+    /// `(attempt, dispatched at)` of each.
+    first: (u64, u64),
+    second: (u64, u64),
+    /// From the second's dispatch, for as long as either of them ran.
+    from_ms: u64,
+    until_ms: Option<u64>,
+}
+
+impl Overlap {
+    fn covers(&self, at_ms: u64) -> bool {
+        at_ms >= self.from_ms && self.until_ms.is_none_or(|until| at_ms <= until)
+    }
+}
+
+impl std::fmt::Display for Overlap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let until = match self.until_ms {
+            Some(ms) => format!("until {ms} ms"),
+            None => "to the end of the run".to_string(),
+        };
+        write!(
+            f,
+            "model script: two deliveries of one turn ran at once on `{}`: message {} of queue `{}`, attempt {} \
+             (dispatched at {} ms, still running) and attempt {} (dispatched at {} ms), from {} ms {until}; the \
+             generations the script did not provide for came meanwhile",
+            self.worker,
+            self.message,
+            self.queue,
+            self.first.0,
+            self.first.1,
+            self.second.0,
+            self.second.1,
+            self.from_ms
+        )
+    }
+}
+
+/// The deliveries of queued messages that a worker ran at the same time as an earlier delivery
+/// of the same message, from the queue's dispatch notes and the engine's frames.
+fn overlapping_deliveries(events: &[Event]) -> Vec<Overlap> {
+    let mut deliveries: Vec<Delivery> = Vec::new();
+    for event in events {
+        match &event.kind {
+            EventKind::Note { what, detail } if what == "queue_dispatch" => deliveries.push(Delivery {
+                queue: detail["queue"].as_str().unwrap_or_default().to_string(),
+                message: detail["message_id"].as_str().unwrap_or_default().to_string(),
+                attempt: detail["attempt"].as_u64().unwrap_or(0),
+                dispatched_ms: event.at_ms,
+                invocation: None,
+                worker: None,
+                ended_ms: None,
+            }),
+            // The queue's invocation that follows its dispatch note is that delivery.
+            EventKind::Frame { direction: "in", peer, frame: "invokefunction", invocation_id: Some(id), .. }
+                if peer == "queue" =>
+            {
+                if let Some(delivery) = deliveries.iter_mut().rev().find(|d| d.invocation.is_none()) {
+                    delivery.invocation = Some(id.clone());
+                }
+            }
+            EventKind::Frame { direction: "out", peer, frame: "invokefunction", invocation_id: Some(id), .. } => {
+                if let Some(delivery) = deliveries.iter_mut().find(|d| d.invocation.as_ref() == Some(id)) {
+                    delivery.worker.get_or_insert_with(|| peer.clone());
+                }
+            }
+            EventKind::Frame { direction: "in", peer, frame: "invocationresult", invocation_id: Some(id), .. } => {
+                let answered = deliveries
+                    .iter_mut()
+                    .find(|d| d.invocation.as_ref() == Some(id) && d.worker.as_ref() == Some(peer));
+                if let Some(delivery) = answered {
+                    delivery.ended_ms.get_or_insert(event.at_ms);
+                }
+            }
+            EventKind::Control { action, target } if action == "crash" => {
+                for delivery in deliveries.iter_mut().filter(|d| d.worker.as_ref() == Some(target)) {
+                    delivery.ended_ms.get_or_insert(event.at_ms);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut overlaps = Vec::new();
+    for (index, first) in deliveries.iter().enumerate() {
+        for second in &deliveries[index + 1..] {
+            let same = first.queue == second.queue && first.message == second.message && first.worker == second.worker;
+            let Some(worker) = first.worker.as_ref().filter(|_| same && second.worker.is_some()) else { continue };
+            if first.ended_ms.is_some_and(|ended| ended <= second.dispatched_ms) {
+                continue;
+            }
+            // From the second's dispatch for as long as either runs: what the earlier one does
+            // after the later one ended is the doubled work too.
+            let until_ms = first.ended_ms.zip(second.ended_ms).map(|(a, b)| a.max(b));
+            overlaps.push(Overlap {
+                worker: worker.clone(),
+                queue: first.queue.clone(),
+                message: first.message.clone(),
+                first: (first.attempt, first.dispatched_ms),
+                second: (second.attempt, second.dispatched_ms),
+                from_ms: second.dispatched_ms,
+                until_ms,
+            });
+        }
+    }
+    overlaps
 }
 
 /// Each of `timed` (the events meeting `conditions`) against the latest other event of
@@ -284,6 +425,29 @@ fn check_after(
     }
 }
 
+/// When no event met an expectation: whether the run had any event of its kind at all (a
+/// `lease`, a call of its function, ...), said as what the harness did not do, since that is
+/// what a person can act on ("no lease was granted in it", not only "found 0").
+fn nothing_of_the_kind(conditions: &[Condition], documents: &Documents, until: usize) -> String {
+    const IDENTITY: [&str; 4] = ["kind", "function", "function_id", "what"];
+    let identity: Vec<Condition> =
+        conditions.iter().filter(|c| IDENTITY.contains(&c.path().as_str())).cloned().collect();
+    if identity.is_empty() || identity.len() == conditions.len() || !documents.matching(&identity, 0..until).is_empty()
+    {
+        return String::new();
+    }
+    let kind = conditions.iter().find(|c| c.path() == "kind").map(ToString::to_string).unwrap_or_default();
+    let what = match kind.as_str() {
+        "kind=lease" => ": no lease was granted in it, so the harness took none",
+        "kind=call" => ": nothing made that call",
+        "kind=effect" => ": no such effect was requested",
+        "kind=frame" => ": no such frame crossed the engine",
+        "kind=commit" => ": nothing like it was written",
+        _ => "",
+    };
+    format!(" (the run has no event [{}] at all{what})", describe(&identity))
+}
+
 fn check_events(expected: &EventsExpectation, events: &[Event], documents: &Documents, failures: &mut Vec<String>) {
     let until = match &expected.before_rpc {
         Some(name) => match rpc_position(events, name) {
@@ -307,7 +471,8 @@ fn check_events(expected: &EventsExpectation, events: &[Event], documents: &Docu
         _ => None,
     };
     if let Some(wanted) = wanted {
-        failures.push(format!("events [{}]: expected {wanted}, found {found}", describe(&expected.conditions)));
+        let hint = if found == 0 { nothing_of_the_kind(&expected.conditions, documents, until) } else { String::new() };
+        failures.push(format!("events [{}]: expected {wanted}, found {found}{hint}", describe(&expected.conditions)));
     }
     if let Some(after) = &expected.after {
         check_after(after, &expected.conditions, &matching, &documents.matching(&after.conditions, 0..until), failures);
@@ -656,5 +821,84 @@ mod tests {
             ..events(vec![is("what", "queue_dispatch")])
         }));
         assert!(all.is_empty(), "{all:?}");
+    }
+
+    fn frame(at_ms: u64, direction: &'static str, peer: &str, frame: &'static str, id: &str) -> Event {
+        at(
+            at_ms,
+            EventKind::Frame {
+                direction,
+                peer: peer.into(),
+                frame,
+                function_id: Some("harness::turn".into()),
+                invocation_id: Some(id.into()),
+            },
+        )
+    }
+
+    /// One delivery of message m1: the queue's note, its invocation through the engine to the
+    /// worker, and (when `answered_at` is given) the worker's answer.
+    fn delivery(attempt: u64, at_ms: u64, answered_at: Option<u64>) -> Vec<Event> {
+        let id = format!("i{attempt}");
+        let detail = json!({ "queue": "harness-turn", "message_id": "m1", "attempt": attempt });
+        let mut events = vec![
+            note_event(at_ms, "queue_dispatch", detail),
+            frame(at_ms + 1, "in", "queue", "invokefunction", &id),
+            frame(at_ms + 1, "out", "harness", "invokefunction", &id),
+        ];
+        events.extend(answered_at.map(|ms| frame(ms, "in", "harness", "invocationresult", &id)));
+        events
+    }
+
+    /// A delivery sent again while the worker still runs the first (its deadline passed) is
+    /// two deliveries of one turn at once, and a generation the script did not provide for in
+    /// that time says so; one sent again after the first was answered is not.
+    #[test]
+    fn two_deliveries_of_one_turn_at_once_are_told_as_such() {
+        let mut events = delivery(1, 50, Some(11_091));
+        events.extend(delivery(2, 10_350, Some(10_395)));
+        events.push(note_event(11_080, "model_contract", json!({ "generation": 4, "problem": "no reply left" })));
+        let overlaps = overlapping_deliveries(&events);
+        assert_eq!(overlaps.len(), 1, "{overlaps:?}");
+        assert_eq!((overlaps[0].from_ms, overlaps[0].until_ms), (10_350, Some(11_091)), "for as long as either ran");
+        let failures = Fixture::new(events).check(Expectation::ModelScript);
+        assert_eq!(failures.len(), 2, "{failures:#?}");
+        assert!(
+            failures[0].starts_with(
+                "model script: two deliveries of one turn ran at once on `harness`: message m1 of queue \
+                 `harness-turn`, attempt 1 (dispatched at 50 ms, still running) and attempt 2 (dispatched at 10350 ms)"
+            ),
+            "{}",
+            failures[0]
+        );
+        assert!(failures[1].starts_with("model script: generation 4 at 11080 ms"), "{}", failures[1]);
+
+        let mut one_after_another = delivery(1, 50, Some(10_000));
+        one_after_another.extend(delivery(2, 10_350, Some(10_395)));
+        assert!(overlapping_deliveries(&one_after_another).is_empty());
+        // A first delivery whose worker crashed ran no more.
+        let mut crashed = delivery(1, 50, None);
+        crashed.push(at(60, EventKind::Control { action: "crash".into(), target: "harness".into() }));
+        crashed.extend(delivery(2, 10_350, Some(10_395)));
+        assert!(overlapping_deliveries(&crashed).is_empty());
+    }
+
+    /// An events expectation that found nothing says when the run had nothing of its kind at
+    /// all: what the harness never did.
+    #[test]
+    fn nothing_found_says_when_nothing_of_the_kind_happened() {
+        let fixture = Fixture::new(vec![note_event(1, "queue_ack", json!({}))]);
+        let leases = events(vec![is("kind", "lease"), is("owner", "harness")]);
+        assert_eq!(
+            fixture.check(Expectation::Events(EventsExpectation { count_min: Some(2), ..leases })),
+            ["events [kind=lease, owner=harness]: expected at least 2, found 0 (the run has no event [kind=lease] at \
+              all: no lease was granted in it, so the harness took none)"]
+        );
+        let acks = events(vec![is("kind", "note"), is("what", "queue_ack"), is("detail.attempt", "2")]);
+        assert_eq!(
+            fixture.check(Expectation::Events(EventsExpectation { count: Some(1), ..acks })),
+            ["events [kind=note, what=queue_ack, detail.attempt=2]: expected 1, found 0"],
+            "there are acks, just not that one: nothing more to say"
+        );
     }
 }

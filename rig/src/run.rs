@@ -343,7 +343,7 @@ pub(crate) fn judge(
         generations: &generations,
     });
     judge_violations(&violations, &run.expected_violations, &mut failures);
-    failures.extend(vacuous_cuts(world, scenario, &trace));
+    failures.extend(vacuous_cuts(world, scenario, &trace, harness.name));
     let effects = effect_counts(trace.events());
     let rpc = world.rpc.borrow().clone();
     let applicable = applicable_expectations(run, harness.reference_particulars);
@@ -414,24 +414,61 @@ fn judge_violations(violations: &[Violation], expected: &BTreeSet<Oracle>, failu
     }
 }
 
-/// A scripted cut that never fired tested nothing: the run says so, unless the file marked the
+/// A scripted cut that never fired tested nothing: the run says so, and why, in terms of what
+/// the harness did (a call it never made, a point it never reached), unless the file marked the
 /// cut optional.
-fn vacuous_cuts(world: &World, scenario: &Scenario, trace: &Trace) -> Vec<String> {
+fn vacuous_cuts(world: &World, scenario: &Scenario, trace: &Trace, harness: &str) -> Vec<String> {
+    const UNTESTED: &str = "the run did not test it (mark it `optional = true` if that is expected)";
     let mut failures = Vec::new();
     for (index, cut) in world.cuts.borrow().cuts().iter().enumerate() {
         if cut.trigger.is_vacuous() {
+            let calls = trace
+                .events()
+                .iter()
+                .filter(|e| matches!(&e.kind, EventKind::Call { function, .. } if *function == cut.function))
+                .count();
+            let why = match (calls, cut.trigger.matched()) {
+                (0, _) => format!(
+                    "nothing called `{}` in this run: harness `{harness}` never made the call it targets",
+                    cut.function
+                ),
+                (calls, 0) => {
+                    let conditions: Vec<String> = cut.conditions.iter().map(ToString::to_string).collect();
+                    format!(
+                        "none of the {calls} call(s) of `{}` met its match ({})",
+                        cut.function,
+                        conditions.join(", ")
+                    )
+                }
+                (_, matched) => format!(
+                    "{matched} matching call(s) of `{}` came, all of them let through (`skip = {}`) or after the heal",
+                    cut.function, cut.trigger.skip
+                ),
+            };
             failures.push(format!(
-                "cut #{} ({} on {}) never fired: the run did not test it (mark it `optional = true` if that is expected)",
+                "cut #{} ({} on {}) never fired: {why}; {UNTESTED}",
                 index + 1,
                 cut.fault.name(),
                 cut.function
             ));
         }
     }
+    let arrivals = world.arrivals();
     for (index, cut) in world.process_cuts.borrow().cuts().iter().enumerate() {
         if cut.trigger.is_vacuous() {
+            let reached = arrivals.get(&(cut.worker.clone(), cut.point.clone())).copied().unwrap_or(0);
+            let why = match reached {
+                0 => format!(
+                    "`{}` never reached `{}`: harness `{harness}` never called its checkpoint there",
+                    cut.worker, cut.point
+                ),
+                n => format!(
+                    "`{}` reached `{}` {n} time(s), all of them let through (`skip = {}`)",
+                    cut.worker, cut.point, cut.trigger.skip
+                ),
+            };
             failures.push(format!(
-                "interrupt #{} ({} {} at {}) never fired: the run did not test it (mark it `optional = true` if that is expected)",
+                "interrupt #{} ({} {} at {}) never fired: {why}; {UNTESTED}",
                 index + 1,
                 cut.interrupt.name(),
                 cut.worker,

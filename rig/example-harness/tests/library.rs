@@ -108,3 +108,36 @@ fn a_new_violation_of_an_oracle_the_uncut_run_trips_is_a_finding() {
     let delayed = plan.jobs.iter().find(|job| job[0].id().starts_with("delay @ call session::messages")).unwrap();
     assert_eq!(explore::run_job(&harness, &plan, delayed).verdict, Verdict::Clean);
 }
+
+/// What a run says when a scripted cut never fired names what the harness did not do: the
+/// call it never made, the point it never reached; and an expectation that found nothing says
+/// when nothing of its kind happened at all.
+#[test]
+fn a_cut_that_never_fired_names_what_the_harness_never_did() {
+    let harness = naive_harness::factory();
+    let scenario = load("regressions/lease-grant-answer-lost.toml");
+    let outcome = rig::run_with(&harness, &scenario, scenario.run_of("reference").unwrap(), 0).expect("served");
+    let said = outcome.failures.join("\n");
+    assert!(
+        said.contains(
+            "cut #1 (lost-ack on state::acquire-lease) never fired: nothing called `state::acquire-lease` in this run: \
+             harness `naive` never made the call it targets"
+        ),
+        "{said}"
+    );
+    assert!(said.contains("found 0 (the run has no event [kind=lease] at all: no lease was granted in it"), "{said}");
+
+    // A turn with no tool call reaches no point around an effect.
+    let source = std::fs::read_to_string(workspace().join("scenarios/smoke/healthy-turn.toml")).unwrap()
+        + "\n[[interrupt]]\nworker = \"harness\"\npoint = \"before_submission\"\naction = \"pause\"\npause_ms = 10\n";
+    let scenario = Scenario::parse(Path::new("interrupted.toml"), &source).unwrap();
+    let outcome = rig::run_with(&harness, &scenario, scenario.run_of("reference").unwrap(), 0).expect("served");
+    let said = outcome.failures.join("\n");
+    assert!(
+        said.contains(
+            "interrupt #1 (pause harness at before_submission) never fired: `harness` never reached \
+             `before_submission`: harness `naive` never called its checkpoint there"
+        ),
+        "{said}"
+    );
+}
