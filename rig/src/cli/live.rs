@@ -96,7 +96,7 @@ pub fn command(args: LiveArgs, rig: &Harness) -> ExitCode {
     for super::Pair { scenario, policy_run: run, .. } in selected {
         let skip = match scenario.requirements(&run.policy, false).unmet(LIVE, &declared) {
             Some(skip) => skip,
-            None => match prepare_live(scenario, args.time_scale, processes) {
+            None => match prepare_live(scenario, Some(&run.policy), args.time_scale, processes) {
                 Ok(ready) => {
                     prepared.push((ready, scenario, run));
                     continue;
@@ -202,7 +202,7 @@ pub fn command(args: LiveArgs, rig: &Harness) -> ExitCode {
             if outcome.void.is_none() || crate::interrupt::requested() || attempt > VOID_RETRIES {
                 break outcome;
             }
-            let (next, ready) = slower(original, attempt_scale, processes);
+            let (next, ready) = slower(original, &run.policy, attempt_scale, processes);
             let Some(ready) = ready else { break outcome };
             err!("rig live: {path} [{}] was void; making it again at time scale {next}", run.policy);
             again += 1;

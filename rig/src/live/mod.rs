@@ -242,11 +242,11 @@ pub const RETRY_SLOWER: f64 = 2.0;
 /// The time scale to make a void run again at, and the scenario at that scale: [`RETRY_SLOWER`]
 /// times slower, or as it was when its timings cannot be slowed (one would be longer than live
 /// mode waits out, or the scenario tests the time of an event).
-pub fn slower(scenario: &Scenario, time_scale: f64, processes: Processes) -> (f64, Option<LiveScenario>) {
+pub fn slower(scenario: &Scenario, policy: &str, time_scale: f64, processes: Processes) -> (f64, Option<LiveScenario>) {
     let slower = time_scale * RETRY_SLOWER;
-    match prepare_live(scenario, Some(slower), processes) {
+    match prepare_live(scenario, Some(policy), Some(slower), processes) {
         Ok(ready) => (slower, Some(ready)),
-        Err(_) => (time_scale, prepare_live(scenario, Some(time_scale), processes).ok()),
+        Err(_) => (time_scale, prepare_live(scenario, Some(policy), Some(time_scale), processes).ok()),
     }
 }
 

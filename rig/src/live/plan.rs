@@ -92,9 +92,12 @@ pub fn check_time_scale(time_scale: f64) -> Result<(), String> {
 
 /// Checks that `scenario` can run live with its harness `processes` and applies `time_scale`
 /// (1 when not given; see [`check_time_scale`]) to every timing in it. When it cannot, why,
-/// each reason a sentence saying what cannot be done live and what to do instead.
+/// each reason a sentence saying what cannot be done live and what to do instead. Only the
+/// expectations of `policy` (every policy's when `None`) decide whether a scale may apply: a
+/// timed expectation of one policy does not stop another's run from being slowed.
 pub fn prepare_live(
     scenario: &Scenario,
+    policy: Option<&str>,
     time_scale: Option<f64>,
     processes: Processes,
 ) -> Result<LiveScenario, Vec<String>> {
@@ -105,7 +108,7 @@ pub fn prepare_live(
         return Err(unsupported);
     }
     if scale != 1.0 {
-        if let Some(place) = timed_expectation(scenario) {
+        if let Some(place) = timed_expectation(scenario, policy) {
             return Err(vec![format!(
                 "{place} tests the time of an event, which --time-scale would move; run it unscaled"
             )]);
@@ -192,9 +195,9 @@ fn unsupported(scenario: &Scenario, processes: Processes) -> Vec<String> {
 }
 
 /// An expectation or step condition on `at_ms`, which a time scale would move.
-fn timed_expectation(scenario: &Scenario) -> Option<String> {
+fn timed_expectation(scenario: &Scenario, policy: Option<&str>) -> Option<String> {
     let timed = |conditions: &[crate::condition::Condition]| conditions.iter().any(|c| c.path() == "at_ms");
-    for run in &scenario.runs {
+    for run in scenario.runs.iter().filter(|run| policy.is_none_or(|policy| run.policy == policy)) {
         // A policy's own expectations too; and an event timed after another (`after`, `by_ms`)
         // is a time as much as `at_ms` is.
         for expectation in run.expectations.iter().chain(&run.particulars) {
@@ -358,17 +361,17 @@ mod tests {
     fn steps_only_the_simulation_can_do_are_refused_by_name() {
         let paused =
             scenario(&format!("{TURN}[[step]]\npause = {{ host = \"harness\", ms = 100 }}\n[policy.reference]\n"));
-        let error = prepare_live(&paused, None, Processes::Connected).err().expect("refused").join("\n");
+        let error = prepare_live(&paused, None, None, Processes::Connected).err().expect("refused").join("\n");
         assert!(error.contains("step 2") && error.contains("pause"), "{error}");
         let pause_caller = scenario(&format!(
             "{TURN}[[cut]]\nfunction = \"state::set\"\naction = \"pause-caller\"\npause_ms = 100\n[policy.reference]\n"
         ));
-        let error = prepare_live(&pause_caller, None, Processes::Connected).err().expect("refused").join("\n");
+        let error = prepare_live(&pause_caller, None, None, Processes::Connected).err().expect("refused").join("\n");
         assert!(error.contains("[[cut]] #1 (pause-caller on `state::set`)"), "{error}");
         let isolate_caller = scenario(&format!(
             "{TURN}[[cut]]\nfunction = \"state::set\"\naction = \"isolate-caller\"\nisolate_ms = 100\n[policy.reference]\n"
         ));
-        let error = prepare_live(&isolate_caller, None, Processes::Connected).err().expect("refused").join("\n");
+        let error = prepare_live(&isolate_caller, None, None, Processes::Connected).err().expect("refused").join("\n");
         assert!(
             error.contains("[[cut]] #1 (isolate-caller on `state::set`)") && error.contains("partition"),
             "{error}"
@@ -379,27 +382,44 @@ mod tests {
     fn pauses_of_a_harness_process_run_when_the_rig_owns_it() {
         let paused =
             scenario(&format!("{TURN}[[step]]\npause = {{ host = \"harness\", ms = 100 }}\n[policy.reference]\n"));
-        let error = prepare_live(&paused, None, Processes::Connected).err().expect("refused").join("\n");
+        let error = prepare_live(&paused, None, None, Processes::Connected).err().expect("refused").join("\n");
         assert!(error.contains("--spawn"), "{error}");
-        assert!(prepare_live(&paused, None, Processes::Owned).is_ok());
+        assert!(prepare_live(&paused, None, None, Processes::Owned).is_ok());
         let pause_caller = scenario(&format!(
             "{TURN}[[cut]]\nfunction = \"state::set\"\naction = \"pause-caller\"\npause_ms = 100\n[policy.reference]\n"
         ));
-        assert!(prepare_live(&pause_caller, None, Processes::Owned).is_ok());
+        assert!(prepare_live(&pause_caller, None, None, Processes::Owned).is_ok());
+    }
+
+    #[test]
+    fn a_timed_expectation_stops_a_scale_for_its_own_policy_only() {
+        let timed = scenario(&format!(
+            "{TURN}[expect]\ncalls = {{ \"model::generate\" = 1 }}\n[policy.reference]\nexpect.events = [\n  {{ match = \
+             {{ kind = \"commit\", at_ms = {{ le = 500 }} }}, count_min = 1 }},\n]\n[policy.swallow]\nviolations = \
+             [\"liveness\"]\nexpect.calls = {{ \"model::generate\" = 0 }}\n"
+        ));
+        let error =
+            prepare_live(&timed, Some("reference"), Some(2.0), Processes::Owned).err().expect("refused").join("\n");
+        assert!(error.contains("[policy.reference]") && error.contains("run it unscaled"), "{error}");
+        assert!(prepare_live(&timed, None, Some(2.0), Processes::Owned).is_err(), "every policy's expectations count");
+        let swallow =
+            prepare_live(&timed, Some("swallow"), Some(2.0), Processes::Owned).expect("another policy scales");
+        assert_eq!(swallow.scenario.world.liveness_ms, timed.world.liveness_ms * 2);
+        assert!(prepare_live(&timed, Some("reference"), None, Processes::Owned).is_ok(), "unscaled, it runs");
     }
 
     #[test]
     fn impractical_timings_are_refused_unless_scaled_and_a_scale_is_applied_everywhere() {
         let slow =
             scenario(&format!("[world]\nliveness_ms = 600000\nsession_timeout_ms = 1000\n{TURN}[policy.reference]\n"));
-        let error = prepare_live(&slow, None, Processes::Connected).err().expect("refused").join("\n");
+        let error = prepare_live(&slow, None, None, Processes::Connected).err().expect("refused").join("\n");
         assert!(error.contains("liveness_ms = 600000") && error.contains("--time-scale 0.2"), "{error}");
-        let scaled = prepare_live(&slow, Some(0.1), Processes::Connected).expect("fits when scaled").scenario;
+        let scaled = prepare_live(&slow, None, Some(0.1), Processes::Connected).expect("fits when scaled").scenario;
         assert_eq!((scaled.world.liveness_ms, scaled.world.harness.session_timeout_ms), (60_000, 100));
         let Step::Invoke { call, .. } = &scaled.steps[0] else { panic!("an invoke") };
         assert_eq!(call.timeout_ms, 1_000, "the invoke's default 10 s deadline is scaled too");
         let error =
-            prepare_live(&slow, Some(0.01), Processes::Connected).err().expect("deadlines too short").join("\n");
+            prepare_live(&slow, None, Some(0.01), Processes::Connected).err().expect("deadlines too short").join("\n");
         assert!(error.contains("session_timeout_ms = 1000 ms becomes 10 ms"), "{error}");
     }
 }

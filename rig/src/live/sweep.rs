@@ -80,7 +80,8 @@ impl LiveRuns {
     }
 
     fn live(&self, scenario: &Scenario, run: &PolicyRun, seed: u64, scale: f64) -> Result<RunOutcome, String> {
-        let prepared = prepare_live(scenario, Some(scale), Processes::Owned).map_err(|r| r.join("; "))?;
+        let prepared =
+            prepare_live(scenario, Some(&run.policy), Some(scale), Processes::Owned).map_err(|r| r.join("; "))?;
         let listener = self.listener().map_err(|e| format!("cannot listen on a free loopback port: {e}"))?;
         let absolute = std::path::absolute(&scenario.path).unwrap_or_else(|_| scenario.path.clone());
         let options = LiveOptions {
@@ -126,7 +127,7 @@ impl Runs for LiveRuns {
                 outcome.passed = outcome.failures.is_empty();
                 return outcome;
             }
-            let (next, ready) = super::slower(scenario, scale, Processes::Owned);
+            let (next, ready) = super::slower(scenario, &run.policy, scale, Processes::Owned);
             if ready.is_none() {
                 return outcome;
             }
@@ -140,11 +141,15 @@ impl Runs for LiveRuns {
         // A live worker's capabilities are not declared to a sweep: it is taken to serve the
         // contract, and what live mode cannot do is what it skips.
         let unmet = workload.requirements(policy, false).unmet(LIVE_HARNESS, &Capabilities::all());
-        unmet.or_else(|| self.cannot(workload).map(|why| Skip::not_live(LIVE_HARNESS, why)))
+        unmet.or_else(|| {
+            prepare_live(workload, Some(policy), self.options.time_scale, Processes::Owned)
+                .err()
+                .map(|why| Skip::not_live(LIVE_HARNESS, why))
+        })
     }
 
     fn cannot(&self, scenario: &Scenario) -> Option<Vec<String>> {
-        prepare_live(scenario, self.options.time_scale, Processes::Owned).err()
+        prepare_live(scenario, None, self.options.time_scale, Processes::Owned).err()
     }
 
     fn reference(&self) -> &dyn Runs {
