@@ -56,7 +56,9 @@ pub use live::{
     RIG_NOTE, URL_VARIABLE, VOID_RETRIES,
 };
 pub use oracle::{Oracle, Violation};
-pub use run::{reference, run, run_unchecked, run_with, ActionStatus, Rerun, RunOutcome};
+pub use run::{
+    reference, run, run_unchecked, run_with, ActionStatus, Rerun, RunOutcome, TurnEnd, UncutOutcome, UncutRun,
+};
 pub use scenario::{files as scenario_files, PolicyRun, Scenario, ScenarioError};
 pub use topology::HARNESS_FUNCTIONS;
 pub use trace::{Event, EventKind, NoteSink, Trace};

@@ -29,6 +29,13 @@
 //! reconciliation found it had not happened), and a harness that redoes completed rounds pays
 //! for every round it redoes. `[world] recovery_per_fault_max` sets the allowance.
 //!
+//! The verdict needs the uncut run only when the run itself repeated more work than the
+//! allowance in some dimension: repeated work beyond the uncut run's is never more than the run's
+//! own, so a run whose own repeats are within the bound passes `recovery-cost` whatever its
+//! uncut run did. The runner simulates the uncut run only then ([`Recovery::needs_uncut`]), or
+//! has it for free (a run with no scripted faults is its own uncut run, and one already made is
+//! remembered); otherwise [`Recovery::uncut`] is `None` and the extra work is not known.
+//!
 //! The uncut run itself is made and remembered by the runner (`run::uncut`).
 
 use crate::layout::RecordLayout;
@@ -85,7 +92,9 @@ pub struct Measured {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Recovery {
     pub run: Measured,
-    pub uncut: Measured,
+    /// The uncut run's work, when it was made: it is simulated only when the verdict needs it
+    /// ([`Recovery::needs_uncut`]), unless it came for free (see the module's documentation).
+    pub uncut: Option<Measured>,
     /// Firings of the scripted (or placed) cuts, interrupts and proxy rules.
     pub faults: u64,
     /// The turns the run recorded.
@@ -94,14 +103,24 @@ pub struct Recovery {
 }
 
 impl Recovery {
-    /// All work beyond the uncut workload's, per dimension.
-    pub fn extra(&self) -> Work {
-        self.run.total.map(self.uncut.total, u64::saturating_sub)
+    /// All work beyond the uncut workload's, per dimension; `None` when the uncut run was not made.
+    pub fn extra(&self) -> Option<Work> {
+        self.uncut.map(|uncut| self.run.total.map(uncut.total, u64::saturating_sub))
     }
 
-    /// Work repeated beyond what the uncut workload repeated: the cost the verdict bounds.
-    pub fn repeated(&self) -> Work {
-        self.run.repeated.map(self.uncut.repeated, u64::saturating_sub)
+    /// Work repeated beyond what the uncut workload repeated: the cost the verdict bounds. When
+    /// the uncut run was not made it is at most the run's own repeats ([`Recovery::needs_uncut`]
+    /// says when that is within the bound), and `None`.
+    pub fn repeated(&self) -> Option<Work> {
+        self.uncut.map(|uncut| self.run.repeated.map(uncut.repeated, u64::saturating_sub))
+    }
+
+    /// Whether the verdict depends on the uncut run: the run repeated more work than the faults
+    /// that fired allow in some dimension, so what the uncut run repeated decides whether that
+    /// was the faults' doing. Otherwise no uncut run can make the run excessive.
+    pub fn needs_uncut(&self) -> bool {
+        let bound = self.bound();
+        self.run.repeated.dimensions().into_iter().zip(bound.dimensions()).any(|((_, run), (_, allowed))| run > allowed)
     }
 
     /// The most repeated work the faults that fired allow.
@@ -110,9 +129,12 @@ impl Recovery {
     }
 
     /// Each dimension whose repeated work is over its bound: `(dimension, repeated, bound)`.
+    /// Without the uncut run, none: the runner makes it whenever it could matter
+    /// ([`Recovery::needs_uncut`]).
     pub fn excessive(&self) -> Vec<(&'static str, u64, u64)> {
+        let Some(repeated) = self.repeated() else { return Vec::new() };
         let bound = self.bound().dimensions();
-        self.repeated()
+        repeated
             .dimensions()
             .into_iter()
             .zip(bound)
@@ -121,12 +143,23 @@ impl Recovery {
             .collect()
     }
 
-    /// One line for a person: the extra and the repeated work, when there is any.
+    /// One line for a person: the extra and the repeated work, when there is any. Without the
+    /// uncut run, the run's own repeats, which are within the bound.
     pub fn summary(&self) -> Option<String> {
         let line = |work: Work| -> Vec<String> {
             work.dimensions().iter().filter(|(_, n)| *n > 0).map(|(name, n)| format!("{name} +{n}")).collect()
         };
-        let (extra, repeated) = (line(self.extra()), line(self.repeated()));
+        let (Some(extra), Some(repeated)) = (self.extra(), self.repeated()) else {
+            let own = line(self.run.repeated);
+            return (!own.is_empty()).then(|| {
+                format!(
+                    "repeated work within the bound for {} fault(s): {} (the uncut run was not needed)",
+                    self.faults,
+                    own.join(", ")
+                )
+            });
+        };
+        let (extra, repeated) = (line(extra), line(repeated));
         if extra.is_empty() && repeated.is_empty() {
             return None;
         }
@@ -217,7 +250,13 @@ mod tests {
 
     fn recovery(run: Work, uncut: Work, faults: u64) -> Recovery {
         let measured = |repeated| Measured { total: Work { model_calls: 9, ..Work::default() }, repeated };
-        Recovery { run: measured(run), uncut: measured(uncut), faults, turns: 1, per_fault_max: PER_FAULT_MAX_DEFAULT }
+        Recovery {
+            run: measured(run),
+            uncut: Some(measured(uncut)),
+            faults,
+            turns: 1,
+            per_fault_max: PER_FAULT_MAX_DEFAULT,
+        }
     }
 
     #[test]
@@ -229,7 +268,31 @@ mod tests {
         assert_eq!(recovery(redone, uncut, 1).excessive(), vec![("model_calls", 3, 1)]);
         assert!(recovery(redone, uncut, 3).excessive().is_empty(), "three faults allow three");
         assert_eq!(recovery(asked_again, uncut, 0).excessive().len(), 2, "no fault fired: nothing may be repeated");
-        assert_eq!(recovery(Work::default(), uncut, 1).repeated(), Work::default(), "repeating less is no cost");
+        assert_eq!(recovery(Work::default(), uncut, 1).repeated(), Some(Work::default()), "repeating less is no cost");
+    }
+
+    #[test]
+    fn the_uncut_run_is_needed_only_when_the_run_repeated_more_than_the_bound() {
+        let uncut = Work { model_calls: 1, ..Work::default() };
+        let within = Work { model_calls: 1, effect_requests: 1, store_writes: 2 };
+        assert!(!recovery(within, uncut, 1).needs_uncut(), "at the bound in every dimension");
+        let writes = Work { store_writes: 3, ..within };
+        assert!(recovery(writes, uncut, 1).needs_uncut(), "one dimension over its bound");
+        assert!(!recovery(writes, uncut, 2).needs_uncut(), "two faults allow four writes");
+        assert!(recovery(Work { model_calls: 1, ..Work::default() }, uncut, 0).needs_uncut(), "no fault, a repeat");
+        assert!(!recovery(Work::default(), uncut, 0).needs_uncut());
+        // Whatever the uncut run repeated, a run within the bound is not excessive.
+        for uncut in [Work::default(), within, writes] {
+            assert!(recovery(within, uncut, 1).excessive().is_empty());
+        }
+        let mut unmeasured = recovery(within, uncut, 1);
+        unmeasured.uncut = None;
+        assert_eq!((unmeasured.extra(), unmeasured.repeated()), (None, None));
+        assert!(unmeasured.excessive().is_empty());
+        assert_eq!(
+            unmeasured.summary().as_deref(),
+            Some("repeated work within the bound for 1 fault(s): model_calls +1, effect_requests +1, store_writes +2 (the uncut run was not needed)")
+        );
     }
 
     fn call(function: &str, id: &str, payload: serde_json::Value) -> Event {

@@ -175,20 +175,26 @@ pub fn json_line(outcome: &RunOutcome) -> Value {
 }
 
 /// A run's work beyond its uncut workload, as `--json` shows it: per dimension the run's
-/// count, the uncut run's, the extra, the repeated and its bound; then the faults and turns.
+/// count, its own repeats, the uncut run's count, the extra, the repeated beyond the uncut run's
+/// and its bound; then the faults and turns. The uncut run's figures (and those made from them)
+/// are null when it was not simulated: the run's own repeats were within the bound, so no uncut
+/// run could have made it excessive.
 fn recovery_json(recovery: &crate::recovery::Recovery) -> Value {
     let mut fields = serde_json::Map::new();
     let run = recovery.run.total.dimensions();
-    let uncut = recovery.uncut.total.dimensions();
-    let (extra, repeated, bound) =
-        (recovery.extra().dimensions(), recovery.repeated().dimensions(), recovery.bound().dimensions());
+    let run_repeated = recovery.run.repeated.dimensions();
+    let uncut = recovery.uncut.map(|u| u.total.dimensions());
+    let (extra, repeated) = (recovery.extra().map(|w| w.dimensions()), recovery.repeated().map(|w| w.dimensions()));
+    let bound = recovery.bound().dimensions();
+    let at = |figures: Option<[(&str, u64); 3]>, index: usize| figures.map(|f| f[index].1);
     for index in 0..run.len() {
-        let line = json!({ "run": run[index].1, "uncut": uncut[index].1, "extra": extra[index].1,
-                           "repeated": repeated[index].1, "bound": bound[index].1 });
+        let line = json!({ "run": run[index].1, "run_repeated": run_repeated[index].1, "uncut": at(uncut, index),
+                           "extra": at(extra, index), "repeated": at(repeated, index), "bound": bound[index].1 });
         fields.insert(run[index].0.to_string(), line);
     }
     fields.insert("faults".into(), json!(recovery.faults));
     fields.insert("turns".into(), json!(recovery.turns));
+    fields.insert("uncut_measured".into(), json!(recovery.uncut.is_some()));
     fields.insert("excessive".into(), json!(!recovery.excessive().is_empty()));
     Value::Object(fields)
 }

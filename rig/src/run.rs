@@ -22,7 +22,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
 use std::sync::Arc;
 
+pub(crate) mod cpu;
 mod uncut;
+
+pub use uncut::{TurnEnd, UncutOutcome, UncutRun};
 
 /// Everything one run produced.
 pub struct RunOutcome {
@@ -207,9 +210,9 @@ pub fn run_unchecked(harness: &Arc<dyn HarnessFactory>, scenario: &Scenario, run
     let _span = tracing::error_span!(target: "rig::trace", "run", scenario = %scenario.path.display(), policy = %run.policy, seed).entered();
     // Wall time is measured for the report only; nothing in the run reads it.
     let started = std::time::Instant::now();
-    let (world, mut ended, failures) = simulate(harness, scenario, &run.policy, seed, false);
+    let (world, mut ended, failures) = simulate(harness, scenario, &run.policy, seed, Simulation::Judged);
     ended.started = started;
-    ended.recovery = Some(measure_recovery(harness, scenario, &run.policy, seed, &world));
+    ended.recovery = Some(measure_recovery(harness, scenario, &run.policy, seed, &world, &ended.settled));
     let judged = Judged {
         name: harness.name(),
         layout: harness.layout(),
@@ -221,22 +224,35 @@ pub fn run_unchecked(harness: &Arc<dyn HarnessFactory>, scenario: &Scenario, run
     outcome
 }
 
-/// Runs the scenario's world and script, to be judged; `keep_going` runs every step even after
-/// one could not complete (an uncut run goes on past a wait for a fault that is not there).
+/// What a simulation is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Simulation {
+    /// A run to judge: it stops at a step that cannot complete, and its trace is hashed.
+    Judged,
+    /// An uncut run: it goes on past a step that cannot complete (a wait for a fault that is not
+    /// there), and nothing reads its trace hash.
+    Uncut,
+}
+
+/// Runs the scenario's world and script, to be judged or measured as an uncut run.
 fn simulate(
     harness: &Arc<dyn HarnessFactory>,
     scenario: &Scenario,
     policy: &str,
     seed: u64,
-    keep_going: bool,
+    simulation: Simulation,
 ) -> (Rc<World>, Ended, Vec<String>) {
     let started = std::time::Instant::now();
     let proxy_worker = scenario.proxy.as_ref().map(|p| p.worker.clone());
     let topology = Topology::new(&scenario.world.plan(harness.capabilities().functions(), proxy_worker));
     let world = seeded_world(scenario, seed);
+    if simulation == Simulation::Uncut {
+        world.trace_unhashed();
+    }
     let mut runner = Runner::new(Rc::clone(&world), scenario.world.network.clone());
     add_hosts(&mut runner, &topology, scenario, harness, policy);
     let mut failures = Vec::new();
+    let keep_going = simulation == Simulation::Uncut;
     // A task that panics is dropped by its runtime, leaving only a deadline to show for it.
     let (settled, panics, more) =
         crate::panics::capture(|| run_script(&mut runner, &topology, scenario, seed, keep_going, &mut failures));
@@ -251,32 +267,77 @@ fn simulate(
     (world, ended, failures)
 }
 
-/// The run's work against the same workload run uncut (see [`crate::recovery`]).
+/// The uncut run of `scenario`'s workload under `policy` and `seed` (see [`uncut`]): remembered,
+/// or simulated now and remembered. `None` when the scenario scripts no fault: its own run is
+/// its uncut run.
+pub(crate) fn uncut_run(
+    harness: &Arc<dyn HarnessFactory>,
+    scenario: &Scenario,
+    policy: &str,
+    seed: u64,
+) -> Option<Arc<uncut::UncutRun>> {
+    let workload = uncut::uncut(scenario)?;
+    let key = uncut::key(harness.name(), policy, seed, &workload);
+    if let Some(made) = uncut::recall(key) {
+        return Some(made);
+    }
+    let started = cpu::thread_ns();
+    let (world, ended, _) = simulate(harness, &workload, policy, seed, Simulation::Uncut);
+    let made = Arc::new(uncut_of(harness, &workload, &world, &ended.settled));
+    drop(world);
+    uncut::count_simulated(cpu::thread_ns().saturating_sub(started));
+    uncut::remember(key, Arc::clone(&made));
+    Some(made)
+}
+
+/// What a finished run came to, as an uncut run of its workload.
+fn uncut_of(
+    harness: &Arc<dyn HarnessFactory>,
+    scenario: &Scenario,
+    world: &World,
+    settled: &Settled,
+) -> uncut::UncutRun {
+    let (effects, layout) = (scenario.world.services.effect_functions(), harness.layout());
+    let trace = world.trace();
+    let work = recovery::measure(trace.events(), &effects, &layout);
+    let outcome = uncut::UncutOutcome::of(trace.events(), &world.session.borrow(), &layout, settled.quiescent);
+    uncut::UncutRun { work, outcome }
+}
+
+/// The run's work against the same workload run uncut (see [`crate::recovery`]): the uncut run
+/// is simulated only when the verdict depends on it. A run with no scripted faults is its own
+/// uncut run, and is remembered as its workload's when every step completed.
 fn measure_recovery(
     harness: &Arc<dyn HarnessFactory>,
     scenario: &Scenario,
     policy: &str,
     seed: u64,
     world: &World,
+    settled: &Settled,
 ) -> Recovery {
     let (effects, layout) = (scenario.world.services.effect_functions(), harness.layout());
-    let trace = world.trace();
-    let run = recovery::measure(trace.events(), &effects, &layout);
-    let uncut = match uncut::uncut(scenario) {
-        None => run,
-        Some(uncut) => uncut::uncut_work(harness, &uncut, policy, seed, || {
-            let (world, _, _) = simulate(harness, &uncut, policy, seed, true);
-            let trace = world.trace();
-            recovery::measure(trace.events(), &effects, &layout)
-        }),
+    let mut recovery = {
+        let trace = world.trace();
+        Recovery {
+            run: recovery::measure(trace.events(), &effects, &layout),
+            uncut: None,
+            faults: recovery::faults(trace.events()),
+            turns: recovery::turns(trace.events(), &layout),
+            per_fault_max: scenario.world.recovery_per_fault_max,
+        }
     };
-    Recovery {
-        run,
-        uncut,
-        faults: recovery::faults(trace.events()),
-        turns: recovery::turns(trace.events(), &layout),
-        per_fault_max: scenario.world.recovery_per_fault_max,
+    if !uncut::has_faults(scenario) {
+        recovery.uncut = Some(recovery.run);
+        if settled.steps_completed {
+            let key = uncut::key(harness.name(), policy, seed, scenario);
+            uncut::remember(key, Arc::new(uncut_of(harness, scenario, world, settled)));
+        }
+    } else if recovery.needs_uncut() {
+        // Not otherwise, even when the memory holds it: what a run reports never depends on what
+        // ran before it in the process.
+        recovery.uncut = uncut_run(harness, scenario, policy, seed).map(|made| made.work);
     }
+    recovery
 }
 
 /// How a run ended, for judging it.

@@ -53,6 +53,8 @@ pub struct Settled {
     pub healed_at_ms: u64,
     /// Whether it settled into quiescence (rather than running into the liveness bound).
     pub quiescent: bool,
+    /// Whether every step completed: `keep_going` made no difference to the run.
+    pub steps_completed: bool,
 }
 
 /// Runs the script, heals every fault and lets the world settle; what went wrong goes into
@@ -74,7 +76,8 @@ pub fn run_script<D: WorldDriver>(
                 Stop::Limit(what) => format!("limit reached: {what} (seed {seed})"),
                 Stop::HostFailed(why) => format!("a host's software failed: {why} (seed {seed})"),
             });
-            Settled { healed_at_ms: runner.now_ms(), quiescent: false }
+            // Not known to have completed every step (one may have failed before the stop).
+            Settled { healed_at_ms: runner.now_ms(), quiescent: false, steps_completed: false }
         }
     }
 }
@@ -110,10 +113,12 @@ fn execute<D: WorldDriver>(
         != WaitEnd::Met
     {
         failures.push(format!("the world did not come up within {ready_ms_max} ms"));
-        return Ok(Settled { healed_at_ms: runner.now_ms(), quiescent: false });
+        return Ok(Settled { healed_at_ms: runner.now_ms(), quiescent: false, steps_completed: true });
     }
+    let mut steps_completed = true;
     for (index, step) in scenario.steps.iter().enumerate() {
         if let Some(failure) = execute_step(runner, topology, step)? {
+            steps_completed = false;
             if !scenario.oracles_only {
                 failures.push(format!("step {}: {failure}", index + 1));
             }
@@ -125,7 +130,7 @@ fn execute<D: WorldDriver>(
     runner.heal();
     let healed_at_ms = runner.now_ms();
     let quiescent = runner.settle(healed_at_ms.saturating_add(scenario.world.liveness_ms))?;
-    Ok(Settled { healed_at_ms, quiescent })
+    Ok(Settled { healed_at_ms, quiescent, steps_completed })
 }
 
 fn wait_for_rpc<D: WorldDriver>(runner: &mut D, name: &str, within_ms: u64) -> Result<Option<String>, Stop> {
@@ -170,7 +175,10 @@ fn execute_step<D: WorldDriver>(runner: &mut D, topology: &Topology, step: &Step
                 let trace = r.world().trace();
                 let events = trace.events();
                 let fresh = &events[cursor..];
-                seen += crate::trace::Documents::new(fresh).matching(conditions, 0..fresh.len()).len() as u64;
+                // Most steps add no event: nothing new to look at.
+                if !fresh.is_empty() {
+                    seen += crate::trace::Documents::new(fresh).matching(conditions, 0..fresh.len()).len() as u64;
+                }
                 cursor = events.len();
                 seen >= *nth
             })?;

@@ -1,23 +1,113 @@
 //! The uncut run of a workload (see [`crate::recovery`]): the scenario with its scripted faults
-//! taken out, run once and remembered. The uncut run is deterministic, so it is remembered per
-//! (harness, policy, seed, workload): the two runs of a determinism check, and every placement a
-//! sweep or exploration tries on one seed, share one.
+//! taken out, run when something needs it and remembered.
+//!
+//! **When it is run.** Only when a verdict depends on it: `recovery-cost` needs it when the run
+//! repeated more work than the allowance ([`crate::recovery::Recovery::needs_uncut`]); a run
+//! whose own repeats are within the bound passes whatever its uncut run did. A run with no
+//! scripted faults is its own uncut run, and one whose every step completed is remembered as the
+//! uncut run of its workload (an uncut run goes on past a step that cannot complete, a judged
+//! run does not: after such a step the two differ). So a sweep or an exploration, whose every
+//! placement shares one seed's uncut run with the workload's own run, never simulates it again.
+//!
+//! **What it remembers.** Per (harness, policy, seed, workload) an [`UncutRun`]: its work
+//! ([`Measured`], for `recovery-cost`) and its outcome ([`UncutOutcome`]: what the workload came
+//! to without the faults, for an oracle that judges a run's outcome against it). The workload is
+//! everything the simulation depends on: the world, the script's steps and the proxy's place,
+//! not the cuts, interrupts and proxy rules (taken out), the expectations or the file's name, so
+//! two files that script different faults on one workload share its uncut run; and not the step
+//! mode (`tick_idle_hosts`), which changes no outcome.
+//!
+//! **How long.** The memory is the process's, bounded ([`REMEMBERED_MAX`] runs; it starts over
+//! when full).
+//!
+//! For an outcome oracle (issue 39): `run::uncut_run` gives a run's [`UncutRun`], simulating it
+//! on the first call for its workload and seed.
 
-use crate::harness::HarnessFactory;
+use crate::layout::RecordLayout;
 use crate::recovery::Measured;
-use crate::scenario::Scenario;
+use crate::scenario::{Scenario, WorldSetup};
+use crate::sim::NetworkConfig;
+use crate::trace::{Event, EventKind};
+use doubles::SessionService;
 use std::collections::BTreeMap;
-use std::hash::{Hash, Hasher};
+use std::fmt::Write as _;
+use std::hash::Hasher;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// The most uncut runs remembered at once; the memory starts over when it is full.
-const REMEMBERED_MAX: usize = 4096;
+pub const REMEMBERED_MAX: usize = 1024;
+
+/// One uncut run of a workload: its work and what it came to.
+#[derive(Debug, Clone)]
+pub struct UncutRun {
+    pub work: Measured,
+    pub outcome: UncutOutcome,
+}
+
+/// What an uncut run came to, read from what the services saw (the store's commits, the
+/// ledger, the session service), through the harness's record layout: the outcome a run of the
+/// same workload with faults is held to, where faults may delay an outcome but not change it.
+#[derive(Debug, Clone, Default)]
+pub struct UncutOutcome {
+    /// Every turn the store recorded, by turn id: the session it belongs to (its record's key)
+    /// and the status of the last record committed for it.
+    pub turns: BTreeMap<String, TurnEnd>,
+    /// Accepted effects per action id, from every effect service's ledger.
+    pub effects: BTreeMap<String, u64>,
+    /// Queued input: every key the input scope held, with the turns it was admitted into (turn
+    /// ids, in commit order; empty when never admitted). Empty when the layout has no input scope.
+    pub inputs: BTreeMap<String, Vec<String>>,
+    /// The session service as the run left it: every session's transcript (the final answer is
+    /// in it), read with [`SessionService::entries`].
+    pub sessions: SessionService,
+    /// Whether the run settled into quiescence, rather than running into its bound.
+    pub quiescent: bool,
+}
+
+/// How one turn ended in an uncut run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TurnEnd {
+    pub session: String,
+    pub status: String,
+}
+
+impl UncutOutcome {
+    /// The outcome of a finished run from its trace and its session service.
+    pub(crate) fn of(events: &[Event], sessions: &SessionService, layout: &RecordLayout, quiescent: bool) -> Self {
+        let mut outcome = UncutOutcome { sessions: sessions.clone(), quiescent, ..UncutOutcome::default() };
+        for event in events {
+            match &event.kind {
+                EventKind::Commit { scope, key, value, .. } if !value.is_null() => {
+                    if *scope == layout.turn_scope {
+                        let turn = layout.turn_id(value).to_string();
+                        let admitted = layout.input_keys_field.as_ref().and_then(|field| value[field].as_array());
+                        for input in admitted.into_iter().flatten().filter_map(|k| k.as_str()) {
+                            let turns = outcome.inputs.entry(input.to_string()).or_default();
+                            if !turns.contains(&turn) {
+                                turns.push(turn.clone());
+                            }
+                        }
+                        let end = TurnEnd { session: key.clone(), status: layout.status(value).to_string() };
+                        outcome.turns.insert(turn, end);
+                    } else if layout.input_scope.as_ref() == Some(scope) {
+                        outcome.inputs.entry(key.clone()).or_default();
+                    }
+                }
+                EventKind::Effect { action, accepted: true, .. } => {
+                    *outcome.effects.entry(action.clone()).or_default() += 1;
+                }
+                _ => {}
+            }
+        }
+        outcome
+    }
+}
 
 /// The scenario with its scripted faults taken out, or `None` when it has none (a run of it is
 /// its own uncut run).
 pub(super) fn uncut(scenario: &Scenario) -> Option<Scenario> {
-    let rules = scenario.proxy.as_ref().is_some_and(|p| !p.rules.is_empty());
-    if scenario.cuts.is_empty() && scenario.interrupts.is_empty() && !rules {
+    if !has_faults(scenario) {
         return None;
     }
     let mut uncut = scenario.clone();
@@ -30,46 +120,138 @@ pub(super) fn uncut(scenario: &Scenario) -> Option<Scenario> {
     Some(uncut)
 }
 
-type Remembered = Mutex<BTreeMap<(u64, u64), Measured>>;
+/// Whether the scenario scripts any fault: a cut, an interrupt or a proxy rule.
+pub(super) fn has_faults(scenario: &Scenario) -> bool {
+    let rules = scenario.proxy.as_ref().is_some_and(|p| !p.rules.is_empty());
+    !scenario.cuts.is_empty() || !scenario.interrupts.is_empty() || rules
+}
+
+/// Which uncut run: two independent 64-bit digests of everything it depends on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) struct Key(u64, u64);
+
+/// Two hashers fed the same text, with different salts.
+struct Digest(std::collections::hash_map::DefaultHasher, std::collections::hash_map::DefaultHasher);
+
+impl std::fmt::Write for Digest {
+    fn write_str(&mut self, text: &str) -> std::fmt::Result {
+        self.0.write(text.as_bytes());
+        self.1.write(text.as_bytes());
+        Ok(())
+    }
+}
+
+/// The key of the uncut run of `scenario`'s workload under `harness`, `policy` and `seed`: what
+/// the simulation depends on, written into the digests as it is formatted (no copy of the
+/// scenario, no text kept).
+pub(super) fn key(harness: &str, policy: &str, seed: u64, scenario: &Scenario) -> Key {
+    let mut digest = Digest(Default::default(), Default::default());
+    digest.0.write_u8(1);
+    digest.1.write_u8(2);
+    // Every field by name, so a new one is a compile error here until it is placed: in the key
+    // (it changes the simulation) or left out with the reason.
+    let WorldSetup {
+        harness: config,
+        network,
+        liveness_ms,
+        effects_per_action_max: _, // judging only
+        recovery_per_fault_max: _, // judging only
+        records,
+        messages,
+        model,
+        model_deterministic,
+        queues,
+        services,
+        replacement,
+    } = &scenario.world;
+    let NetworkConfig { tick_ms, latency_ms_min, latency_ms_max, duration_ms_max, steps_max, tick_idle_hosts: _ } =
+        network;
+    let proxy = scenario.proxy.as_ref().map(|p| &p.worker);
+    let _ = write!(
+        digest,
+        "{harness}\u{0}{policy}\u{0}{seed}\u{0}{config:?}{tick_ms},{latency_ms_min},{latency_ms_max},{duration_ms_max},\
+         {steps_max}\u{0}{liveness_ms}{records:?}{messages:?}{model:?}{model_deterministic}{queues:?}{services:?}\
+         {replacement}\u{0}{proxy:?}\u{0}{:?}",
+        scenario.steps
+    );
+    Key(digest.0.finish(), digest.1.finish())
+}
+
+type Remembered = Mutex<BTreeMap<Key, Arc<UncutRun>>>;
 
 fn remembered() -> &'static Remembered {
     static REMEMBERED: std::sync::OnceLock<Remembered> = std::sync::OnceLock::new();
     REMEMBERED.get_or_init(Remembered::default)
 }
 
-/// A key for one uncut run: two independent 64-bit digests of everything it depends on (the
-/// scenario as loaded, the step mode left out: it changes no outcome).
-fn key(harness: &str, policy: &str, seed: u64, uncut: &Scenario) -> (u64, u64) {
-    let mut normalised = uncut.clone();
-    normalised.world.network.tick_idle_hosts = false;
-    let text = format!("{harness}\u{0}{policy}\u{0}{seed}\u{0}{normalised:?}");
-    let digest = |salt: u8| {
-        let mut hasher = std::collections::hash_map::DefaultHasher::new();
-        salt.hash(&mut hasher);
-        text.hash(&mut hasher);
-        hasher.finish()
-    };
-    (digest(1), digest(2))
+/// The uncut run under `key`, if one was remembered.
+pub(super) fn recall(key: Key) -> Option<Arc<UncutRun>> {
+    remembered().lock().expect("the memory of uncut runs").get(&key).cloned()
 }
 
-/// The work of `uncut`'s run (see [`uncut`]), run through `simulate` the first time it is
-/// asked for and remembered after.
-pub(super) fn uncut_work(
-    harness: &Arc<dyn HarnessFactory>,
-    uncut: &Scenario,
-    policy: &str,
-    seed: u64,
-    simulate: impl FnOnce() -> Measured,
-) -> Measured {
-    let key = key(harness.name(), policy, seed, uncut);
-    if let Some(work) = remembered().lock().expect("the memory of uncut runs").get(&key) {
-        return *work;
-    }
-    let work = simulate();
+/// Remembers `run` as the uncut run under `key`.
+pub(super) fn remember(key: Key, run: Arc<UncutRun>) {
     let mut memory = remembered().lock().expect("the memory of uncut runs");
-    if memory.len() >= REMEMBERED_MAX {
+    if memory.len() >= REMEMBERED_MAX && !memory.contains_key(&key) {
         memory.clear();
     }
-    memory.insert(key, work);
-    work
+    memory.insert(key, run);
+}
+
+/// Uncut runs simulated, and the CPU time they took (nanoseconds).
+static SIMULATED: AtomicU64 = AtomicU64::new(0);
+static SIMULATED_NS: AtomicU64 = AtomicU64::new(0);
+
+pub(super) fn count_simulated(cpu_ns: u64) {
+    SIMULATED.fetch_add(1, Ordering::Relaxed);
+    SIMULATED_NS.fetch_add(cpu_ns, Ordering::Relaxed);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn scenario(text: &str) -> Scenario {
+        Scenario::parse(Path::new("t.toml"), text).expect("a valid scenario")
+    }
+
+    const WORKLOAD: &str = r#"
+[[world.record]]
+scope = "harness_turn"
+key = "s1"
+value = { session_id = "s1", turn_id = "t1", status = "running", step = 1, turn_count = 1 }
+
+[[step]]
+invoke = { function = "harness::turn", payload = { session_id = "s1", turn_id = "t1", step = 1 }, name = "turn" }
+
+[policy.reference]
+"#;
+
+    #[test]
+    fn the_key_is_the_workload_not_its_faults_expectations_or_name() {
+        let bare = scenario(WORKLOAD);
+        let cut = format!(
+            "about = \"x\"\n[[cut]]\nfunction = \"session::messages\"\naction = \"timeout\"\n{WORKLOAD}\n[expect]\neffects = {{}}\n"
+        );
+        let mut cut = scenario(&cut);
+        cut.path = "elsewhere.toml".into();
+        let key = |s: &Scenario| super::key("reference", "reference", 3, s);
+        assert_eq!(key(&bare), key(&cut), "the cuts, the expectations and the file's name are not the workload");
+        let mut stepped = bare.clone();
+        stepped.world.network.tick_idle_hosts = true;
+        assert_eq!(key(&bare), key(&stepped), "the step mode changes no outcome");
+        let mut later = bare.clone();
+        later.world.liveness_ms += 1;
+        assert_ne!(key(&bare), key(&later));
+        let mut fewer = bare.clone();
+        fewer.steps.clear();
+        assert_ne!(key(&bare), key(&fewer));
+        assert_ne!(key(&bare), super::key("reference", "reference", 4, &bare), "the seed");
+        assert_ne!(key(&bare), super::key("reference", "swallow", 3, &bare), "the policy");
+        assert_ne!(key(&bare), super::key("other", "reference", 3, &bare), "the harness");
+        assert!(!has_faults(&bare) && has_faults(&cut));
+        assert!(uncut(&bare).is_none());
+        assert!(!has_faults(&uncut(&cut).expect("it has a cut")));
+    }
 }

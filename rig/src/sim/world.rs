@@ -252,6 +252,14 @@ impl World {
         )
     }
 
+    /// Keeps no trace digest from now on: a run whose hash nothing reads (an uncut run) saves
+    /// writing every event out for it. Before the first event, or the hash is of none of them.
+    pub fn trace_unhashed(&self) {
+        let mut trace = self.trace.borrow_mut();
+        debug_assert!(trace.events().is_empty(), "a trace unhashed after its first event");
+        *trace = Trace::unhashed();
+    }
+
     pub fn trace(&self) -> std::cell::Ref<'_, Trace> {
         self.trace.borrow()
     }

@@ -28,6 +28,10 @@ pub(crate) struct Topology {
     /// host (the sum of every link's `ready`), so that the hosts of a step
     /// with none skip looking through every link.
     ready: usize,
+
+    /// Rig patch: how many of those are ready for each host, so that a host
+    /// with none skips looking through every link while others have some.
+    ready_for: Map<IpAddr, usize>,
 }
 
 /// This type is used as the key in the [`Topology::links`] map. See [`new`]
@@ -147,8 +151,9 @@ struct Link {
     /// Messages that are ready to be delivered.
     deliverable: Map<IpAddr, VecDeque<Envelope>>,
 
-    /// Rig patch: how many messages `deliverable` holds.
-    ready: usize,
+    /// Rig patch: how many messages `deliverable` holds for each end: for the
+    /// host whose address sorts smallest, then for the other.
+    ready: [usize; 2],
 
     /// The current network time, moved forward with [`Link::tick`].
     now: Instant,
@@ -172,7 +177,7 @@ enum State {
 
 impl Topology {
     pub(crate) fn new(config: config::Link) -> Topology {
-        Topology { config, links: Map::default(), now: Rt::no_software().now(), ready: 0 }
+        Topology { config, links: Map::default(), now: Rt::no_software().now(), ready: 0, ready_for: Map::default() }
     }
 
     /// Register a link between two hosts
@@ -232,10 +237,13 @@ impl Topology {
         dst: SocketAddr,
         message: Protocol,
     ) -> Result<()> {
-        if let Some(link) = self.links.get_mut(&Pair::new(src.ip(), dst.ip())) {
+        let pair = Pair::new(src.ip(), dst.ip());
+        if let Some(link) = self.links.get_mut(&pair) {
             let before = link.ready;
             let result = link.enqueue_message(&self.config, rand, src, dst, message);
-            self.ready = self.ready - before + link.ready;
+            if before != link.ready {
+                count_ready(&mut self.ready, &mut self.ready_for, &pair, before, link.ready);
+            }
             result
         } else {
             Err(Error::new(ErrorKind::ConnectionRefused, "Connection refused"))
@@ -244,14 +252,17 @@ impl Topology {
 
     // Move messages from any network links to the `dst` host.
     pub(crate) fn deliver_messages(&mut self, rand: &mut dyn RngCore, dst: &mut Host) {
-        if self.ready == 0 {
+        // Rig patch: no link has anything for this host, so none would do anything.
+        if self.ready == 0 || self.ready_for.get(&dst.addr).is_none_or(|ready| *ready == 0) {
             return;
         }
         for (pair, link) in &mut self.links {
             if pair.0 == dst.addr || pair.1 == dst.addr {
                 let before = link.ready;
-                link.deliver_messages(&self.config, rand, dst);
-                self.ready = self.ready - before + link.ready;
+                link.deliver_messages(&self.config, rand, dst, usize::from(pair.1 == dst.addr));
+                if before != link.ready {
+                    count_ready(&mut self.ready, &mut self.ready_for, pair, before, link.ready);
+                }
             }
         }
     }
@@ -284,10 +295,12 @@ impl Topology {
 
     pub(crate) fn tick_by(&mut self, duration: Duration) {
         self.now += duration;
-        for link in self.links.values_mut() {
+        for (pair, link) in &mut self.links {
             let before = link.ready;
             link.tick(self.now);
-            self.ready = self.ready - before + link.ready;
+            if before != link.ready {
+                count_ready(&mut self.ready, &mut self.ready_for, pair, before, link.ready);
+            }
         }
     }
 
@@ -299,6 +312,25 @@ impl Topology {
     fn get_link_mut(&mut self, pair: &Pair) -> &mut Link {
         self.links.get_mut(pair).unwrap_or_else(|| panic!("unable to find link between {pair:?}"))
     }
+}
+
+/// Rig patch: moves the counts of ready messages, in all and per host, by
+/// what a link's counts moved (`before` to `after`, per end of `pair`).
+/// (Called only when they moved: on most steps no link's count does.)
+fn count_ready(
+    ready: &mut usize,
+    ready_for: &mut Map<IpAddr, usize>,
+    pair: &Pair,
+    before: [usize; 2],
+    after: [usize; 2],
+) {
+    for (end, addr) in [pair.0, pair.1].into_iter().enumerate() {
+        if before[end] != after[end] {
+            let count = ready_for.entry(addr).or_default();
+            *count = *count + after[end] - before[end];
+        }
+    }
+    *ready = *ready + after[0] + after[1] - before[0] - before[1];
 }
 
 /// Represents a message sent between two hosts on the network.
@@ -328,7 +360,7 @@ impl Link {
             config: config::Link::default(),
             sent: VecDeque::new(),
             deliverable: Map::default(),
-            ready: 0,
+            ready: [0, 0],
             now,
         }
     }
@@ -406,6 +438,10 @@ impl Link {
     }
 
     fn process_deliverables(&mut self) {
+        // Rig patch: nothing is on its way on most links on most steps.
+        if self.sent.is_empty() {
+            return;
+        }
         // TODO: `drain_filter` is not yet stable, and so we have a low quality
         // implementation here that avoids clones.
         let mut deliverable = 0;
@@ -416,8 +452,9 @@ impl Link {
                 if time <= self.now {
                     let sent = self.sent.remove(index).unwrap();
                     let envelope = Envelope { src: sent.src, dst: sent.dst, message: sent.protocol };
+                    // The end it is for: the host whose address sorts greatest is the second.
+                    self.ready[usize::from(sent.dst.ip() > sent.src.ip())] += 1;
                     self.deliverable.entry(sent.dst.ip()).or_default().push_back(envelope);
-                    self.ready += 1;
                     deliverable += 1;
                 }
             }
@@ -427,14 +464,14 @@ impl Link {
     // FIXME: This implementation does not respect message delivery order. If
     // host A and host B are ordered (by addr), and B sends before A, then this
     // method will deliver A's message before B's.
-    fn deliver_messages(&mut self, global_config: &config::Link, rand: &mut dyn RngCore, host: &mut Host) {
+    fn deliver_messages(&mut self, global_config: &config::Link, rand: &mut dyn RngCore, host: &mut Host, end: usize) {
         // Rig patch: most links have nothing for most hosts on most steps; look
         // before allocating. (The map is only ever read by key.)
         let deliverable = match self.deliverable.get_mut(&host.addr) {
             Some(queue) if !queue.is_empty() => queue.drain(..).collect::<Vec<Envelope>>(),
             _ => return,
         };
-        self.ready -= deliverable.len();
+        self.ready[end] -= deliverable.len();
 
         for message in deliverable {
             let (src, dst) = (message.src, message.dst);
