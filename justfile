@@ -35,10 +35,24 @@ lint:
     cargo fmt --all -- --check
     cargo clippy --workspace --all-targets -- -D warnings
 
-# Speed and memory benchmarks (release build): the scenario catalogue, then the proxy.
+# Speed and memory benchmarks (release build): the scenario catalogue (three cold passes, the
+# sweep and explore figures), then the proxy.
 bench:
-    cargo run --release -p rig -- bench scenarios --seeds 0..200
+    cargo run --release -p rig -- bench scenarios --seeds 0..20 --passes 3
     cargo run --release -p proxy --bin proxy-bench
+
+# Record the catalogue's speed as a baseline, then compare later runs with it (same machine).
+bench-baseline file="target/bench-baseline.json":
+    cargo run --release -p rig -- bench scenarios --seeds 0..20 --passes 3 --write-baseline {{file}}
+
+bench-compare file="target/bench-baseline.json":
+    cargo run --release -p rig -- bench scenarios --seeds 0..20 --passes 3 --baseline {{file}}
+
+# This checkout's speed against an earlier revision, paired (A B A B) on this machine: builds
+# REV in its own worktree and target directory (target/bench-against/), runs both binaries in
+# turn over REV's scenario files, and reports the ratio of CPU per pass.
+bench-against rev seeds="0..20" rounds="4":
+    .ci/bench-against {{rev}} {{seeds}} {{rounds}}
 
 # Mutation testing (cargo-mutants 27, `cargo install cargo-mutants --locked`): every mutant of
 # the scoped code, one at a time, then the score per module. Hours on two cores; `shard=k/n`

@@ -25,7 +25,7 @@ use std::sync::Arc;
 pub(crate) mod cpu;
 mod uncut;
 
-pub use uncut::{TurnEnd, UncutOutcome, UncutRun};
+pub use uncut::{forget as forget_uncut_runs, tally as uncut_tally, TurnEnd, UncutOutcome, UncutRun};
 
 /// Everything one run produced.
 pub struct RunOutcome {

@@ -246,32 +246,3 @@ fn live_timings(baseline_us: u64, runs: &[explore::SweepRun]) -> String {
         seconds(walls.last().copied().unwrap_or(0))
     )
 }
-
-/// Times a depth-1 sweep of `workload` under the harness, on one core, for `rig bench`; 1 if it
-/// found anything (a benchmark of a clean workload should stay clean), else 0.
-pub(crate) fn bench(workload: &Path, harness: &Harness) -> u64 {
-    let Ok(scenario) = crate::Scenario::load(workload) else {
-        err!("error: cannot load the sweep workload {}", workload.display());
-        return 1;
-    };
-    let options = SweepOptions::default();
-    // Wall time, for the benchmark only.
-    let started = std::time::Instant::now();
-    let report = match explore::sweep(&harness.factory, &scenario, &options) {
-        Ok(report) => report,
-        Err(skip) => {
-            out!("sweep: {}", report::skip_line(&workload.display().to_string(), &options.policy, &skip));
-            return 0;
-        }
-    };
-    let seconds = started.elapsed().as_secs_f64();
-    out!(
-        "sweep: {} depth 1 under {}: {} runs in {seconds:.2} s on one core ({:.0} runs/s), {} findings",
-        workload.display(),
-        harness.name(),
-        report.runs.len() + 1,
-        (report.runs.len() + 1) as f64 / seconds,
-        report.findings.len()
-    );
-    u64::from(!report.findings.is_empty() || !report.baseline_fired.is_empty())
-}

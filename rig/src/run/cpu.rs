@@ -20,17 +20,27 @@ fn clock_ns(clock: libc::clockid_t) -> u64 {
         .saturating_add(u64::try_from(time.tv_nsec).unwrap_or(0))
 }
 
+/// Spends `ns` nanoseconds of the calling thread's CPU time doing nothing useful: a planted
+/// slowdown, which shows the speed guard bites (see `rig bench`).
+pub fn burn(ns: u64) {
+    let until = thread_ns().saturating_add(ns);
+    let mut spin = 0u64;
+    while thread_ns() < until {
+        for _ in 0..256 {
+            spin = std::hint::black_box(spin.wrapping_mul(6364136223846793005).wrapping_add(1));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn a_thread_that_works_sees_it_on_its_clock() {
+    fn a_thread_that_burns_cpu_time_sees_it_on_its_clock() {
         let before = thread_ns();
-        let mut spin = 0u64;
-        while thread_ns() < before + 2_000_000 {
-            spin = std::hint::black_box(spin.wrapping_add(1));
-        }
-        assert!(spin > 0 && thread_ns() - before >= 2_000_000);
+        burn(2_000_000);
+        let spent = thread_ns() - before;
+        assert!(spent >= 2_000_000, "{spent} ns");
     }
 }

@@ -18,7 +18,8 @@
 //! mode (`tick_idle_hosts`), which changes no outcome.
 //!
 //! **How long.** The memory is the process's, bounded ([`REMEMBERED_MAX`] runs; it starts over
-//! when full).
+//! when full). [`forget`] empties it: `rig bench` starts each pass cold with it, so a figure never
+//! depends on what an earlier pass left behind.
 //!
 //! For an outcome oracle (issue 39): `run::uncut_run` gives a run's [`UncutRun`], simulating it
 //! on the first call for its workload and seed.
@@ -198,13 +199,27 @@ pub(super) fn remember(key: Key, run: Arc<UncutRun>) {
     memory.insert(key, run);
 }
 
-/// Uncut runs simulated, and the CPU time they took (nanoseconds).
+/// Forgets every uncut run, and the tally of those simulated: what comes next starts cold.
+pub fn forget() {
+    remembered().lock().expect("the memory of uncut runs").clear();
+    SIMULATED.store(0, Ordering::Relaxed);
+    SIMULATED_NS.store(0, Ordering::Relaxed);
+}
+
+/// Uncut runs simulated since the last [`forget`], and the CPU time they took (nanoseconds):
+/// `rig bench` reports their share of the time.
 static SIMULATED: AtomicU64 = AtomicU64::new(0);
 static SIMULATED_NS: AtomicU64 = AtomicU64::new(0);
 
 pub(super) fn count_simulated(cpu_ns: u64) {
     SIMULATED.fetch_add(1, Ordering::Relaxed);
     SIMULATED_NS.fetch_add(cpu_ns, Ordering::Relaxed);
+}
+
+/// How many uncut runs were simulated since the last [`forget`], and their CPU time in
+/// nanoseconds (0 where the platform cannot tell).
+pub fn tally() -> (u64, u64) {
+    (SIMULATED.load(Ordering::Relaxed), SIMULATED_NS.load(Ordering::Relaxed))
 }
 
 #[cfg(test)]

@@ -1,0 +1,93 @@
+//! `rig bench`: what it counts and how it compares, end to end. No assertion here is on a
+//! speed (those belong to the benchmark itself, and to the nightly's check of the guard on its
+//! runner): a planted slowdown far beyond any noise must be called a regression, and the
+//! figures must add up.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("rig sits in the workspace").to_path_buf()
+}
+
+fn rig(args: &[&str], planted: Option<&str>) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_rig"));
+    command.current_dir(workspace()).args(args).env_remove("RIG_BENCH_PLANTED_SLOWDOWN");
+    if let Some(percent) = planted {
+        command.env("RIG_BENCH_PLANTED_SLOWDOWN", percent);
+    }
+    command.output().expect("the rig binary runs")
+}
+
+const FILE: &str = "scenarios/incident-001/finalization/lost-ack.toml";
+/// Its known-bad policy repeats more work than its fault allows: each of its runs needs its
+/// uncut run simulated (the reference policy's runs do not).
+const RECOVERY: &str = "scenarios/runtime/recovery-cost/crash-after-three-rounds.toml";
+
+#[test]
+fn a_pass_counts_judged_runs_each_pass_cold_and_a_planted_slowdown_against_its_baseline_is_a_regression() {
+    let baseline = Path::new(env!("CARGO_TARGET_TMPDIR")).join("bench-baseline.json");
+    let common = [
+        "bench",
+        FILE,
+        RECOVERY,
+        "--seeds",
+        "0..3",
+        "--passes",
+        "2",
+        "--sweep",
+        "none",
+        "--explore",
+        "none",
+        "-j",
+        "1",
+    ];
+    let write = [&common[..], &["--write-baseline", baseline.to_str().unwrap()]].concat();
+    let out = rig(&write, None);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    // Five policies over the two files: 5 x 3 judged runs a pass; the uncut runs simulated for
+    // three of them are not counted as runs.
+    assert!(stdout.contains("total: 15 judged runs a pass, 0 failed, 0 skipped"), "{stdout}");
+    // Every pass starts cold: the second simulates the same uncut runs again, none remembered.
+    assert!(stdout.contains("uncut runs: 3 simulated a pass (20.0 % of judged runs; passes: 3, 3)"), "{stdout}");
+    let figures: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&baseline).unwrap()).unwrap();
+    assert_eq!((figures["runs"].as_u64(), figures["uncut_runs"].as_u64()), (Some(15), Some(3)), "{figures}");
+    assert_eq!(figures["files"][FILE]["runs"], 9);
+    assert_eq!(figures["files"][RECOVERY]["runs"], 6);
+
+    // Four times the CPU per run: a regression whatever else the machine is doing.
+    let compare = [&common[..], &["--baseline", baseline.to_str().unwrap()]].concat();
+    let out = rig(&compare, Some("300"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("CPU per run: ") && stdout.contains("REGRESSION"), "{stdout}");
+    assert!(stdout.contains("verdict: REGRESSION: CPU per run, runs/s per core slower by more than 10 %"), "{stdout}");
+
+    // Another selection is not compared.
+    let other = ["bench", FILE, RECOVERY, "--seeds", "0..4", "--sweep", "none", "--explore", "none", "-j", "1"];
+    let out = rig(&[&other[..], &["--baseline", baseline.to_str().unwrap()]].concat(), None);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("seeds 0..3"), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn against_another_binary_the_planted_slowdown_is_this_binarys_alone() {
+    let this = env!("CARGO_BIN_EXE_rig");
+    let args = ["bench", "--against", this, FILE, "--seeds", "0..2", "--rounds", "1"];
+    let out = rig(&args, Some("300"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("1 of 1 files pass under both"), "{stdout}");
+    // Its three policies under two seeds.
+    assert!(stdout.contains("round 1 A: 6 runs") && stdout.contains("round 1 B: 6 runs"), "{stdout}");
+    let ratio = stdout.lines().find(|l| l.starts_with("B/A CPU per pass: ")).expect("the ratio");
+    let ratio: f64 = ratio["B/A CPU per pass: ".len()..].split_whitespace().next().unwrap().parse().unwrap();
+    assert!(ratio > 2.0, "B burns three times its runs' CPU again: {stdout}");
+    assert!(stdout.contains("REGRESSION"), "{stdout}");
+    // Without it, the same binary twice is judged against the threshold asked for.
+    let out = rig(&[&args[..], &["--threshold", "100"]].concat(), None);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(stdout.contains("B/A CPU per pass: "), "{stdout}");
+}
