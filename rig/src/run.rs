@@ -300,7 +300,13 @@ fn uncut_of(
     let (effects, layout) = (scenario.world.services.effect_functions(), harness.layout());
     let trace = world.trace();
     let work = recovery::measure(trace.events(), &effects, &layout);
-    let outcome = uncut::UncutOutcome::of(trace.events(), &world.session.borrow(), &layout, settled.quiescent);
+    let outcome = uncut::UncutOutcome::of(
+        trace.events(),
+        &world.store.borrow(),
+        &world.session.borrow(),
+        &layout,
+        settled.quiescent,
+    );
     uncut::UncutRun { work, outcome }
 }
 

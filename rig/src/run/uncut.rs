@@ -29,7 +29,7 @@ use crate::recovery::Measured;
 use crate::scenario::{Scenario, WorldSetup};
 use crate::sim::NetworkConfig;
 use crate::trace::{Event, EventKind};
-use doubles::SessionService;
+use doubles::{SessionService, StateStore};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::hash::Hasher;
@@ -46,7 +46,7 @@ pub struct UncutRun {
     pub outcome: UncutOutcome,
 }
 
-/// What an uncut run came to, read from what the services saw (the store's commits, the
+/// What an uncut run came to, read from what the services saw (the store, its commits, the
 /// ledger, the session service), through the harness's record layout: the outcome a run of the
 /// same workload with faults is held to, where faults may delay an outcome but not change it.
 #[derive(Debug, Clone, Default)]
@@ -54,6 +54,11 @@ pub struct UncutOutcome {
     /// Every turn the store recorded, by turn id: the session it belongs to (its record's key)
     /// and the status of the last record committed for it.
     pub turns: BTreeMap<String, TurnEnd>,
+    /// The store as the run left it: every record's last value, by (scope, key).
+    pub store: BTreeMap<(String, String), serde_json::Value>,
+    /// The effect ledger: every request for an external effect and what became of it, in order
+    /// (the trace's `effect` events).
+    pub ledger: Vec<Event>,
     /// Accepted effects per action id, from every effect service's ledger.
     pub effects: BTreeMap<String, u64>,
     /// Queued input: every key the input scope held, with the turns it was admitted into (turn
@@ -74,9 +79,17 @@ pub struct TurnEnd {
 }
 
 impl UncutOutcome {
-    /// The outcome of a finished run from its trace and its session service.
-    pub(crate) fn of(events: &[Event], sessions: &SessionService, layout: &RecordLayout, quiescent: bool) -> Self {
-        let mut outcome = UncutOutcome { sessions: sessions.clone(), quiescent, ..UncutOutcome::default() };
+    /// The outcome of a finished run from its trace, its store and its session service.
+    pub(crate) fn of(
+        events: &[Event],
+        store: &StateStore,
+        sessions: &SessionService,
+        layout: &RecordLayout,
+        quiescent: bool,
+    ) -> Self {
+        let store = store.records().map(|(scope, key, value)| ((scope.to_string(), key.to_string()), value.clone()));
+        let mut outcome =
+            UncutOutcome { store: store.collect(), sessions: sessions.clone(), quiescent, ..UncutOutcome::default() };
         for event in events {
             match &event.kind {
                 EventKind::Commit { scope, key, value, .. } if !value.is_null() => {
@@ -95,8 +108,11 @@ impl UncutOutcome {
                         outcome.inputs.entry(key.clone()).or_default();
                     }
                 }
-                EventKind::Effect { action, accepted: true, .. } => {
-                    *outcome.effects.entry(action.clone()).or_default() += 1;
+                EventKind::Effect { action, accepted, .. } => {
+                    if *accepted {
+                        *outcome.effects.entry(action.clone()).or_default() += 1;
+                    }
+                    outcome.ledger.push(event.clone());
                 }
                 _ => {}
             }
@@ -268,5 +284,50 @@ invoke = { function = "harness::turn", payload = { session_id = "s1", turn_id = 
         assert!(!has_faults(&bare) && has_faults(&cut));
         assert!(uncut(&bare).is_none());
         assert!(!has_faults(&uncut(&cut).expect("it has a cut")));
+    }
+
+    /// The shipped sweep workload, bare and with a cut that loses a ticket acknowledgement.
+    fn multi_round() -> (Scenario, Scenario) {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/workloads/multi-round.toml");
+        let text = std::fs::read_to_string(&path).expect("the shipped workload");
+        let cut = "[[cut]]\nfunction = \"ticket::create\"\naction = \"lost-ack\"\n";
+        let (bare, faulted) = (scenario(&text), scenario(&format!("{text}\n{cut}")));
+        assert!(!has_faults(&bare) && has_faults(&faulted));
+        (bare, faulted)
+    }
+
+    #[test]
+    fn the_uncut_run_keeps_the_workloads_outcome_and_a_bare_run_that_completed_is_that_run() {
+        let harness = crate::run::reference();
+        let (bare, faulted) = multi_round();
+        let made = crate::run::uncut_run(&harness, &faulted, "reference", 5).expect("the file scripts a fault");
+        let outcome = &made.outcome;
+        // What the workload comes to without the cut, by its own expectations: the turn
+        // completed, two tickets, the transcript ends with the model's final text.
+        assert_eq!(outcome.turns["t1"], TurnEnd { session: "s1".into(), status: "completed".into() });
+        assert_eq!(outcome.store[&("harness_turn".to_string(), "s1".to_string())]["status"], "completed");
+        assert_eq!(
+            outcome.ledger.iter().filter(|e| matches!(e.kind, EventKind::Effect { accepted: true, .. })).count(),
+            2
+        );
+        assert_eq!(outcome.effects.values().sum::<u64>(), 2);
+        let transcript = format!("{:?}", outcome.sessions.entries("s1"));
+        assert!(transcript.contains("Both tickets are open."), "{transcript}");
+        assert!(outcome.quiescent);
+        // The bare file's judged run completed every step: it is the same run, so it can stand
+        // for the uncut run the memory keeps (the memory relies on this).
+        let (world, ended, failures) =
+            crate::run::simulate(&harness, &bare, "reference", 5, crate::run::Simulation::Judged);
+        assert!(failures.is_empty() && ended.settled.steps_completed, "{failures:?}");
+        let judged = crate::run::uncut_of(&harness, &bare, &world, &ended.settled);
+        assert_eq!(format!("{:?}", judged.outcome), format!("{outcome:?}"));
+        assert_eq!(judged.work, made.work);
+        // A correct harness's run with the cut comes to the same end by another way: the same
+        // turn ends and accepted effects, after a fault the uncut run never saw.
+        let (world, ended, _) =
+            crate::run::simulate(&harness, &faulted, "reference", 5, crate::run::Simulation::Judged);
+        let own = crate::run::uncut_of(&harness, &faulted, &world, &ended.settled);
+        assert_eq!((&own.outcome.turns, &own.outcome.effects), (&outcome.turns, &outcome.effects));
+        assert!(crate::recovery::faults(world.trace().events()) > 0, "the cut fired");
     }
 }
