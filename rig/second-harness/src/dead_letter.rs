@@ -22,8 +22,12 @@ impl Worker {
         let turn_id = delivery["turn_id"]
             .as_str()
             .map_or_else(|| record["turn_id"].as_str().unwrap_or_default().to_string(), str::to_string);
-        // A turn that has moved on (ended, held, or followed by another) owes the letter nothing.
+        // A turn that has moved on (ended, held, or followed by another) owes the letter nothing
+        // of itself. But the worker that ran it may have been cut off before it finished what
+        // comes after an end (input admitted as a new turn, that turn put on the queue), and the
+        // deliveries that would have found it so went to nobody: this offer is the last one.
         if !is_current(&record, &turn_id, 0) {
+            self.finish_after_a_crash(bus, &session, &record).await;
             return Ok(json!({ "session_id": session, "turn_id": turn_id, "held": false }));
         }
         self.own(bus, &session, false).await?;

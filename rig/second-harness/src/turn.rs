@@ -278,11 +278,11 @@ fn skipped(session: &str, turn_id: &str, reason: &str) -> Value {
 }
 
 impl Worker {
-    /// What a delivery that is not current may still owe, when the worker that ran the turn died
-    /// before finishing it: the bound functions told of a recorded end and the session's queued
-    /// input admitted after it, or a new turn that was recorded but never reached the turn queue
-    /// put there.
-    async fn finish_after_a_crash(self: &Rc<Self>, bus: &Bus, session: &str, record: &Value) {
+    /// What a delivery (or a dead letter) that is not current may still owe, when the worker that
+    /// ran the turn died, or was cut off from the engine, before finishing it: the bound
+    /// functions told of a recorded end and the session's queued input admitted after it, or a
+    /// new turn that was recorded but never reached the turn queue put there.
+    pub(crate) async fn finish_after_a_crash(self: &Rc<Self>, bus: &Bus, session: &str, record: &Value) {
         if record["status"].as_str().is_some_and(|s| FINAL.contains(&s)) {
             self.tell_completed(bus, record).await;
             self.admit(bus, session).await;
