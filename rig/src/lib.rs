@@ -11,6 +11,7 @@
 //! [`run_with`], or to [`scenario_tests!`] from your crate's `tests/`. A harness process in any
 //! language is run live instead ([`prepare_live`], [`run_live`]: `rig live`).
 
+pub mod baseline;
 mod bus;
 mod capability;
 pub mod cli;

@@ -429,6 +429,9 @@ pub struct MatrixCase {
     pub wall_us: u64,
     /// The lowest failing seed: the smallest case to look at first.
     pub first_failure: Option<FirstFailure>,
+    /// The baseline that lists everything this case failed on (`--baseline`): a known failure,
+    /// which a quiet summary leaves out and JUnit reports skipped.
+    pub known: Option<String>,
 }
 
 /// The lowest failing seed of a matrix case, what failed and how to replay it.
@@ -453,6 +456,7 @@ impl MatrixCase {
             skip: None,
             wall_us: 0,
             first_failure: None,
+            known: None,
         }
     }
 
@@ -494,11 +498,12 @@ pub fn matrix_summary(cases: &[MatrixCase], (shard, shards): (u64, u64), harness
             let _ = writeln!(text, "SKIP {} [{}] {} runs: {skip}", case.scenario, case.policy, case.skipped);
         }
     }
-    for case in cases {
+    for case in cases.iter().filter(|case| !(failures_only && case.known.is_some())) {
         if let Some(first) = &case.first_failure {
+            let known = case.known.as_ref().map(|b| format!(" (known: the baseline {b} lists it)")).unwrap_or_default();
             let _ = writeln!(
                 text,
-                "FAIL {} [{}] {} of {} seeds failed; lowest seed {}",
+                "FAIL {} [{}] {} of {} seeds failed; lowest seed {}{known}",
                 case.scenario, case.policy, case.failed, case.runs, first.seed
             );
             let _ = writeln!(text, "    failing seeds: {}", seed_list(&case.failing_seeds, case.failed));
@@ -571,6 +576,17 @@ pub fn junit(cases: &[MatrixCase], suite: &JunitSuite<'_>) -> Result<String, Str
                 status
             }
             (None, _) => TestCaseStatus::success(),
+            (Some(first), _) if case.known.is_some() => {
+                let mut status = TestCaseStatus::skipped();
+                let baseline = case.known.as_deref().unwrap_or_default();
+                status
+                    .set_message(format!(
+                        "known failure, listed in the baseline {baseline}: {} of {} seeds failed; lowest seed {}",
+                        case.failed, case.runs, first.seed
+                    ))
+                    .set_type("known failure");
+                status
+            }
             (Some(first), _) => {
                 let mut status = TestCaseStatus::non_success(NonSuccessKind::Failure);
                 let mut description = bounds::failures(&first.failures).join("\n");

@@ -18,6 +18,13 @@
 //! one and passes (say what it claims by reviewing and committing it); with `CI` set, a missing
 //! snapshot fails instead, as insta does. A changed snapshot always fails.
 //!
+//! A suite given a baseline (`baseline = "rig-baseline.toml"`, a file `--write-baseline` wrote,
+//! see [`crate::baseline`]) passes a file whose runs fail only on what the baseline lists for it
+//! (reported *ignored*, `known failure: ...`), fails one that fails on anything else (a
+//! regression) and fails one whose listed failure passes now (the baseline is stale: take the
+//! entry out). `RIG_WRITE_BASELINE=1` writes the baseline from the files run instead (over its
+//! entries for the files not run), and judges nothing.
+//!
 //! `RIG_MUTANTS=1` is the suite as mutation testing reads it (`cargo mutants`, see
 //! `rig/docs/testing.md`): each seed runs once, without the every-host-ticked rerun, and no
 //! snapshot is compared, so a mutant counts as caught only where an expectation or an oracle
@@ -32,6 +39,7 @@
 //! rig::scenario_tests!(harness = my_harness::factory(), scenarios = "scenarios", snapshots = "snapshots");
 //! ```
 
+use crate::baseline::{Baseline, Failures};
 use crate::harness::HarnessFactory;
 use crate::report;
 use crate::run::{run_unchecked, shell_word, Rerun, RunOutcome};
@@ -39,7 +47,7 @@ use crate::scenario::{PolicyRun, Scenario};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 pub use insta;
 pub use libtest_mimic;
@@ -71,6 +79,11 @@ pub fn mutation_mode() -> bool {
     std::env::var("RIG_MUTANTS").is_ok_and(|v| v == "1")
 }
 
+/// Whether the suite writes its baseline (`RIG_WRITE_BASELINE=1`) rather than judging by it.
+pub fn write_baseline_mode() -> bool {
+    std::env::var("RIG_WRITE_BASELINE").is_ok_and(|v| v == "1")
+}
+
 /// How one file's check ended, when nothing failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Checked {
@@ -78,6 +91,18 @@ pub enum Checked {
     /// Nothing ran, and why: the file needs a capability the harness lacks, or declares none
     /// of the policies it answers to.
     Skipped(String),
+    /// Its runs failed, each only on what the suite's baseline lists: what they failed on.
+    Known(String),
+}
+
+/// A suite's baseline: what it judges by (or writes), and every run's failures, for writing.
+struct SuiteBaseline {
+    path: PathBuf,
+    /// The file as read (an empty one to write, when it is not there yet), or why it could not
+    /// be read: every file's check then fails saying so.
+    read: Result<Baseline, String>,
+    write: bool,
+    ledger: Mutex<Failures>,
 }
 
 /// The test target running a suite, so a failure names the command that reruns it.
@@ -97,6 +122,7 @@ pub struct Suite {
     every_file_runs: bool,
     /// Where the claim of what the harness skips is kept (see [`skipped_claims`]).
     skipped: Option<PathBuf>,
+    baseline: Option<SuiteBaseline>,
 }
 
 impl Suite {
@@ -110,6 +136,7 @@ impl Suite {
             target: None,
             every_file_runs: false,
             skipped: None,
+            baseline: None,
         }
     }
 
@@ -118,6 +145,41 @@ impl Suite {
     /// `rig_scenario_test::(skipped)`.
     pub fn with_skipped_claims(mut self, crate_root: &str, skipped: &str) -> Self {
         self.skipped = Some(Path::new(crate_root).join(skipped));
+        self
+    }
+
+    /// Judges failures by the baseline at `baseline` (relative to the crate root): a file whose
+    /// runs fail only on what it lists is known, not failed; see the module's documentation.
+    /// With `RIG_WRITE_BASELINE=1`, [`Suite::main`] writes it instead.
+    pub fn with_baseline(mut self, crate_root: &str, baseline: &str) -> Self {
+        let path = Path::new(crate_root).join(baseline);
+        let write = write_baseline_mode();
+        let read = if write && !path.exists() {
+            Ok(Baseline::empty(&path, self.harness.name()))
+        } else {
+            Baseline::load(&path).map_err(|e| e.to_string()).and_then(|baseline| match &baseline.harness {
+                Some(listed) if listed != self.harness.name() => Err(format!(
+                    "the baseline {} lists the failures of harness `{listed}`, and this is harness `{}`",
+                    path.display(),
+                    self.harness.name()
+                )),
+                _ => Ok(baseline),
+            })
+        };
+        let ledger = Mutex::new(Failures::new(read.as_ref().ok()));
+        self.baseline = Some(SuiteBaseline { path, read, write, ledger });
+        self
+    }
+
+    /// Writes the baseline given to [`Suite::with_baseline`] from the files checked, instead of
+    /// judging by it: what `RIG_WRITE_BASELINE=1` does.
+    pub fn writing_baseline(mut self) -> Self {
+        if let Some(suite) = self.baseline.as_mut() {
+            suite.write = true;
+            if suite.read.is_err() && !suite.path.exists() {
+                suite.read = Ok(Baseline::empty(&suite.path, self.harness.name()));
+            }
+        }
         self
     }
 
@@ -183,12 +245,29 @@ impl Suite {
                 libtest_mimic::Trial::ignorable_test(suite.test_name(&file), move || match suite.check(&file) {
                     Ok(Checked::Passed) => Ok(libtest_mimic::Completion::Completed),
                     Ok(Checked::Skipped(why)) => Ok(libtest_mimic::Completion::ignored_with(why)),
+                    Ok(Checked::Known(what)) => Ok(libtest_mimic::Completion::ignored_with(what)),
                     Err(failures) => Err(failures.into()),
                 })
             })
             .chain(claims)
             .collect();
-        libtest_mimic::run(&arguments, trials).exit_code()
+        let conclusion = libtest_mimic::run(&arguments, trials);
+        if let Err(error) = suite.write_baseline() {
+            eprintln!("error: {error}");
+            return ExitCode::FAILURE;
+        }
+        conclusion.exit_code()
+    }
+
+    /// With `RIG_WRITE_BASELINE=1`: writes the baseline from the files checked (over what it
+    /// listed for the files not checked).
+    pub fn write_baseline(&self) -> Result<(), String> {
+        let Some(suite) = self.baseline.as_ref().filter(|b| b.write) else { return Ok(()) };
+        let base = suite.read.as_ref().map_err(String::clone)?;
+        let written = suite.ledger.lock().map_err(|_| "a test panicked while recording")?.written(base);
+        written.write().map_err(|e| format!("cannot write the baseline {}: {e}", suite.path.display()))?;
+        eprintln!("wrote the baseline {}: {} failure(s)", suite.path.display(), written.failures.len());
+        Ok(())
     }
 
     /// Checks one scenario file: runs, determinism, expectations and oracles, then the snapshot.
@@ -216,6 +295,14 @@ impl Suite {
         for skip in &skipped {
             eprintln!("{}: {skip}", relative.display());
         }
+        let baseline = match &self.baseline {
+            Some(suite) => Some((suite, suite.read.as_ref().map_err(|e| format!("bad baseline: {e}"))?)),
+            None => None,
+        };
+        // This file's runs, judged by the baseline on their own: its entries for other files
+        // are not this test's to judge.
+        let mut judged = Failures::new(baseline.map(|(_, b)| b));
+        let mut known = Vec::new();
         let mut failures = Vec::new();
         let mut snapshot_runs = Vec::new();
         for policy_run in runs {
@@ -227,6 +314,29 @@ impl Suite {
                 if !mutation_mode {
                     failures.extend(self.reproducible(&scenario, policy_run, &first));
                 }
+                if let Some((suite, listed)) = baseline {
+                    judged.record(&first);
+                    suite.ledger.lock().map_err(|_| "a test panicked while recording")?.record(&first);
+                    if !first.passed && !suite.write {
+                        let unlisted = Failures::unlisted(&first, listed);
+                        if unlisted.is_empty() {
+                            known.extend(first.failures.iter().map(|f| crate::baseline::What::of(f).to_string()));
+                            continue;
+                        }
+                        let what: Vec<String> = unlisted.iter().map(ToString::to_string).collect();
+                        failures.push(format!(
+                            "{}\n  (a regression: {} lists no {} of it)",
+                            report::human(&first),
+                            crate::baseline::shown(&suite.path),
+                            what.join(", ")
+                        ));
+                        continue;
+                    }
+                    if !first.passed {
+                        known.push("recorded in the baseline".into());
+                        continue;
+                    }
+                }
                 if !first.passed {
                     failures.push(report::human(&first));
                 }
@@ -235,8 +345,27 @@ impl Suite {
                 }
             }
         }
+        if let Some((_, listed)) = baseline.filter(|(suite, _)| !suite.write) {
+            for entry in judged.judge(listed).stale {
+                failures.push(format!(
+                    "stale baseline: {} lists {}, and {}: take the entry out (or write the baseline again with RIG_WRITE_BASELINE=1)",
+                    listed.at(&entry),
+                    entry.key,
+                    match entry.seed {
+                        Some(seed) => format!("seed {seed} no longer fails on it"),
+                        None => "no run fails on it now".to_string(),
+                    }
+                ));
+            }
+        }
         if !failures.is_empty() {
             return Err(failures.join("\n"));
+        }
+        if !known.is_empty() {
+            known.sort();
+            known.dedup();
+            let from = self.baseline.as_ref().map(|b| crate::baseline::shown(&b.path)).unwrap_or_default();
+            return Ok(Checked::Known(format!("known failure ({from}): {}", known.join("; "))));
         }
         // The snapshot is the claim about seed 0, whatever seeds were chosen.
         let Some(snapshots) = self.snapshots.as_ref().filter(|_| !mutation_mode) else { return Ok(Checked::Passed) };
@@ -414,12 +543,13 @@ fn input_file_name(input: &Path) -> String {
 /// `harness` is an `Arc<dyn HarnessFactory>`; `scenarios` and `snapshots` are paths relative to
 /// the calling crate's root; `snapshots` is optional; `every_file_runs = true` (optional, after
 /// `snapshots`) fails a file the harness would skip ([`Suite::every_file_runs`]); `skipped =
-/// "FILE.snap"` (optional, last) checks what the harness skips of the folder, and why, against
-/// that snapshot ([`skipped_claims`]). Use it in a test target with `harness = false`: it is the
-/// target's `main`.
+/// "FILE.snap"` (optional) checks what the harness skips of the folder, and why, against that
+/// snapshot ([`skipped_claims`]); `baseline = "FILE"` (optional, last) judges failures by a
+/// baseline of known ones ([`Suite::with_baseline`]). Use it in a test target with `harness =
+/// false`: it is the target's `main`.
 #[macro_export]
 macro_rules! scenario_tests {
-    (harness = $harness:expr, scenarios = $scenarios:literal $(, snapshots = $snapshots:literal)? $(, every_file_runs = $every:literal)? $(, skipped = $skipped:literal)? $(,)?) => {
+    (harness = $harness:expr, scenarios = $scenarios:literal $(, snapshots = $snapshots:literal)? $(, every_file_runs = $every:literal)? $(, skipped = $skipped:literal)? $(, baseline = $baseline:literal)? $(,)?) => {
         fn main() -> ::std::process::ExitCode {
             let root = env!("CARGO_MANIFEST_DIR");
             let suite = $crate::testing::Suite::new($harness, root, $scenarios)
@@ -427,6 +557,7 @@ macro_rules! scenario_tests {
             $( let suite = suite.with_snapshots(root, $snapshots); )?
             $( let suite = if $every { suite.every_file_runs() } else { suite }; )?
             $( let suite = suite.with_skipped_claims(root, $skipped); )?
+            $( let suite = suite.with_baseline(root, $baseline); )?
             suite.main()
         }
     };

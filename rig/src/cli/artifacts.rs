@@ -59,12 +59,13 @@ pub(crate) fn run_stem(outcome: &RunOutcome) -> String {
 /// harness (a finding reproduces under the seed it was found with) and the replay's trace hash,
 /// and `NOT REPRODUCED` when the written file does not trip the finding's oracle, which would be
 /// a bug of the rig's. A finding of a live sweep (`live`) is replayed live, and its file says how.
+/// With the line, the file written, if it was, and the command that replays it.
 pub(crate) fn write_finding(
     folder: &Path,
     finding: &explore::Finding,
     harness: &Harness,
     live: Option<&LiveRuns>,
-) -> String {
+) -> WrittenFinding {
     let replay = match live {
         Some(live) => {
             format!("# Replay it live with `{}`.", live.command("<this file>", &finding.policy, finding.seed))
@@ -72,20 +73,25 @@ pub(crate) fn write_finding(
         None => format!("# Replay it with `{} run <this file> --seed {}`.", harness.program, finding.seed),
     };
     let text = finding.file_text(&[replay]);
+    let unwritten = |line: String| WrittenFinding { line, file: None, replay: None };
     let path = match finding_path(folder, finding, &text) {
         Ok(path) => path,
-        Err(error) => return format!("(could not write into {}: {error})", folder.display()),
+        Err(error) => return unwritten(format!("(could not write into {}: {error})", folder.display())),
     };
     if let Err(error) = std::fs::write(&path, &text) {
-        return format!("(could not write {}: {error})", path.display());
+        return unwritten(format!("(could not write {}: {error})", path.display()));
     }
     if crate::interrupt::requested() {
         // A signal asked for no new run: the file is there, its replay is not.
-        return format!("{} (not replayed: interrupted)", path.display());
+        let line = format!("{} (not replayed: interrupted)", path.display());
+        return WrittenFinding { line, file: Some(path), replay: None };
     }
     let scenario = match crate::Scenario::parse(&path, &text) {
         Ok(scenario) => scenario,
-        Err(error) => return format!("{} NOT REPRODUCED: the written file does not load: {error}", path.display()),
+        Err(error) => {
+            let line = format!("{} NOT REPRODUCED: the written file does not load: {error}", path.display());
+            return WrittenFinding { line, file: Some(path), replay: None };
+        }
     };
     let policy_run = scenario.run_of(&finding.policy).cloned().unwrap_or_else(|| explore::bare_run(&finding.policy));
     let outcome = match live {
@@ -103,7 +109,16 @@ pub(crate) fn write_finding(
     } else {
         line.push_str(" with its timeline, trace and repro beside it");
     }
-    line
+    WrittenFinding { line, file: Some(path), replay: Some(outcome.repro()) }
+}
+
+/// What [`write_finding`] wrote.
+pub(crate) struct WrittenFinding {
+    /// The line that names the file, its replay and its trace hash.
+    pub line: String,
+    pub file: Option<PathBuf>,
+    /// The command that replays the file.
+    pub replay: Option<String>,
 }
 
 /// Where a finding goes: its file name, with its seed when that is not 0 (many seeds of an

@@ -2,14 +2,16 @@
 //! written as a minimal scenario file.
 
 use super::artifacts::write_finding;
+use super::baseline::{BaselineArgs, Strict};
 use super::live::LiveSweepArgs;
 use super::parallel::{for_each_ordered, Jobs};
 use super::progress::Progress;
-use super::sweep::{known_policy, output_folder, reference_note};
+use super::sweep::{known_policy, output_folder, record_finding, reference_note};
 use super::{bad_input, load_scenarios, output, parse_seed_range, Harness, Quiet, EXIT_BAD_INPUT, EXIT_FAILED};
+use crate::baseline::{self, FindingKey, Search};
 use crate::explore::{self, ExploreTally, ExploredFinding, Runs};
 use crate::{report, LiveRuns};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 #[derive(clap::Args)]
@@ -42,6 +44,10 @@ pub struct ExploreArgs {
     pub jobs: Jobs,
     #[command(flatten)]
     pub live: LiveSweepArgs,
+    #[command(flatten)]
+    pub baseline: BaselineArgs,
+    #[command(flatten)]
+    pub strict: Strict,
 }
 
 pub(crate) fn command(args: ExploreArgs, harness: &Harness) -> ExitCode {
@@ -66,6 +72,11 @@ pub(crate) fn command(args: ExploreArgs, harness: &Harness) -> ExitCode {
     if args.list {
         return super::sweep::list_needs(made_by, &scenarios, &args.policy, args.keep_cuts);
     }
+    let known = match args.baseline.load(made_by.name()) {
+        Ok(known) => known,
+        Err(code) => return code,
+    };
+    let mut ledger = baseline::Findings::new(Search::Explore);
     let per_scenario = seeds.end.saturating_sub(seeds.start);
     let mut tally = ExploreTally::default();
     // A workload the harness cannot run is skipped whole, as each of its seeds would be.
@@ -79,6 +90,9 @@ pub(crate) fn command(args: ExploreArgs, harness: &Harness) -> ExitCode {
         }
         None => true,
     });
+    for scenario in &scenarios {
+        ledger.searched(&scenario.path, &args.policy);
+    }
     let jobs =
         output::while_wanted(scenarios.iter().flat_map(|scenario| seeds.clone().map(move |seed| (scenario, seed))));
     let total = (scenarios.len() as u64).saturating_mul(seeds.end.saturating_sub(seeds.start));
@@ -109,6 +123,11 @@ pub(crate) fn command(args: ExploreArgs, harness: &Harness) -> ExitCode {
             if !exploration.uncut_fired.is_empty() {
                 // As a sweep says it: what the mix adds is judged beyond what the workload trips.
                 fail(&exploration.uncut_fired, "on the uncut workload itself".to_string());
+                for oracle in &exploration.uncut_fired {
+                    let key = FindingKey::uncut(&scenario.path, &args.policy, oracle);
+                    let again = || explore_again(&scenario.path, exploration.seed, &args, harness, live.as_ref());
+                    ledger.record(key, exploration.seed, again, None);
+                }
             }
             if exploration.fired.is_empty() {
                 return;
@@ -120,13 +139,39 @@ pub(crate) fn command(args: ExploreArgs, harness: &Harness) -> ExitCode {
     );
     progress.finish();
     for (number, each) in tally.findings.iter().enumerate() {
-        print_finding(number + 1, each, &args, harness, live.as_ref());
+        let written = args.out.as_ref().map(|folder| write_finding(folder, &each.finding, harness, live.as_ref()));
+        let workload = Path::new(&each.finding.workload);
+        let again = || explore_again(workload, each.finding.seed, &args, harness, live.as_ref());
+        let key = record_finding(&mut ledger, &each.finding, written.as_ref(), &again);
+        for &seed in each.seeds.iter().skip(1) {
+            ledger.record(key.clone(), seed, String::new, None);
+        }
+        // With a baseline, each finding says whether it is new; under -q only new ones are printed.
+        let label = match &known.judged {
+            Some(baseline) if baseline.lists_finding(Search::Explore, &key) => "known ",
+            Some(_) => "NEW ",
+            None => "",
+        };
+        if args.quiet.failures_only && label == "known " {
+            continue;
+        }
+        print_finding(number + 1, each, label, written.map(|w| w.line), &args, harness, live.as_ref());
     }
+    let judged = match known.findings_end(&ledger, args.strict.strict, &mut |line| out!("{line}")) {
+        Ok(judged) => judged,
+        Err(code) => return code,
+    };
     out!("{}", tally.summary(made_by.name()));
     if let Some(line) = super::interrupted(tally.explored, total) {
         out!("{line}");
     }
-    if tally.failing > 0 {
+    if tally.explored > 0 && judged.is_some() {
+        if judged == Some(true) {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(EXIT_FAILED)
+        }
+    } else if tally.failing > 0 {
         ExitCode::from(EXIT_FAILED)
     } else if tally.explored == 0 {
         bad_input("every workload was skipped: harness lacks what they need, so nothing was explored")
@@ -135,11 +180,26 @@ pub(crate) fn command(args: ExploreArgs, harness: &Harness) -> ExitCode {
     }
 }
 
-/// A finding, once: its signature, the seeds that shrank to it, the repro of the first, its
-/// cuts, and the file it is written to.
+/// The command that explores `workload` at `seed` again: the same mix, bit for bit.
+fn explore_again(workload: &Path, seed: u64, args: &ExploreArgs, harness: &Harness, live: Option<&LiveRuns>) -> String {
+    let path = std::path::absolute(workload).unwrap_or_else(|_| workload.to_path_buf());
+    format!(
+        "{} explore {} --policy {} --seed {seed}{}{}",
+        harness.program,
+        crate::run::shell_word(&path.to_string_lossy()),
+        args.policy,
+        if args.keep_cuts { " --keep-cuts" } else { "" },
+        live.map(|live| live.flags()).unwrap_or_default()
+    )
+}
+
+/// A finding, once: whether the baseline knows it (`label`), its signature, the seeds that
+/// shrank to it, the repro of the first, its cuts, and the line naming the file written for it.
 fn print_finding(
     number: usize,
     found: &ExploredFinding,
+    label: &str,
+    written: Option<String>,
     args: &ExploreArgs,
     harness: &Harness,
     live: Option<&LiveRuns>,
@@ -149,23 +209,10 @@ fn print_finding(
         1 => format!("seed {}", finding.seed),
         n => format!("{n} seeds: {}", report::seed_list(seeds, n as u64)),
     };
-    out!("finding #{number} {} on {} [{}], {seeds}", finding.signature(), finding.workload, finding.policy);
-    let path = std::path::absolute(&finding.workload).unwrap_or_else(|_| PathBuf::from(&finding.workload));
-    out!(
-        "    repro: {} explore {} --policy {} --seed {}{}{}",
-        harness.program,
-        crate::run::shell_word(&path.to_string_lossy()),
-        finding.policy,
-        finding.seed,
-        if args.keep_cuts { " --keep-cuts" } else { "" },
-        live.map(|live| live.flags()).unwrap_or_default()
-    );
+    out!("{label}finding #{number} {} on {} [{}], {seeds}", finding.signature(), finding.workload, finding.policy);
+    out!("    repro: {}", explore_again(Path::new(&finding.workload), finding.seed, args, harness, live));
     let cuts: Vec<String> = finding.placements.iter().map(|p| p.id()).collect();
-    let written = args
-        .out
-        .as_ref()
-        .map(|folder| format!(" -> {}", write_finding(folder, finding, harness, live)))
-        .unwrap_or_default();
+    let written = written.map(|line| format!(" -> {line}")).unwrap_or_default();
     out!(
         "    shrunk to {} cut(s) in {runs} runs: {}{}{written}",
         cuts.len(),

@@ -1,8 +1,10 @@
 //! `rig live`: scenario files against real harness processes, on real sockets in real time.
 
+use super::baseline::BaselineArgs;
 use super::{
     bad_input, load_scenarios, output, selected_runs, trace_lines, trace_sink, Harness, EXIT_BAD_INPUT, EXIT_FAILED,
 };
+use crate::baseline::Failures;
 use crate::capability::{Capabilities, Skip};
 use crate::live::check_time_scale;
 use crate::report::{self, SkippedRun};
@@ -73,6 +75,9 @@ pub struct LiveArgs {
     /// all of them.
     #[arg(long, value_parser = Capabilities::parse)]
     pub capabilities: Option<Capabilities>,
+    /// Known failures, as for `rig run` (a baseline of harness `live`).
+    #[command(flatten)]
+    pub baseline: BaselineArgs,
 }
 
 /// `rig live`. The external harness is judged by the reference harness's policies; `rig` names
@@ -87,6 +92,11 @@ pub fn command(args: LiveArgs, rig: &Harness) -> ExitCode {
     if let Some(Err(why)) = args.time_scale.map(check_time_scale) {
         return bad_input(&why);
     }
+    let known = match args.baseline.load(LIVE) {
+        Ok(known) => known,
+        Err(code) => return code,
+    };
+    let mut ledger = Failures::new(known.judged.iter().chain(known.write.iter()));
     // Everything is checked before anything runs: what live mode cannot run, or the harness
     // does not serve, is skipped with the reason, and the rest runs.
     let processes = if args.spawn.is_some() { Processes::Owned } else { Processes::Connected };
@@ -163,6 +173,8 @@ pub fn command(args: LiveArgs, rig: &Harness) -> ExitCode {
         ),
     }
     let (mut passed, mut failed, mut void, mut again) = (0u64, 0u64, 0u64, 0u64);
+    // Runs that failed before they could be judged: no baseline lists those.
+    let mut not_made = 0u64;
     let total = prepared.len();
     let mut made = 0u64;
     'runs: for (index, (first, original, run)) in prepared.iter().enumerate() {
@@ -192,6 +204,7 @@ pub fn command(args: LiveArgs, rig: &Harness) -> ExitCode {
                 Err(why) => {
                     err!("error: {path}: {why}");
                     failed += 1;
+                    not_made += 1;
                     continue 'runs;
                 }
             };
@@ -209,6 +222,10 @@ pub fn command(args: LiveArgs, rig: &Harness) -> ExitCode {
             (attempt_scale, slower_ready) = (next, Some(ready));
         };
         made += 1;
+        // A void run says nothing of the harness: it neither keeps nor contradicts a baseline entry.
+        if known.any() && outcome.void.is_none() {
+            ledger.record(&outcome);
+        }
         if outcome.void.is_some() {
             void += 1;
         } else if outcome.passed {
@@ -220,6 +237,7 @@ pub fn command(args: LiveArgs, rig: &Harness) -> ExitCode {
                 let skipped = total - index - 1;
                 err!("rig live: stopping: no harness worker came; {skipped} more run(s) not run");
                 failed += skipped as u64;
+                not_made += skipped as u64;
                 break;
             }
         }
@@ -227,6 +245,11 @@ pub fn command(args: LiveArgs, rig: &Harness) -> ExitCode {
     if let Err(code) = trace_out.map_or(Ok(()), |sink| sink.finish()) {
         return code;
     }
+    let json = args.json;
+    let judged = match known.failures_end(&ledger, &mut |line| if json { err!("{line}") } else { out!("{line}") }) {
+        Ok(judged) => judged,
+        Err(code) => return code,
+    };
     if args.json {
         if let Some(line) = super::interrupted_json(made, total as u64) {
             out!("{line}");
@@ -238,7 +261,12 @@ pub fn command(args: LiveArgs, rig: &Harness) -> ExitCode {
             out!("{line}");
         }
     }
-    if failed > 0 {
+    // With a baseline, its verdict replaces "anything failed"; a run that could not be made fails either way.
+    let failing = match judged {
+        Some(clean) => !clean || not_made > 0,
+        None => failed > 0,
+    };
+    if failing {
         ExitCode::from(EXIT_FAILED)
     } else if void > 0 {
         err!("rig live: {void} run(s) void after every retry: the machine did not keep real time, so they say nothing");

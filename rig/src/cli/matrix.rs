@@ -1,11 +1,13 @@
 //! `rig matrix`: many seeds, one shard of them, for CI.
 
 use super::artifacts;
+use super::baseline::BaselineArgs;
 use super::parallel::{map_ordered, Jobs};
 use super::{
     bad_input, create_output, load_scenarios, parse_seed_range, run_all, run_count, run_jobs, selected_runs, Done,
     Harness, Pair, Quiet, RunJob, Tally, EXIT_BAD_INPUT, EXIT_FAILED,
 };
+use crate::baseline::Failures;
 use crate::report::{self, MatrixCase};
 use crate::run::RunOutcome;
 use sha2::{Digest, Sha256};
@@ -38,6 +40,8 @@ pub struct MatrixArgs {
     pub quiet: Quiet,
     #[command(flatten)]
     pub jobs: Jobs,
+    #[command(flatten)]
+    pub baseline: BaselineArgs,
 }
 
 fn parse_shard(text: &str) -> Result<(u64, u64), String> {
@@ -68,6 +72,11 @@ pub(crate) fn command(args: MatrixArgs, harness: &Harness) -> ExitCode {
             return bad_input(&format!("cannot write failing runs into {}: {error}", folder.display()));
         }
     }
+    let known = match args.baseline.load(harness.name()) {
+        Ok(known) => known,
+        Err(code) => return code,
+    };
+    let mut ledger = Failures::new(known.judged.iter().chain(known.write.iter()));
     let started = std::time::SystemTime::now();
     let clock = std::time::Instant::now();
     let (shard, shards) = args.shard.unwrap_or((1, 1));
@@ -94,6 +103,9 @@ pub(crate) fn command(args: MatrixArgs, harness: &Harness) -> ExitCode {
         let line = match &done {
             Done::Ran(outcome) => {
                 cases[pair].record(outcome);
+                if known.any() {
+                    ledger.record(outcome);
+                }
                 format!(
                     "{}\t{}\t{}\t{}\t{}\n",
                     outcome.scenario, outcome.policy, outcome.seed, outcome.passed, outcome.trace_hash
@@ -112,6 +124,13 @@ pub(crate) fn command(args: MatrixArgs, harness: &Harness) -> ExitCode {
             }
         }
     });
+    if let Some(baseline) = &known.judged {
+        for case in cases.iter_mut().filter(|case| case.failed > 0) {
+            if ledger.all_listed(&case.scenario, &case.policy, baseline) {
+                case.known = Some(baseline.path.display().to_string());
+            }
+        }
+    }
     let made = tally.passed + tally.failed + tally.skipped;
     let interrupted = super::interrupted(made, in_shard);
     let unreproducible = match (&args.out, &interrupted) {
@@ -141,6 +160,10 @@ pub(crate) fn command(args: MatrixArgs, harness: &Harness) -> ExitCode {
     }
     let digest: String = digest.finalize().iter().take(16).map(|b| format!("{b:02x}")).collect();
     out!("runs digest {digest} (every run's verdict and trace hash, in order: equal for any --jobs)");
+    let judged = match known.failures_end(&ledger, &mut |line| out!("{line}")) {
+        Ok(judged) => judged,
+        Err(code) => return code,
+    };
     if let Some(mut file) = junit_file {
         let suite = report::JunitSuite {
             harness: harness.name(),
@@ -161,7 +184,7 @@ pub(crate) fn command(args: MatrixArgs, harness: &Harness) -> ExitCode {
     if !unreproducible.is_empty() {
         return ExitCode::from(EXIT_FAILED);
     }
-    tally.exit_code()
+    tally.judged_exit_code(judged)
 }
 
 /// Replays each failing case's lowest seed and writes its timeline, trace and repro into

@@ -41,6 +41,7 @@ macro_rules! err {
 
 // Declared after the macros above, which they use.
 mod artifacts;
+pub mod baseline;
 pub mod bench;
 pub mod explore;
 pub mod harness;
@@ -443,6 +444,18 @@ impl Tally {
     /// `P passed, F failed, S skipped (harness NAME)`.
     pub fn summary(&self, harness: &Harness) -> String {
         format!("{} passed, {} failed, {} skipped (harness {})", self.passed, self.failed, self.skipped, harness.name())
+    }
+
+    /// [`Tally::exit_code`], or, when a baseline judged the runs (`Some(passed)`), the
+    /// baseline's verdict: known failures pass, a regression or a stale entry fails. Nothing
+    /// run is still no green.
+    pub fn judged_exit_code(&self, baseline: Option<bool>) -> ExitCode {
+        match baseline {
+            Some(_) if self.passed == 0 && self.failed == 0 => self.exit_code(),
+            Some(true) => ExitCode::SUCCESS,
+            Some(false) => ExitCode::from(EXIT_FAILED),
+            None => self.exit_code(),
+        }
     }
 
     pub fn exit_code(&self) -> ExitCode {

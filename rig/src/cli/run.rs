@@ -1,11 +1,13 @@
 //! `rig run`: scenario files, each policy, each seed, reported one line (or one JSON object) each.
 
+use super::baseline::BaselineArgs;
 use super::parallel::{for_each_ordered, Jobs};
 use super::progress::Progress;
 use super::{
     bad_input, create_output, load_scenarios, parse_seed_range, run_count, run_jobs, selected_runs, trace_lines,
     trace_sink, Done, Harness, Quiet, Tally, EXIT_BAD_INPUT,
 };
+use crate::baseline::{Baseline, Failures};
 use crate::report;
 use crate::run::RunOutcome;
 use crate::timeline;
@@ -46,6 +48,8 @@ pub struct RunArgs {
     pub quiet: Quiet,
     #[command(flatten)]
     pub jobs: Jobs,
+    #[command(flatten)]
+    pub baseline: BaselineArgs,
 }
 
 /// A way of drawing runs: the HTML timeline or the Mermaid diagram.
@@ -69,15 +73,18 @@ impl Rendered {
 /// How a run is printed: its report (human or JSON, or none when only failures are wanted) and
 /// its trace lines.
 #[derive(Clone, Copy)]
-struct Rendering {
+struct Rendering<'a> {
     first_seed: u64,
     json: bool,
     with_trace: bool,
     failures_only: bool,
+    /// What failures are known: under `--failures-only` a known failure is not printed, and its
+    /// JSON says whether it is known.
+    baseline: Option<&'a Baseline>,
 }
 
 fn render(done: Done, how: Rendering) -> Rendered {
-    let Rendering { first_seed, json, with_trace, failures_only } = how;
+    let Rendering { first_seed, json, with_trace, failures_only, baseline } = how;
     let outcome = match &done {
         Done::Skipped(_) if failures_only => return Rendered { done, report: None, trace_lines: String::new() },
         Done::Skipped(skipped) => {
@@ -91,10 +98,17 @@ fn render(done: Done, how: Rendering) -> Rendered {
         }
         Done::Ran(outcome) => outcome,
     };
-    let report = if failures_only && outcome.passed {
+    let unlisted = baseline.filter(|_| !outcome.passed).map(|baseline| Failures::unlisted(outcome, baseline));
+    let known = unlisted.as_ref().is_some_and(Vec::is_empty);
+    let report = if failures_only && (outcome.passed || known) {
         None
     } else if json {
-        Some(report::json_line(outcome).to_string())
+        let mut line = report::json_line(outcome);
+        if let Some(unlisted) = &unlisted {
+            let new: Vec<String> = unlisted.iter().map(ToString::to_string).collect();
+            line["baseline"] = if known { "known".into() } else { serde_json::json!({ "new": new }) };
+        }
+        Some(line.to_string())
     } else {
         Some(report::human(outcome))
     };
@@ -121,6 +135,11 @@ pub(crate) fn command(args: RunArgs, harness: &Harness) -> ExitCode {
             "--timeline and --mermaid draw at most {DRAWN_RUNS_MAX} runs, and this selects {total}: choose one with --policy and --seed"
         ));
     }
+    let known = match args.baseline.load(harness.name()) {
+        Ok(known) => known,
+        Err(code) => return code,
+    };
+    let mut ledger = Failures::new(known.judged.iter().chain(known.write.iter()));
     let mut trace_out = match args.trace.as_deref().map(trace_sink).transpose() {
         Ok(sink) => sink,
         Err(code) => return code,
@@ -142,6 +161,7 @@ pub(crate) fn command(args: RunArgs, harness: &Harness) -> ExitCode {
         json: args.json,
         with_trace: trace_out.is_some(),
         failures_only: args.quiet.failures_only,
+        baseline: known.judged.as_ref(),
     };
     let progress = Progress::new(total);
     let mut tally = Tally::default();
@@ -159,6 +179,9 @@ pub(crate) fn command(args: RunArgs, harness: &Harness) -> ExitCode {
                 sink.write(rendered.trace_lines.as_bytes());
             }
             tally.count(&rendered.done);
+            if let (true, Done::Ran(outcome)) = (known.any(), &rendered.done) {
+                ledger.record(outcome);
+            }
             if let (true, Done::Ran(outcome)) = (drawing, rendered.done) {
                 drawn.push(outcome);
             }
@@ -176,6 +199,12 @@ pub(crate) fn command(args: RunArgs, harness: &Harness) -> ExitCode {
         err!("wrote {}", path.display());
     }
     let made = tally.passed + tally.failed + tally.skipped;
+    // With --json, standard output holds only JSON objects: the baseline's lines go to stderr.
+    let json = args.json;
+    let judged = match known.failures_end(&ledger, &mut |line| if json { err!("{line}") } else { out!("{line}") }) {
+        Ok(judged) => judged,
+        Err(code) => return code,
+    };
     if args.json {
         if let Some(line) = super::interrupted_json(made, total) {
             out!("{line}");
@@ -186,5 +215,5 @@ pub(crate) fn command(args: RunArgs, harness: &Harness) -> ExitCode {
             out!("{line}");
         }
     }
-    tally.exit_code()
+    tally.judged_exit_code(judged)
 }

@@ -2,10 +2,12 @@
 //! written as a minimal scenario file.
 
 use super::artifacts::write_finding;
+use super::baseline::{BaselineArgs, Strict};
 use super::live::LiveSweepArgs;
 use super::parallel::{map_ordered, Jobs};
 use super::progress::Progress;
 use super::{bad_input, load_scenarios, output, Harness, Quiet, EXIT_BAD_INPUT, EXIT_FAILED};
+use crate::baseline::{FindingKey, Findings, Search};
 use crate::explore::{self, Runs, SpaceOptions, SweepOptions, SweepTally, Verdict};
 use crate::report;
 use std::path::{Path, PathBuf};
@@ -50,6 +52,10 @@ pub struct SweepArgs {
     pub jobs: Jobs,
     #[command(flatten)]
     pub live: LiveSweepArgs,
+    #[command(flatten)]
+    pub baseline: BaselineArgs,
+    #[command(flatten)]
+    pub strict: Strict,
 }
 
 /// A budget of no runs would sweep nothing and report a clean workload.
@@ -100,6 +106,18 @@ pub(crate) fn command(args: SweepArgs, harness: &Harness) -> ExitCode {
     if args.list {
         return list_needs(made_by, &scenarios, &args.policy, args.keep_cuts);
     }
+    let known = match args.baseline.load(made_by.name()) {
+        Ok(known) => known,
+        Err(code) => return code,
+    };
+    let mut ledger = Findings::new(Search::Sweep);
+    // With a baseline, each finding says whether it is new; under -q only new ones are printed.
+    let label = |key: &FindingKey| match &known.judged {
+        Some(baseline) if baseline.lists_finding(Search::Sweep, key) => "known ",
+        Some(_) => "NEW ",
+        None => "",
+    };
+    let quiet_known = |key: &FindingKey| args.quiet.failures_only && label(key) == "known ";
     let options = SweepOptions {
         policy: args.policy.clone(),
         depth: args.depth,
@@ -138,7 +156,35 @@ pub(crate) fn command(args: SweepArgs, harness: &Harness) -> ExitCode {
         let baseline_us = plan.baseline.wall_us;
         let report = explore::report(made_by, plan, runs);
         tally.count(&report);
-        if args.quiet.failures_only && !report.found_anything() {
+        ledger.searched(&scenario.path, &args.policy);
+        let uncut_keys: Vec<FindingKey> = report
+            .baseline_fired
+            .iter()
+            .map(|oracle| FindingKey::uncut(&scenario.path, &args.policy, oracle))
+            .collect();
+        let sweep_again = || {
+            let path = std::path::absolute(&scenario.path).unwrap_or_else(|_| scenario.path.clone());
+            format!(
+                "{} sweep {} --policy {} --seed {} --depth {}{}",
+                harness.program,
+                crate::run::shell_word(&path.to_string_lossy()),
+                args.policy,
+                args.seed,
+                args.depth,
+                if args.keep_cuts { " --keep-cuts" } else { "" }
+            )
+        };
+        for key in &uncut_keys {
+            ledger.record(key.clone(), args.seed, sweep_again, None);
+        }
+        let finding_keys: Vec<FindingKey> = report.findings.iter().map(FindingKey::of).collect();
+        let news = uncut_keys.iter().chain(&finding_keys).any(|key| !quiet_known(key));
+        if args.quiet.failures_only && (!report.found_anything() || !news) {
+            // Nothing to print; a finding is still written where asked.
+            for finding in &report.findings {
+                let written = args.out.as_ref().map(|folder| write_finding(folder, finding, harness, live.as_ref()));
+                record_finding(&mut ledger, finding, written.as_ref(), &sweep_again);
+            }
             continue;
         }
         out!("sweep {} [{}] depth {} seed {}", scenario.path.display(), args.policy, args.depth, args.seed);
@@ -147,8 +193,11 @@ pub(crate) fn command(args: SweepArgs, harness: &Harness) -> ExitCode {
         }
         if !report.baseline_fired.is_empty() {
             anything = true;
-            let fired: Vec<&str> = report.baseline_fired.iter().map(String::as_str).collect();
-            out!("  FIRED   [{}] on the uncut workload itself", fired.join(", "));
+            for (oracle, key) in report.baseline_fired.iter().zip(&uncut_keys) {
+                if !quiet_known(key) {
+                    out!("  {}FIRED   [{oracle}] on the uncut workload itself", label(key));
+                }
+            }
         }
         let (mut clean, mut unreached, mut fired_runs) = (0, 0, 0);
         for run in &report.runs {
@@ -185,18 +234,29 @@ pub(crate) fn command(args: SweepArgs, harness: &Harness) -> ExitCode {
         for finding in &report.findings {
             anything = true;
             let ids: Vec<String> = finding.placements.iter().map(|p| p.id()).collect();
-            let written = args
-                .out
-                .as_ref()
-                .map(|folder| format!(" -> {}", write_finding(folder, finding, harness, live.as_ref())))
-                .unwrap_or_default();
+            let written = args.out.as_ref().map(|folder| write_finding(folder, finding, harness, live.as_ref()));
+            let key = record_finding(&mut ledger, finding, written.as_ref(), &sweep_again);
+            if quiet_known(&key) {
+                continue;
+            }
+            let written = written.map(|w| format!(" -> {}", w.line)).unwrap_or_default();
             let runs = match finding.count() {
                 1 => String::new(),
                 n => format!(" ({n} runs came to it)"),
             };
-            out!("  finding `{}`: {}{runs}{}{written}", finding.oracle, ids.join(" + "), reference_note(finding));
+            out!(
+                "  {}finding `{}`: {}{runs}{}{written}",
+                label(&key),
+                finding.oracle,
+                ids.join(" + "),
+                reference_note(finding)
+            );
         }
     }
+    let judged = match known.findings_end(&ledger, args.strict.strict, &mut |line| out!("{line}")) {
+        Ok(judged) => judged,
+        Err(code) => return code,
+    };
     out!("{}", tally.summary(made_by.name()));
     if let Some(signal) = crate::interrupt::received() {
         out!(
@@ -206,7 +266,13 @@ pub(crate) fn command(args: SweepArgs, harness: &Harness) -> ExitCode {
             scenarios.len()
         );
     }
-    if anything {
+    if tally.swept > 0 && judged.is_some() {
+        if judged == Some(true) {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(EXIT_FAILED)
+        }
+    } else if anything {
         ExitCode::from(EXIT_FAILED)
     } else if tally.swept == 0 {
         bad_input("every workload was skipped: harness lacks what they need, so nothing was swept")
@@ -230,6 +296,21 @@ pub(crate) fn list_needs(made_by: &dyn Runs, scenarios: &[crate::Scenario], poli
         scenarios.len() - served
     );
     ExitCode::SUCCESS
+}
+
+/// Records a sweep's (or an exploration's) finding, with the file written for it and the command
+/// that replays that (else `search_again`); its key.
+pub(crate) fn record_finding(
+    ledger: &mut Findings,
+    finding: &explore::Finding,
+    written: Option<&super::artifacts::WrittenFinding>,
+    search_again: &dyn Fn() -> String,
+) -> FindingKey {
+    let key = FindingKey::of(finding);
+    let file = written.and_then(|w| w.file.clone());
+    let replay = written.and_then(|w| w.replay.clone());
+    ledger.record(key.clone(), finding.seed, || replay.unwrap_or_else(search_again), file);
+    key
 }
 
 /// How long the live runs took, each in real time: a live sweep's cost is its slowest runs.
