@@ -454,12 +454,17 @@ impl Baseline {
         text
     }
 
-    /// Writes [`Baseline::render`] to its path, making its folder if need be.
+    /// Writes [`Baseline::render`] to its path, making its folder if need be; atomically (a
+    /// file beside it, renamed over it), so a reader never sees half a file and a command that
+    /// dies leaves the old one.
     pub fn write(&self) -> std::io::Result<()> {
         if let Some(folder) = self.path.parent().filter(|f| !f.as_os_str().is_empty()) {
             std::fs::create_dir_all(folder)?;
         }
-        std::fs::write(&self.path, self.render())
+        let partial = self.path.with_extension("toml.partial");
+        std::fs::write(&partial, self.render()).and_then(|()| std::fs::rename(&partial, &self.path)).inspect_err(|_| {
+            let _ = std::fs::remove_file(&partial);
+        })
     }
 }
 

@@ -4,7 +4,8 @@
 //! `matrix`, `sweep` and `explore` of its own binary, and for its `cargo test` suite. Each command
 //! gives the four answers: a listed failure still failing passes (0); an unlisted one is a
 //! regression (1); a listed one that passes now makes the baseline stale (1, naming the entry);
-//! `--write-baseline` writes the current state (0).
+//! `--write-baseline` writes the current state (0). `changes` then tells a night's failures and
+//! findings from the nights before's.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -322,6 +323,116 @@ fn a_nightly_style_exploration_prints_only_new_and_gone_findings() {
         ["new finding", "repro", "shrunk", "new", "repro", "gone", "baseline summary", "summary"],
         "{out}"
     );
+}
+
+/// `changes`: the nightly's report, from the files its shards wrote.
+#[test]
+fn changes_tells_new_ongoing_and_gone_from_the_nights_before() {
+    let dir = team("changes");
+    let lost_result = workspace().join("scenarios/incident-001/lost-result/lost-result.toml");
+    std::fs::copy(lost_result, dir.join("scenarios/lost-result.toml")).unwrap();
+    // The night before: the finalization files and an exploration of the workload.
+    let finalization: Vec<String> =
+        ["lost-ack", "write-timeout", "healthy"].iter().map(|f| format!("scenarios/{f}.toml")).collect();
+    let before: Vec<&str> = finalization.iter().map(String::as_str).collect();
+    let (code, out) = naive(&dir, &[&["run"][..], &before, &["--write-baseline", "night1/run.toml"]].concat());
+    assert_eq!(code, Some(0), "{out}");
+    let explore = [
+        "explore",
+        "workloads",
+        "--seeds",
+        "0..8",
+        "-q",
+        "--out",
+        "night1/found",
+        "--write-baseline",
+        "night1/explore.toml",
+    ];
+    let (code, out) = naive(&dir, &explore);
+    assert_eq!(code, Some(0), "{out}");
+    let (code, out) = naive(
+        &dir,
+        &["changes", "--now", "night1/run.toml", "night1/explore.toml", "--write-baseline", "state/state.toml"],
+    );
+    assert_eq!(code, Some(1), "the first night's are all new: {out}");
+    assert!(out.contains("changes with nothing before (every failure and finding is new): "), "{out}");
+    let state = read(&dir.join("state/state.toml"));
+    let explored: Vec<&str> = state.lines().filter(|l| l.starts_with("  { workload = ")).collect();
+    assert!(!explored.is_empty(), "{state}");
+    for line in &explored {
+        let shrunk = line.split("shrunk = \"").nth(1).unwrap().split('"').next().unwrap();
+        assert!(shrunk.starts_with("state.findings/"), "the finding's file is kept beside the state: {line}");
+        assert!(dir.join("state").join(shrunk).is_file(), "{shrunk}");
+    }
+    // The state remembers a failure that passes now too (a fixed bug).
+    let fixed = r#"{ file = "../scenarios/healthy.toml", policy = "reference", oracle = "liveness", seed = 3 }"#;
+    std::fs::write(dir.join("state/state.toml"), with_entry(&state, "failures", fixed)).unwrap();
+
+    // This night: the same files, one more failing file, no exploration.
+    let mut tonight = before.clone();
+    tonight.push("scenarios/lost-result.toml");
+    let (code, out) = naive(&dir, &[&["run"][..], &tonight, &["--write-baseline", "night2/run.toml"]].concat());
+    assert_eq!(code, Some(0), "{out}");
+    let (code, out) = naive(
+        &dir,
+        &[
+            "changes",
+            "--since",
+            "state/state.toml",
+            "--now",
+            "night2/run.toml",
+            "--good",
+            "aaa",
+            "--bad",
+            "bbb",
+            "--write-baseline",
+            "state/state.toml",
+        ],
+    );
+    assert_eq!(code, Some(1), "a new failure fails the night: {out}");
+    // New: the file the night before did not run, with its repro and its bisect command.
+    assert!(
+        out.contains("NEW       failure scenarios/lost-result.toml [reference] oracle `stranded` (seed 0)"),
+        "{out}"
+    );
+    let program = env!("CARGO_BIN_EXE_naive-harness");
+    assert!(
+        out.contains(&format!("    repro: {program} run scenarios/lost-result.toml --policy reference --seed 0")),
+        "{out}"
+    );
+    assert!(
+        out.contains("    bisect: RIG_BIN=naive-harness RIG_PROFILE=dev .ci/bisect-finding aaa bbb scenarios/lost-result.toml --policy reference --seed 0"),
+        "{out}"
+    );
+    // Gone: its repro passes now.
+    assert!(
+        out.contains("GONE      failure scenarios/healthy.toml [reference] oracle `liveness` (last seen at seed 3)"),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("    passes now: {program} run scenarios/healthy.toml --policy reference --seed 3")),
+        "{out}"
+    );
+    // The explored findings were not drawn tonight; run again, they still fail: ongoing, unsaid.
+    assert!(!out.contains("explore finding"), "only what changed is printed: {out}");
+    let summary = out.lines().find(|l| l.starts_with("changes since state/state.toml: ")).unwrap();
+    let ongoing_before = state.lines().filter(|l| l.starts_with("  { ")).count();
+    assert!(
+        summary.contains(&format!(
+            " new, {ongoing_before} ongoing ({} of them not found this time, whose repro still fails), 1 gone",
+            explored.len()
+        )),
+        "{summary}\n{out}"
+    );
+    let next = read(&dir.join("state/state.toml"));
+    assert!(!next.contains("scenarios/healthy.toml"), "the gone one is forgotten: {next}");
+    assert!(next.contains("\"../scenarios/lost-result.toml\""), "the new one is remembered: {next}");
+    assert_eq!(next.lines().filter(|l| l.starts_with("  { workload = ")).count(), explored.len(), "{next}");
+
+    // The same night again: nothing changed.
+    let (code, out) = naive(&dir, &["changes", "--since", "state/state.toml", "--now", "night2/run.toml"]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.lines().all(|l| l.starts_with("changes since ")), "{out}");
 }
 
 /// The `cargo test` suite with a baseline: a file failing only on what it lists is known

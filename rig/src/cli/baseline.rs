@@ -78,14 +78,9 @@ impl Known {
         self.judged.is_some() || self.write.is_some()
     }
 
-    /// Writes `written` (the write base brought up to date), atomically: a reader never sees
-    /// half a file, and a command that dies leaves the old one.
+    /// Writes `written` (the write base brought up to date), and says so.
     fn write(written: &Baseline) -> Result<(), ExitCode> {
-        let temporary = written.path.with_extension("toml.partial");
-        // Rendered for its own path: the temporary file sits in the same folder.
-        let result =
-            std::fs::write(&temporary, written.render()).and_then(|()| std::fs::rename(&temporary, &written.path));
-        match result {
+        match written.write() {
             Ok(()) => {
                 err!(
                     "wrote the baseline {}: {} failure(s), {} sweep finding(s), {} explore finding(s)",
@@ -96,10 +91,7 @@ impl Known {
                 );
                 Ok(())
             }
-            Err(error) => {
-                let _ = std::fs::remove_file(&temporary);
-                Err(bad_input(&format!("cannot write the baseline {}: {error}", written.path.display())))
-            }
+            Err(error) => Err(bad_input(&format!("cannot write the baseline {}: {error}", written.path.display()))),
         }
     }
 

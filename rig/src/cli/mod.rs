@@ -43,6 +43,7 @@ macro_rules! err {
 mod artifacts;
 pub mod baseline;
 pub mod bench;
+pub mod changes;
 pub mod explore;
 pub mod harness;
 pub mod live;
@@ -77,6 +78,9 @@ pub enum Command {
     Explore(explore::ExploreArgs),
     /// Measure the rig: runs per second and simulated-to-wall time per scenario file.
     Bench(bench::BenchArgs),
+    /// Compare a night's failures and findings (files --write-baseline wrote) with the night
+    /// before's: new, ongoing, gone; a new one with its repro and the command that bisects it.
+    Changes(changes::ChangesArgs),
 }
 
 impl Command {
@@ -91,6 +95,7 @@ impl Command {
             Command::Sweep(args) => sweep::command(args, harness),
             Command::Explore(args) => explore::command(args, harness),
             Command::Bench(args) => bench::command(args, harness),
+            Command::Changes(args) => changes::command(args, harness),
         }
     }
 }
