@@ -42,6 +42,11 @@ impl SessionService {
     pub fn entries(&self, session_id: &str) -> &[Value] {
         self.sessions.get(session_id).map_or(&[], |s| s.entries.as_slice())
     }
+
+    /// Every session's log, by session id.
+    pub fn transcripts(&self) -> impl Iterator<Item = (&str, &[Value])> {
+        self.sessions.iter().map(|(id, session)| (id.as_str(), session.entries.as_slice()))
+    }
 }
 
 impl Double for SessionService {

@@ -408,6 +408,8 @@ pub(crate) fn judge(
         tool_functions: scenario.world.harness.tools.iter().map(|t| (t.name.clone(), t.function.clone())).collect(),
         hook_replies: scenario.world.services.plain_replies(),
         generations: &generations,
+        seeded: &scenario.world.records,
+        sends: sent_messages(&scenario.steps[..settled.steps_begun.min(scenario.steps.len())]),
     });
     judge_violations(&violations, &run.expected_violations, &mut failures);
     failures.extend(vacuous_cuts(world, scenario, &trace, harness.name));
@@ -454,6 +456,25 @@ pub(crate) fn judge(
         void: None,
         rerun: Rerun::default_for(harness.name),
     }
+}
+
+/// The messages the client sent with the driver's invocations among `steps` (those begun): one
+/// per idempotency key, or per invocation without one.
+fn sent_messages(steps: &[crate::scenario::Step]) -> Vec<oracle::Sent> {
+    steps
+        .iter()
+        .filter_map(|step| match step {
+            crate::scenario::Step::Invoke { call, .. } if call.function.ends_with("::send") => {
+                let session_id = call.payload["session_id"].as_str()?.to_string();
+                let identity = match call.payload["idempotency_key"].as_str() {
+                    Some(key) => format!("key:{key}"),
+                    None => format!("step:{}", call.name),
+                };
+                Some(oracle::Sent { session_id, identity })
+            }
+            _ => None,
+        })
+        .collect()
 }
 
 /// What a run of `run` is held to: the shared `[expect]` it keeps (the harness contract), and

@@ -55,6 +55,9 @@ pub struct Settled {
     pub quiescent: bool,
     /// Whether every step completed: `keep_going` made no difference to the run.
     pub steps_completed: bool,
+    /// How many of the script's steps were begun: a step after them never happened (the script
+    /// ended early), so the invocations it names were never sent.
+    pub steps_begun: usize,
 }
 
 /// Runs the script, heals every fault and lets the world settle; what went wrong goes into
@@ -69,7 +72,8 @@ pub fn run_script<D: WorldDriver>(
     keep_going: bool,
     failures: &mut Vec<String>,
 ) -> Settled {
-    match execute(runner, topology, scenario, keep_going, failures) {
+    let mut steps_begun = 0;
+    match execute(runner, topology, scenario, keep_going, failures, &mut steps_begun) {
         Ok(settled) => settled,
         Err(stop) => {
             failures.push(match stop {
@@ -77,7 +81,7 @@ pub fn run_script<D: WorldDriver>(
                 Stop::HostFailed(why) => format!("a host's software failed: {why} (seed {seed})"),
             });
             // Not known to have completed every step (one may have failed before the stop).
-            Settled { healed_at_ms: runner.now_ms(), quiescent: false, steps_completed: false }
+            Settled { healed_at_ms: runner.now_ms(), quiescent: false, steps_completed: false, steps_begun }
         }
     }
 }
@@ -106,6 +110,7 @@ fn execute<D: WorldDriver>(
     scenario: &Scenario,
     keep_going: bool,
     failures: &mut Vec<String>,
+    steps_begun: &mut usize,
 ) -> Result<Settled, Stop> {
     let everything = topology.registered_after_restart(topology::ENGINE, &BTreeSet::new());
     let ready_ms_max = runner.ready_ms_max();
@@ -113,10 +118,11 @@ fn execute<D: WorldDriver>(
         != WaitEnd::Met
     {
         failures.push(format!("the world did not come up within {ready_ms_max} ms"));
-        return Ok(Settled { healed_at_ms: runner.now_ms(), quiescent: false, steps_completed: true });
+        return Ok(Settled { healed_at_ms: runner.now_ms(), quiescent: false, steps_completed: true, steps_begun: 0 });
     }
     let mut steps_completed = true;
     for (index, step) in scenario.steps.iter().enumerate() {
+        *steps_begun = index + 1;
         if let Some(failure) = execute_step(runner, topology, step)? {
             steps_completed = false;
             if !scenario.oracles_only {
@@ -130,7 +136,7 @@ fn execute<D: WorldDriver>(
     runner.heal();
     let healed_at_ms = runner.now_ms();
     let quiescent = runner.settle(healed_at_ms.saturating_add(scenario.world.liveness_ms))?;
-    Ok(Settled { healed_at_ms, quiescent, steps_completed })
+    Ok(Settled { healed_at_ms, quiescent, steps_completed, steps_begun: *steps_begun })
 }
 
 fn wait_for_rpc<D: WorldDriver>(runner: &mut D, name: &str, within_ms: u64) -> Result<Option<String>, Stop> {

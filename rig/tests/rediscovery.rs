@@ -108,11 +108,23 @@ fn table() -> Vec<Row> {
             "whole-replies",
         ),
         row("resume-without-cas", "paused-then-resumed-twice.toml", Uncut, "one-owner"),
+        row("assume-sent", "multi-round.toml", Explore(0..1), "ledger"),
+        row("remove-before-admit", "queued-successor.toml", Explore(12..13), "stranded"),
+        row("skip-says-running", "budget-across-a-retry.toml", Explore(0..1), "truthful-reply"),
+        row("no-renewal", "switch-with-lease.toml", Explore(116..117), "recovery-cost"),
+        row("blind-dead-letter", "budget-across-a-retry.toml", Explore(0..1), "truthful-reply"),
+        row("hold-turn-only", "hook-chain-held-and-released.toml", Uncut, "liveness"),
     ]
 }
 
-/// The known-bad policies no sweep or exploration of a workload finds, with why: none is left.
-const NOT_BY_ORACLES: [(&str, &str); 0] = [];
+/// The known-bad policies no sweep or exploration of a workload finds, with why.
+const NOT_BY_ORACLES: [(&str, &str); 2] = [
+    (
+        "remembered-commands",
+        "no workload presses a pause on a worker other than the one running the turn, then resumes it there",
+    ),
+    ("dedupe-queued-only", "no workload sends a message again under its idempotency key"),
+];
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")

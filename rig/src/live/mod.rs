@@ -170,7 +170,7 @@ pub fn run_live(
     let mut failures = Vec::new();
     let missing = wait_for_workers(&mut runner, &topology, listener, options.connect_timeout_ms);
     let settled = match &missing {
-        Some(_) => Settled { healed_at_ms: runner.now_ms(), quiescent: false, steps_completed: false },
+        Some(_) => Settled { healed_at_ms: runner.now_ms(), quiescent: false, steps_completed: false, steps_begun: 0 },
         None => run_script(&mut runner, &topology, scenario, options.seed, false, &mut failures),
     };
     if runner.process_failed() {

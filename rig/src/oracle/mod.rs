@@ -180,6 +180,21 @@ pub struct Evidence<'a> {
     pub hook_replies: BTreeMap<String, Value>,
     /// The generations the model answered, in order: what a transcript's replies are held to.
     pub generations: &'a [doubles::Generation],
+    /// The durable records the world was seeded with (`[[world.record]]`), as `(scope, key,
+    /// value)`: what the store held before anything was written in the run.
+    pub seeded: &'a [(String, String, Value)],
+    /// The messages the scenario's client sent (`{host}::send` invocations it began), in order.
+    pub sends: Vec<Sent>,
+}
+
+/// A message the scenario's client sent with `{host}::send`: one message, however often it was
+/// sent (again under its idempotency key, or repeated by the network under its invocation).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sent {
+    pub session_id: String,
+    /// What tells this message from another: its idempotency key (`key:K`), or, without one,
+    /// the invocation that sent it (`step:NAME`).
+    pub identity: String,
 }
 
 /// Runs every oracle.
@@ -189,9 +204,13 @@ pub fn check(evidence: &Evidence<'_>) -> Vec<Violation> {
     fencing(evidence, &mut violations);
     blind_replay(evidence, &mut violations);
     liveness(evidence, &mut violations);
+    holds::held_for_nothing(evidence, &mut violations);
+    holds::paused_after_resume(evidence, &mut violations);
     monotonic(evidence, &mut violations);
     stranded(evidence, &mut violations);
+    input::vanished(evidence, &mut violations);
     admitted_once(evidence, &mut violations);
+    input::answered_twice(evidence, &mut violations);
     ledger(evidence, &mut violations);
     truthful_reply(evidence, &mut violations);
     calls_closed(evidence, &mut violations);
@@ -201,6 +220,7 @@ pub fn check(evidence: &Evidence<'_>) -> Vec<Violation> {
     one_owner(evidence, &mut violations);
     one_writer(evidence, &mut violations);
     recovery_cost(evidence, &mut violations);
+    leases::lapsed_without_a_fault(evidence, &mut violations);
     versions::pinned_config(evidence, &mut violations);
     versions::safety_overlay(evidence, &mut violations);
     hooks::approval_expiry(evidence, &mut violations);
@@ -579,6 +599,59 @@ fn ledger(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
             Some(_) => {}
         }
     }
+    done_without_acceptance(evidence, &recorded, &judged, violations);
+}
+
+/// The other direction: an action recorded as done whose call is an external effect, and which
+/// no service ever accepted (a worker that took an action it had only begun for one it had
+/// sent). The effect is found by what the services saw of the action (a request to an effect
+/// function naming it), by the transcript's call of that id (the action id, when the model gave
+/// the call none), or by the tool its record names.
+fn done_without_acceptance(
+    evidence: &Evidence<'_>,
+    recorded: &BTreeMap<&str, (u64, &Value)>,
+    accepted: &BTreeSet<&str>,
+    violations: &mut Vec<Violation>,
+) {
+    let effects = &evidence.effect_functions.effects;
+    let layout = evidence.layout;
+    let mut requested: BTreeMap<&str, &str> = BTreeMap::new();
+    for event in evidence.events {
+        if let EventKind::Call { function, payload, .. } = &event.kind {
+            if let (true, Some(action)) = (effects.contains(function.as_str()), payload["action_id"].as_str()) {
+                requested.entry(action).or_insert(function.as_str());
+            }
+        }
+    }
+    let mut transcribed: BTreeMap<&str, &str> = BTreeMap::new();
+    for (_, transcript) in evidence.sessions.transcripts() {
+        let calls = transcript.iter().filter_map(|entry| entry["content"].as_array()).flatten();
+        for call in calls.filter(|block| block["type"] == "function_call") {
+            if let (Some(id), Some(tool)) = (call["id"].as_str(), call["function_id"].as_str()) {
+                transcribed.entry(id).or_insert(tool);
+            }
+        }
+    }
+    let effect_of_tool = |tool: &str| evidence.tool_functions.get(tool).filter(|f| effects.contains(f.as_str()));
+    for (&action, &(at_ms, entry)) in recorded {
+        let done = layout.action_done_statuses.iter().any(|s| s == layout.action_status(entry));
+        if !done || accepted.contains(action) {
+            continue;
+        }
+        let function = requested
+            .get(action)
+            .map(|f| f.to_string())
+            .or_else(|| transcribed.get(action).and_then(|tool| effect_of_tool(tool)).cloned())
+            .or_else(|| entry["tool"].as_str().and_then(effect_of_tool).cloned());
+        let Some(function) = function else { continue };
+        violations.push(violation(
+            Oracle::Ledger,
+            format!(
+                "action `{action}` is recorded `{}` (last at {at_ms} ms), but no service accepted it: the ledger holds no accepted `{function}` request of it",
+                layout.action_status(entry)
+            ),
+        ));
+    }
 }
 
 /// What a reply to the driver says about a turn, when it says something.
@@ -595,7 +668,7 @@ fn claimed_command(result: &Value) -> Option<(&str, &str, &str)> {
 }
 
 fn truthful_reply(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
-    let mut stores = StoresSoFar::default();
+    let mut stores = StoresSoFar::seeded(evidence.layout, evidence.seeded);
     let mut replies = evidence.replies.iter().peekable();
     for (position, event) in evidence.events.iter().enumerate() {
         // A reply to a queue or a worker, judged against the store as the engine received it.
@@ -617,17 +690,30 @@ fn truthful_reply(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
     }
 }
 
-/// The turn and control records as committed so far, for judging a reply at that moment.
+/// The turn and control records as the store holds them so far, for judging a reply at that
+/// moment: from the records the world was seeded with, then every commit. A turn record is
+/// marked while it is still as seeded (the run has not written it yet).
 #[derive(Default)]
 struct StoresSoFar<'a> {
-    turns: BTreeMap<&'a str, &'a Value>,
+    turns: BTreeMap<&'a str, (&'a Value, bool)>,
     controls: BTreeMap<&'a str, &'a Value>,
 }
 
 impl<'a> StoresSoFar<'a> {
+    fn seeded(layout: &RecordLayout, seeded: &'a [(String, String, Value)]) -> Self {
+        let mut stores = Self::default();
+        for (scope, key, value) in seeded {
+            stores.commit(layout, scope, key, value);
+            if let Some(turn) = stores.turns.get_mut(key.as_str()).filter(|_| *scope == layout.turn_scope) {
+                turn.1 = true;
+            }
+        }
+        stores
+    }
+
     fn commit(&mut self, layout: &RecordLayout, scope: &'a str, key: &'a str, value: &'a Value) {
         if scope == layout.turn_scope {
-            self.turns.insert(key, value);
+            self.turns.insert(key, (value, false));
         } else if scope == CONTROL_SCOPE {
             self.controls.insert(key, value);
         }
@@ -651,19 +737,26 @@ impl<'a> StoresSoFar<'a> {
             return;
         }
         let Some((session, turn, status)) = claimed_status(result) else { return };
-        let Some(record) = self.turns.get(session).filter(|r| layout.turn_id(r) == turn) else { return };
+        let Some(&(record, as_seeded)) = self.turns.get(session).filter(|(r, _)| layout.turn_id(r) == turn) else {
+            return;
+        };
         let stored = layout.status(record);
         let unconfirmed = result["finalized"] == Value::Bool(false);
-        let claims_terminal = layout.terminal_statuses.iter().any(|s| s == status);
+        // A recorded end a reply may claim only once the store holds it: terminal, or held for a
+        // person.
+        let claims_an_end = layout.terminal_statuses.iter().any(|s| s == status) || status == layout.held_status;
         let lie = if status == "running" {
             layout.is_terminal(record)
         } else {
-            claims_terminal && !unconfirmed && stored != status
+            claims_an_end && !unconfirmed && stored != status
         };
         if lie {
+            let since = if as_seeded { " since the run began (as seeded, not yet written in the run)" } else { "" };
             violations.push(violation(
                 Oracle::TruthfulReply,
-                format!("{who} at {at_ms} ms says turn {turn} is `{status}`, while the store held it `{stored}`"),
+                format!(
+                    "{who} at {at_ms} ms says turn {turn} is `{status}`, while the store held it `{stored}`{since}"
+                ),
             ));
         }
     }
@@ -1064,7 +1157,10 @@ fn recovery_cost(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
     }
 }
 
+mod holds;
 mod hooks;
+mod input;
+mod leases;
 mod transcript;
 mod versions;
 

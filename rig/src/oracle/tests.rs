@@ -57,7 +57,9 @@ fn ask(at_ms: u64, by: &str, function: &str) -> Event {
 }
 
 fn lease(at_ms: u64, owner: &str, token: u64) -> Event {
-    event(at_ms, EventKind::Lease { domain: "harness_owner/s1".into(), owner: owner.into(), token, expires_at_ms: 0 })
+    // A grant for ten seconds: a newer grant within them takes the lease over before it lapses.
+    let expires_at_ms = at_ms + 10_000;
+    event(at_ms, EventKind::Lease { domain: "harness_owner/s1".into(), owner: owner.into(), token, expires_at_ms })
 }
 
 fn commit(at_ms: u64, value: Value) -> Event {
@@ -124,6 +126,8 @@ fn evidence<'a>(
         tool_functions: BTreeMap::new(),
         hook_replies: BTreeMap::new(),
         generations: &[],
+        seeded: &[],
+        sends: Vec::new(),
     }
 }
 
@@ -608,8 +612,9 @@ fn cancellation_holds_a_cancelled_turns_account_of_its_effects_to_the_ledger() {
         "an effect nobody saw"
     );
     // A refused request is no effect; an unresolved effect claims nothing either way.
-    assert!(claims(&flat(&[&send(1, "harness", false, "stale token"), &[cancelled("cancelled-with-no-effect")]]))
-        .is_empty());
+    // (The action recorded complete with its only request refused is the ledger's business.)
+    let refused = claims(&flat(&[&send(1, "harness", false, "stale token"), &[cancelled("cancelled-with-no-effect")]]));
+    assert!(!refused.contains(&Oracle::Cancellation), "{refused:?}");
     assert!(claims(&flat(&[&ticket, &[cancelled("unresolved-effect")]])).is_empty());
     // The last record of the turn is its account.
     let corrected =
@@ -1383,4 +1388,298 @@ fn whole_replies_catches_a_part_of_a_streamed_reply_and_its_pieces_out_of_order(
         &whole
     )
     .is_empty());
+}
+
+/// A commit to any scope, by the store (a worker's write) unless `host` says the driver.
+fn commit_in(at_ms: u64, scope: &str, key: &str, value: Value) -> Event {
+    event(at_ms, EventKind::Commit { scope: scope.into(), key: key.into(), value, version: at_ms })
+}
+
+/// The violations of every oracle over `evidence`'s events, one line each: `oracle: detail`.
+fn details(evidence: &Evidence<'_>) -> Vec<String> {
+    check(evidence).into_iter().map(|v| format!("{}: {}", v.oracle.name(), v.detail)).collect()
+}
+
+#[test]
+fn ledger_holds_an_action_recorded_done_to_an_accepted_effect_when_its_call_is_an_effect() {
+    let (store, sessions, layout) = (StateStore::new(), doubles::SessionService::new(), RecordLayout::default());
+    let done = |calls: Value| commit(9, json!({"turn_id": "t1", "status": "running", "calls": calls}));
+    let tools = BTreeMap::from([
+        ("ticket.create".to_string(), "ticket::create".to_string()),
+        ("ticket.lookup".to_string(), "ticket::lookup".to_string()),
+    ]);
+    let judged = |events: &[Event], sessions: &doubles::SessionService| {
+        details(&Evidence { tool_functions: tools.clone(), ..evidence(events, &store, sessions, &layout, 10) })
+    };
+    // Sent and accepted: done is true.
+    let accepted = flat(&[&send(1, "harness", true, "created"), &[done(json!({"a1": {"status": "complete"}}))]]);
+    assert!(judged(&accepted, &sessions).is_empty());
+    // Sent and refused, yet recorded done: no service accepted it.
+    let refused = flat(&[&send(1, "harness", false, "rejected"), &[done(json!({"a1": {"status": "complete"}}))]]);
+    let found = judged(&refused, &sessions);
+    assert!(found.len() == 1 && found[0].contains("but no service accepted it"), "{found:?}");
+    // Never sent: the action's tool, from its record, says it was an effect.
+    let never_sent = [done(json!({"a1": {"status": "complete", "tool": "ticket.create"}}))];
+    assert_eq!(judged(&never_sent, &sessions).len(), 1);
+    // Or the transcript's call of its id does.
+    let mut transcribed = doubles::SessionService::new();
+    transcribed.seed_message(
+        "s1",
+        json!({"role": "assistant", "content": [{"type": "function_call", "id": "a1", "function_id": "ticket.create"}]}),
+    );
+    assert_eq!(judged(&[done(json!({"a1": {"status": "complete"}}))], &transcribed).len(), 1);
+    // A read is no effect; an action recorded failed, or still unsettled, claims nothing.
+    assert!(judged(&[done(json!({"a1": {"status": "complete", "tool": "ticket.lookup"}}))], &sessions).is_empty());
+    assert!(judged(&[done(json!({"a1": {"status": "failed", "tool": "ticket.create"}}))], &sessions).is_empty());
+    assert!(judged(&[done(json!({"a1": {"status": "started", "tool": "ticket.create"}}))], &sessions).is_empty());
+    // With nothing to say what its call was, it is not judged.
+    assert!(judged(&[done(json!({"a1": {"status": "complete"}}))], &sessions).is_empty());
+}
+
+#[test]
+fn stranded_catches_queued_input_removed_and_never_admitted() {
+    let layout = RecordLayout::default();
+    let queued =
+        commit_in(1, "harness_queue", "s1:q1", json!({"session_id": "s1", "message": {"role": "user", "text": "hi"}}));
+    let removed = commit_in(3, "harness_queue", "s1:q1", Value::Null);
+    let (store, sessions) = (StateStore::new(), doubles::SessionService::new());
+    let judged = |events: &[Event], sessions: &doubles::SessionService| {
+        details(&evidence(events, &store, sessions, &layout, 10))
+    };
+    let vanished = judged(&[queued.clone(), removed.clone()], &sessions);
+    assert!(vanished.len() == 1 && vanished[0].contains("the message vanished"), "{vanished:?}");
+    // A turn that names it was admitted from it, whenever the entry left.
+    let named = commit(2, json!({"turn_id": "t2", "status": "completed", "step": 0, "input_keys": ["s1:q1"]}));
+    assert!(judged(&[queued.clone(), named, removed.clone()], &sessions).is_empty());
+    // A harness that names no input: its message in the transcript says it was admitted.
+    let mut admitted = doubles::SessionService::new();
+    admitted.seed_message("s1", json!({"role": "user", "text": "hi", "entry_id": "e1"}));
+    assert!(judged(&[queued.clone(), removed.clone()], &admitted).is_empty());
+    let mut other = doubles::SessionService::new();
+    other.seed_message("s1", json!({"role": "user", "text": "something else"}));
+    assert_eq!(judged(&[queued.clone(), removed.clone()], &other).len(), 1);
+    // A turn record that carries the message (in a field of the harness's own) was made of it.
+    let carried = commit(
+        2,
+        json!({"turn_id": "t2", "status": "held", "held_reason": "x", "input": [{"role": "user", "text": "hi"}]}),
+    );
+    assert!(judged(&[queued.clone(), carried, removed.clone()], &sessions).is_empty());
+    // Input put back after its removal is queued again, not gone.
+    let back = commit_in(4, "harness_queue", "s1:q1", json!({"session_id": "s1", "message": {}}));
+    let store_back = store_with("harness_queue", "s1:q1", json!({"session_id": "s1", "message": {}}));
+    let requeued = [queued, removed, back];
+    let evidence_back = evidence(&requeued, &store_back, &sessions, &layout, 10);
+    assert!(details(&evidence_back).iter().all(|d| !d.contains("vanished")));
+    // Seeded input removed without a turn vanished too.
+    let seeded = [("harness_queue".to_string(), "s1:q9".to_string(), json!({"session_id": "s1", "message": {}}))];
+    let gone = [commit_in(2, "harness_queue", "s1:q9", Value::Null)];
+    let evidence_seeded = Evidence { seeded: &seeded, ..evidence(&gone, &store, &sessions, &layout, 10) };
+    assert_eq!(details(&evidence_seeded).len(), 1);
+}
+
+#[test]
+fn admitted_once_counts_new_turns_against_the_messages_sent_by_key_or_invocation() {
+    let (store, sessions, layout) = (StateStore::new(), doubles::SessionService::new(), RecordLayout::default());
+    let sent = |identity: &str| Sent { session_id: "s1".into(), identity: identity.into() };
+    let new_turn = |at_ms: u64, turn: &str| commit(at_ms, json!({"turn_id": turn, "status": "running", "step": 0}));
+    let judged = |events: &[Event], sends: Vec<Sent>| {
+        details(&Evidence { sends, ..evidence(events, &store, &sessions, &layout, 10) })
+    };
+    let two_turns = [new_turn(1, "ta"), new_turn(5, "tb")];
+    // One message sent twice under its key: one turn at most.
+    let twice = judged(&two_turns, vec![sent("key:m1"), sent("key:m1")]);
+    assert!(twice.len() == 1 && twice[0].contains("a message was answered twice"), "{twice:?}");
+    assert!(judged(&two_turns, vec![sent("key:m1"), sent("key:m2")]).is_empty());
+    assert!(judged(&[new_turn(1, "ta")], vec![sent("key:m1"), sent("key:m1")]).is_empty());
+    // Input the scenario put in the queue is a message of its own.
+    let put = event(
+        1,
+        EventKind::Commit {
+            scope: "harness_queue".into(),
+            key: "s1:q1".into(),
+            value: json!({"session_id": "s1"}),
+            version: 1,
+        },
+    );
+    let put = Event { host: crate::topology::DRIVER.into(), ..put };
+    assert!(judged(&flat(&[&[put], &two_turns]), vec![sent("key:m1")]).is_empty());
+    // A turn record written again (later steps, another status) is the same turn; a delegated
+    // child answers its parent; a record the scenario wrote is not the harness's.
+    let again = [new_turn(1, "ta"), commit(3, json!({"turn_id": "ta", "status": "completed", "step": 0}))];
+    assert!(judged(&again, vec![sent("key:m1")]).is_empty());
+    let child = commit(4, json!({"turn_id": "tc", "status": "running", "step": 0, "parent": {"turn_id": "ta"}}));
+    assert!(judged(&[new_turn(1, "ta"), child], vec![sent("key:m1")]).is_empty());
+    // A session the client never sent to is not judged.
+    assert!(judged(&two_turns, Vec::new()).is_empty());
+}
+
+#[test]
+fn truthful_reply_judges_from_the_seeded_records_and_holds_a_held_claim_to_the_store() {
+    let (store, sessions, layout) = (StateStore::new(), doubles::SessionService::new(), RecordLayout::default());
+    let seeded = [("harness_turn".to_string(), "s1".to_string(), json!({"turn_id": "t1", "status": "completed"}))];
+    let said = |status: &str| rpc(2, json!({"session_id": "s1", "turn_id": "t1", "status": status}));
+    let judged =
+        |events: &[Event]| details(&Evidence { seeded: &seeded, ..evidence(events, &store, &sessions, &layout, 10) });
+    let running = judged(&[said("running")]);
+    assert!(running.len() == 1 && running[0].contains("since the run began"), "{running:?}");
+    assert!(judged(&[said("completed")]).is_empty());
+    // Once the run writes the turn, the seeded record is no longer what the reply is held to.
+    let written = commit(1, json!({"turn_id": "t1", "status": "held", "held_reason": "a person"}));
+    assert!(judged(&[written.clone(), said("held")]).is_empty());
+    let held = judged(&[said("held")]);
+    assert!(held.len() == 1 && held[0].contains("is `held`, while the store held it `completed`"), "{held:?}");
+    // `finalized: false` claims nothing.
+    let unconfirmed = rpc(2, json!({"session_id": "s1", "turn_id": "t1", "status": "held", "finalized": false}));
+    assert!(judged(&[unconfirmed]).is_empty());
+}
+
+#[test]
+fn liveness_catches_a_turn_held_for_a_hook_hold_no_action_records() {
+    let layout = RecordLayout::default();
+    let sessions = doubles::SessionService::new();
+    let hook = |at_ms: u64| {
+        call_from(
+            at_ms,
+            "harness",
+            "hooks::hold",
+            json!({"point": "pre_trigger", "session_id": "s1", "call": {"id": "c1"}}),
+        )
+    };
+    let held_turn =
+        |calls: Value| json!({"turn_id": "t1", "status": "held", "held_reason": "a hook holds c1", "calls": calls});
+    let judged = |events: &[Event], store: &StateStore| {
+        let replies = BTreeMap::from([("hooks::hold".to_string(), json!({"decision": "hold"}))]);
+        details(&Evidence { hook_replies: replies, ..evidence(events, store, &sessions, &layout, 10) })
+    };
+    let not_recorded = store_with("harness_turn", "s1", held_turn(json!({"a1": {"tool": "x"}})));
+    let events = [hook(1), commit(2, json!({"turn_id": "t1", "status": "running"})), commit(3, held_turn(json!({})))];
+    let found = judged(&events, &not_recorded);
+    assert!(found.len() == 1 && found[0].contains("nothing can release it"), "{found:?}");
+    // The held call recorded held: a release can find it.
+    let recorded = store_with("harness_turn", "s1", held_turn(json!({"a1": {"status": "held"}})));
+    assert!(judged(&events, &recorded).is_empty());
+    // The turn ran again after the hold (released, say), and is held now for another reason.
+    let ran = [
+        hook(1),
+        commit(3, held_turn(json!({}))),
+        commit(4, json!({"turn_id": "t1", "status": "running"})),
+        commit(5, held_turn(json!({}))),
+    ];
+    assert!(judged(&ran, &not_recorded).is_empty());
+    // No hook held anything.
+    let no_hold = [commit(3, held_turn(json!({})))];
+    assert!(judged(&no_hold, &not_recorded).is_empty());
+}
+
+#[test]
+fn liveness_catches_a_turn_paused_again_after_its_last_resume_was_applied() {
+    let (sessions, layout) = (doubles::SessionService::new(), RecordLayout::default());
+    let command = |kind: &str, state: &str| json!({"command": kind, "turn_id": "t1", "state": state});
+    let control = |commands: Value| json!({"session_id": "s1", "commands": commands});
+    let judged = |events: &[Event], turn: &str, last: Value| {
+        let mut store = store_with("harness_turn", "s1", json!({"turn_id": "t1", "status": turn}));
+        store.seed(CONTROL_SCOPE, "s1", last);
+        details(&evidence(events, &store, &sessions, &layout, 10))
+    };
+    let pause_then_resume = [
+        commit_in(1, CONTROL_SCOPE, "s1", control(json!({"p1": command("pause", "accepted")}))),
+        commit_in(
+            2,
+            CONTROL_SCOPE,
+            "s1",
+            control(json!({"p1": command("pause", "applied"), "r1": command("resume", "accepted")})),
+        ),
+    ];
+    let both = control(json!({"p1": command("pause", "applied"), "r1": command("resume", "applied")}));
+    let found = judged(&pause_then_resume, "paused", both.clone());
+    assert!(found.len() == 1 && found[0].contains("an older pause parked it again"), "{found:?}");
+    assert!(judged(&pause_then_resume, "completed", both.clone()).is_empty());
+    // A pause recorded after the resume explains the park.
+    let resume_then_pause = [
+        commit_in(1, CONTROL_SCOPE, "s1", control(json!({"r1": command("resume", "applied")}))),
+        commit_in(
+            2,
+            CONTROL_SCOPE,
+            "s1",
+            control(json!({"r1": command("resume", "applied"), "p2": command("pause", "accepted")})),
+        ),
+    ];
+    let later = control(json!({"r1": command("resume", "applied"), "p2": command("pause", "applied")}));
+    assert!(judged(&resume_then_pause, "paused", later).is_empty());
+    // A resume that was not applied parks nothing.
+    let rejected = control(json!({"p1": command("pause", "applied"), "r1": command("resume", "rejected")}));
+    assert!(judged(&pause_then_resume, "paused", rejected).is_empty());
+}
+
+#[test]
+fn recovery_cost_charges_work_repeated_after_a_lease_lapsed_with_no_fault_to_no_fault() {
+    let (store, sessions, layout) = (StateStore::new(), doubles::SessionService::new(), RecordLayout::default());
+    let grant = |at_ms: u64, owner: &str, token: u64, expires_at_ms: u64| {
+        event(at_ms, EventKind::Lease { domain: "harness_owner/s1".into(), owner: owner.into(), token, expires_at_ms })
+    };
+    let ask = |at_ms: u64, by: &str| generate_from(at_ms, by, json!([]));
+    let running = commit(0, json!({"turn_id": "t1", "status": "running", "step": 1}));
+    let judged = |events: &[Event]| details(&evidence(events, &store, &sessions, &layout, 10_000));
+    // `generate_from` asks for the same round of turn t1 each time, under a new invocation.
+    let lapsed = [
+        running.clone(),
+        grant(1, "harness", 1, 1500),
+        ask(2, "harness"),
+        grant(2000, "replacement", 2, 3500),
+        ask(2001, "replacement"),
+    ];
+    let found = judged(&lapsed);
+    assert!(found.len() == 1 && found[0].contains("with no fault to cause it"), "{found:?}");
+    // Renewed in time: taken over only once it was handed back or ran out for a reason.
+    let renewed = [
+        running.clone(),
+        grant(1, "harness", 1, 1500),
+        ask(2, "harness"),
+        grant(1000, "harness", 1, 2500),
+        grant(2600, "replacement", 2, 4000),
+        ask(2601, "replacement"),
+    ];
+    assert_eq!(judged(&renewed).len(), 1, "it lapsed at 2500 all the same");
+    let released = [
+        running.clone(),
+        grant(1, "harness", 1, 1500),
+        ask(2, "harness"),
+        call_from(3, "harness", "state::release-lease", json!({"scope": "harness_owner", "key": "s1", "token": 1})),
+        grant(2000, "replacement", 2, 3500),
+        ask(2001, "replacement"),
+    ];
+    assert!(judged(&released).is_empty(), "handed back");
+    // A fault that can stop a worker renewing excuses the lapse; one that cannot does not.
+    let crashed = [
+        running.clone(),
+        grant(1, "harness", 1, 1500),
+        ask(2, "harness"),
+        cut_event(500, "crash-caller-after"),
+        grant(2000, "replacement", 2, 3500),
+        ask(2001, "replacement"),
+    ];
+    assert!(judged(&crashed).is_empty());
+    let delayed = [
+        running.clone(),
+        grant(1, "harness", 1, 1500),
+        ask(2, "harness"),
+        cut_event(500, "delay"),
+        grant(2000, "replacement", 2, 3500),
+        ask(2001, "replacement"),
+    ];
+    assert_eq!(judged(&delayed).len(), 1);
+    // Nothing repeated after the takeover: nothing charged.
+    let nothing_again =
+        [running.clone(), grant(1, "harness", 1, 1500), ask(2, "harness"), grant(2000, "replacement", 2, 3500)];
+    assert!(judged(&nothing_again).is_empty());
+    // A turn at rest when the lease ran out: no turn was cut short.
+    let at_rest = commit(0, json!({"turn_id": "t1", "status": "held", "held_reason": "a person", "step": 1}));
+    let idle = [
+        at_rest,
+        grant(1, "harness", 1, 1500),
+        ask(2, "harness"),
+        grant(2000, "replacement", 2, 3500),
+        ask(2001, "replacement"),
+    ];
+    assert!(judged(&idle).is_empty());
 }

@@ -170,6 +170,12 @@ impl Worker {
             }
             // Outcome unknown (an earlier runner recorded the intent, or a send had no result):
             // ask the service before sending anything again.
+            _ if self.policy == Policy::AssumeSent && is_unsettled(&record["calls"][action_id]) => {
+                // The known-bad recovery: what was begun is taken as sent, and as done.
+                record["calls"][action_id]["status"] = json!("complete");
+                record["calls"][action_id]["completed_at_ms"] = json!(self.now());
+                return self.write(bus, record).await;
+            }
             _ => {
                 let must_ask = self.reconciles() && !tool.replay_safe && is_unsettled(&record["calls"][action_id]);
                 if must_ask && self.settle_by_reconciling(bus, record, action_id).await? {

@@ -675,8 +675,13 @@ impl Worker {
         }
     }
 
-    /// Learns, at the start of a turn, the commands its session has accepted and not applied.
+    /// Learns, at the start of a turn, the commands its session has accepted and not applied,
+    /// from the store: a command this worker accepted may have been applied by another since
+    /// (and the turn resumed after it), so what it remembers is read again.
     pub(super) async fn load_commands(&self, bus: &Bus, session_id: &str, turn_id: &str) {
+        if !matches!(self.policy, Policy::RememberedCommands | Policy::InMemoryCancel) {
+            self.controls.borrow_mut().remove(session_id);
+        }
         let _ = self.accepted_command(bus, session_id, turn_id).await;
     }
 }

@@ -549,6 +549,12 @@ impl Worker {
         if !spent_keys.is_empty() {
             turn[SPENT_KEYS] = json!(spent_keys);
         }
+        if self.policy == Policy::RemoveBeforeAdmit {
+            // The known-bad order: the input leaves the queue before the turn made of it exists.
+            for key in turn[INPUT_KEYS].as_array().cloned().unwrap_or_default() {
+                let _ = bus.invoke("state::delete", json!({ "scope": QUEUE_SCOPE, "key": key }), timeout).await;
+            }
+        }
         if let Err(error) = self.put_turn(bus, &turn).await {
             let landed = error.outcome_unknown()
                 && matches!(self.get_turn(bus, session_id.as_str().unwrap_or_default()).await, Ok(Some(stored)) if stored == turn);

@@ -119,6 +119,11 @@ impl Worker {
             Decision::Run(arguments) => Ok(Some(arguments)),
             Decision::Hold { function, index, arguments, expires_in_ms } => {
                 let reason = format!("call {id} held by hook `{function}` until it is released");
+                if self.policy == Policy::HoldTurnOnly {
+                    // The known-bad hold: the turn waits, and the call it waits for is not recorded.
+                    self.write(bus, record).await?;
+                    return Err(Stop::Held { reason });
+                }
                 entry["status"] = json!("held");
                 entry["held_reason"] = json!(reason);
                 entry["owner"] = json!(self.env.host);

@@ -73,6 +73,22 @@
 //! - `status-from-memory`: `status` answers from the worker's memory of the session (what it
 //!   last read for a client), not from the store: a client that comes back is told what the
 //!   session was when it left.
+//! - `assume-sent`: an action found begun and unsettled when its turn is taken up again is taken
+//!   as sent and done, without asking its service.
+//! - `remove-before-admit`: queued input is removed before the turn made of it is written: a
+//!   turn whose write fails leaves the input gone.
+//! - `skip-says-running`: a delivery that is not current is answered `running` (what it was
+//!   delivered for), as the seed's skip was, whatever the store holds.
+//! - `no-renewal`: a session's lease is taken and never renewed: a turn that outlasts its time to
+//!   live loses it mid-turn to whoever asks.
+//! - `blind-dead-letter`: the dead-letter handler answers that it held the turn a dead letter
+//!   carried without looking at it: a turn that ended meanwhile is said to be `held`.
+//! - `hold-turn-only`: a call a hook holds is not recorded held, only its turn is: no release can
+//!   find it.
+//! - `remembered-commands`: a worker applies a command it accepted from its memory, whatever the
+//!   store says of it since: a pause applied elsewhere, then resumed, pauses the turn again.
+//! - `dedupe-queued-only`: `send` deduplicates a key only while its message waits in the queue:
+//!   a message sent again after its first copy started a turn starts another.
 
 mod actions;
 mod approvals;
@@ -148,10 +164,18 @@ pub enum Policy {
     DropUnavailable,
     InMemoryExpiry,
     StatusFromMemory,
+    AssumeSent,
+    RemoveBeforeAdmit,
+    SkipSaysRunning,
+    NoRenewal,
+    BlindDeadLetter,
+    HoldTurnOnly,
+    RememberedCommands,
+    DedupeQueuedOnly,
 }
 
 impl Policy {
-    pub const ALL: [Policy; 35] = [
+    pub const ALL: [Policy; 43] = [
         Policy::Swallow,
         Policy::Propagate,
         Policy::Reference,
@@ -187,6 +211,14 @@ impl Policy {
         Policy::DropUnavailable,
         Policy::InMemoryExpiry,
         Policy::StatusFromMemory,
+        Policy::AssumeSent,
+        Policy::RemoveBeforeAdmit,
+        Policy::SkipSaysRunning,
+        Policy::NoRenewal,
+        Policy::BlindDeadLetter,
+        Policy::HoldTurnOnly,
+        Policy::RememberedCommands,
+        Policy::DedupeQueuedOnly,
     ];
 
     pub fn name(self) -> &'static str {
@@ -226,6 +258,14 @@ impl Policy {
             Policy::DropUnavailable => "drop-unavailable",
             Policy::InMemoryExpiry => "in-memory-expiry",
             Policy::StatusFromMemory => "status-from-memory",
+            Policy::AssumeSent => "assume-sent",
+            Policy::RemoveBeforeAdmit => "remove-before-admit",
+            Policy::SkipSaysRunning => "skip-says-running",
+            Policy::NoRenewal => "no-renewal",
+            Policy::BlindDeadLetter => "blind-dead-letter",
+            Policy::HoldTurnOnly => "hold-turn-only",
+            Policy::RememberedCommands => "remembered-commands",
+            Policy::DedupeQueuedOnly => "dedupe-queued-only",
         }
     }
 
@@ -620,8 +660,10 @@ impl Worker {
             "skipped": true, "next_step": null,
         });
         if self.policy.recovers() {
-            result["status"] = json!("skipped");
             result["reason"] = json!(reason);
+            if self.policy != Policy::SkipSaysRunning {
+                result["status"] = json!("skipped");
+            }
         }
         result
     }
@@ -686,6 +728,11 @@ impl Worker {
             return Ok(json!({ "held": false, "reason": format!("the session was handed over to {to}") }));
         }
         let carried = turn_id.is_none_or(|turn_id| record["turn_id"] == json!(turn_id));
+        if self.policy == Policy::BlindDeadLetter && record["status"] != json!("running") {
+            // The known-bad answer: held, as the handler always answers, whatever the turn became.
+            let turn_id = turn_id.map_or_else(|| record["turn_id"].clone(), |turn_id| json!(turn_id));
+            return Ok(json!({ "held": true, "session_id": session_id, "turn_id": turn_id, "status": "held" }));
+        }
         if !carried || record["status"] != json!("running") {
             return Ok(json!({ "held": false, "reason": "the turn it carried is no longer running" }));
         }

@@ -70,8 +70,11 @@ impl Worker {
             Ok(grant) if grant["granted"] == json!(true) => {
                 let token = grant["token"].as_u64().unwrap_or(0);
                 self.note("lease_acquired", json!({ "session_id": session_id, "token": token }));
-                let renewal =
-                    tokio::task::spawn_local(Rc::clone(self).renew(bus.clone(), session_id.to_string(), token));
+                let renewal = match self.policy {
+                    // The known-bad lease: taken, and left to run out.
+                    Policy::NoRenewal => tokio::task::spawn_local(async {}),
+                    _ => tokio::task::spawn_local(Rc::clone(self).renew(bus.clone(), session_id.to_string(), token)),
+                };
                 self.leases.borrow_mut().insert(session_id.to_string(), HeldLease { renewal });
                 self.tokens.borrow_mut().insert(session_id.to_string(), token);
                 Ok(())

@@ -102,10 +102,12 @@ impl Worker {
             let earlier = bus.invoke("state::get", json!({ "scope": SEND_SCOPE, "key": key }), timeout).await;
             let mut earlier = earlier.map_err(|e| error_body("state::get", &e))?;
             if earlier.is_object() {
-                earlier["deduplicated"] = json!(true);
-                return Ok(earlier);
-            }
-            if !earlier.is_null() {
+                // The known-bad check: a key counts as sent only while its message waits in the queue.
+                if self.policy != Policy::DedupeQueuedOnly || earlier["queued"] == json!(true) {
+                    earlier["deduplicated"] = json!(true);
+                    return Ok(earlier);
+                }
+            } else if !earlier.is_null() {
                 return Err(ErrorBody::new(
                     "malformed_record",
                     format!("the reply remembered for {key} is `{earlier}`"),
