@@ -28,8 +28,9 @@
 //! an expectation (`expectation`, what it checks without the values it found: `state
 //! harness_turn/s1`, `rpc `turn``, `effects `ticket::create``). A finding is keyed by its
 //! signature ([`crate::explore::Signature`]): the workload, the oracle, and each cut's kind and
-//! class of site, without which of its like the site was or the cut's timing; an oracle the
-//! uncut workload already trips has no cuts. `seed` (the lowest seed that showed it), `shrunk`
+//! class of site, without which of its like the site was, the cut's timing, or an id the harness
+//! minted at random (`<id>`), so that the same bug found under other seeds is the same entry; an
+//! oracle the uncut workload already trips has no cuts. `seed` (the lowest seed that showed it), `shrunk`
 //! (a finding's scenario file, when written) and `note` are not part of the key: a note is kept
 //! when the file is written again.
 

@@ -48,7 +48,7 @@ mod space;
 mod swarm;
 mod sweep;
 
-pub use space::{cut_space, Kind, Placement, Site, SpaceOptions};
+pub use space::{cut_space, unminted, Kind, Placement, Site, SpaceOptions};
 pub use swarm::{explore, Exploration, ExploreTally, ExploredFinding};
 pub use sweep::{
     plan, report, run_job, sweep, SweepOptions, SweepPlan, SweepReport, SweepRun, SweepTally, Verdict, PAIRS_DEFAULT,
@@ -175,19 +175,21 @@ pub struct Finding {
 }
 
 /// What makes two findings one finding: the workload, the oracle, and each cut's kind and class
-/// of site, without which of its like the site was or the cut's timing. Many seeds of an
-/// exploration shrink to one signature; a sweep keeps one finding per signature.
+/// of site, without which of its like the site was, the cut's timing, or an id the harness minted
+/// at random ([`unminted`]). Many seeds of an exploration shrink to one signature; a sweep keeps
+/// one finding per signature.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Signature {
     pub workload: String,
     pub oracle: String,
-    /// Each cut's [`Placement::class`], sorted: a set of cuts, whatever order they were drawn in.
+    /// Each cut's [`Placement::signature_class`], sorted: a set of cuts, whatever order they
+    /// were drawn in, with the ids the harness minted at random left out.
     pub cuts: Vec<String>,
 }
 
 impl Signature {
     pub fn of(workload: &str, oracle: &str, placements: &[Placement]) -> Self {
-        let mut cuts: Vec<String> = placements.iter().map(Placement::class).collect();
+        let mut cuts: Vec<String> = placements.iter().map(Placement::signature_class).collect();
         cuts.sort();
         Self { workload: workload.to_string(), oracle: oracle.to_string(), cuts }
     }
