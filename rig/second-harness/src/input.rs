@@ -62,7 +62,37 @@ impl Worker {
     }
 
     /// Admits the session's queued input as a new turn, if its turn has ended and input waits.
+    /// When that cannot be found out or done now (the store refuses the listing or the read, or
+    /// the new turn cannot be started), it is tried again in the background, further apart: the
+    /// delivery that ended the turn has been answered, and nobody else would admit the input.
     pub(crate) async fn admit(self: &Rc<Self>, bus: &Bus, session: &str) {
+        if !self.try_admit(bus, session).await {
+            tokio::task::spawn_local(Rc::clone(self).admit_later(bus.clone(), session.to_string()));
+        }
+    }
+
+    /// [`Worker::admit`]'s later rounds. A new turn this worker recorded meanwhile, in a round
+    /// whose answer it never heard, is put on the turn queue (a second delivery of a turn that
+    /// did reach it finds it under way or over, and runs nothing again).
+    async fn admit_later(self: Rc<Self>, bus: Bus, session: String) {
+        for round in 0..ENQUEUE_ROUNDS {
+            self.back_off(round + 3).await;
+            self.connected(&bus).await;
+            let Ok(record) = self.get(&bus, TURN_SCOPE, &session).await else { continue };
+            let mine = record["created_by"]["host"] == self.env.host.as_str();
+            if record["status"] == "running" && record["step"] == 0 && record["plan"].is_null() && mine {
+                self.enqueue_new_turn(&bus, record).await;
+                return;
+            }
+            if self.try_admit(&bus, &session).await {
+                return;
+            }
+        }
+    }
+
+    /// One try of [`Worker::admit`]: whether nothing is left owed (input admitted, none
+    /// waiting, or the turn not ended).
+    async fn try_admit(self: &Rc<Self>, bus: &Bus, session: &str) -> bool {
         let mut listed = None;
         for attempt in 0..3 {
             if let Ok(Value::Array(entries)) = self.call(bus, "state::list", json!({ "scope": INPUT_SCOPE })).await {
@@ -71,18 +101,18 @@ impl Worker {
             }
             self.back_off(attempt).await;
         }
-        let Some(listed) = listed else { return };
+        let Some(listed) = listed else { return false };
         let waiting: Vec<(String, Value)> = listed
             .into_iter()
             .filter(|e| e["value"]["session_id"] == session)
             .map(|e| (e["key"].as_str().unwrap_or_default().to_string(), e["value"]["message"].clone()))
             .collect();
         if waiting.is_empty() {
-            return;
+            return true;
         }
-        let Ok(record) = self.get(bus, TURN_SCOPE, session).await else { return };
+        let Ok(record) = self.get(bus, TURN_SCOPE, session).await else { return false };
         if record["status"].as_str().is_some_and(|s| !FINAL.contains(&s)) {
-            return;
+            return true;
         }
         // Input the ended turn was admitted from, whose removal did not land, is spent: removed
         // now, never admitted again.
@@ -93,9 +123,7 @@ impl Worker {
         for (key, _) in &spent {
             self.remove_input(bus, key).await;
         }
-        if !waiting.is_empty() {
-            let _ = self.start_turn(bus, session, &waiting).await;
-        }
+        waiting.is_empty() || self.start_turn(bus, session, &waiting).await.is_ok()
     }
 
     /// Removes an admitted input's entry, trying a few times.
