@@ -54,6 +54,13 @@ bench-compare file="target/bench-baseline.json":
 bench-against rev seeds="0..20" rounds="4":
     .ci/bench-against {{rev}} {{seeds}} {{rounds}}
 
+# Planted bugs (.cargo/planted.toml): which realistic bugs, each behind a switch compiled in only
+# with the `planted` feature, the catalogue, sweep and explore, and the tests catch. One build
+# serves every bug (`RIG_PLANTED=<id>` turns one on). Arguments go to .ci/planted, e.g.
+# `just planted --all-layers --markdown`, `just planted --only small-retry-under-a-fresh-key`.
+planted *args:
+    .ci/planted {{args}}
+
 # Mutation testing (cargo-mutants 27, `cargo install cargo-mutants --locked`): every mutant of
 # the scoped code, one at a time, then the score per module. Hours on two cores; `shard=k/n`
 # runs a slice, as the nightly does. rig/docs/testing.md says what it measures. Without debug

@@ -26,6 +26,7 @@ mod layout;
 mod live;
 mod oracle;
 mod panics;
+pub mod planted;
 mod queue;
 pub mod recovery;
 pub mod report;

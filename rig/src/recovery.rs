@@ -224,6 +224,11 @@ pub fn measure(events: &[Event], effects: &EffectFunctions, layout: &RecordLayou
 pub fn faults(events: &[Event]) -> u64 {
     let fired = |event: &&Event| match &event.kind {
         EventKind::Cut { .. } | EventKind::Interrupt { .. } => true,
+        // (The planted bug: the workload's own crashes and partitions, which its uncut run has
+        // too, counted as faults that fired.)
+        EventKind::Control { action, .. } if crate::planted!("recovery-cost-counts-scripted-steps") => {
+            matches!(action.as_str(), "crash" | "partition" | "restart")
+        }
         EventKind::ProxyRule { action, .. } => action != "reordered" && action != "reorder-expired",
         _ => false,
     };

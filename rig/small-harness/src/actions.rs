@@ -35,6 +35,9 @@ impl Worker {
         match action["status"].as_str() {
             // Settled by a worker that may have died before transcribing its result: the
             // append is keyed, so making sure is harmless, and the next generation needs it.
+            Some(DONE | NOT_DONE) if rig::planted!("small-settled-result-not-transcribed") => {
+                return Ok(if action["status"] == DONE { Settled::Done } else { Settled::NotDone });
+            }
             Some(status @ (DONE | NOT_DONE)) => {
                 let result = match &action["result"] {
                     Value::Null => json!({ "error": action["error"] }),
@@ -66,9 +69,16 @@ impl Worker {
     /// before the one further request.
     async fn request(&self, bus: &Bus, record: &mut Value, id: &str, tool: &Tool) -> Result<Settled, Unwritten> {
         let session = record["session_id"].as_str().unwrap_or_default().to_string();
-        for _ in 0..REQUESTS_MAX {
+        for request in 0..REQUESTS_MAX {
             let action = &mut record[ACTIONS_FIELD][id];
-            action["status"] = json!(REQUESTED);
+            if request > 0 && rig::planted!("small-retry-under-a-fresh-key") {
+                // (The planted bug: each request its own key, "so the service never confuses them".)
+                action["idempotency_key"] =
+                    json!(format!("{}#{request}", action["idempotency_key"].as_str().unwrap_or("")));
+            }
+            // (The planted bug: the action is recorded done as it is requested, "the request is the commitment".)
+            let marked = if rig::planted!("small-done-recorded-before-acceptance") { DONE } else { REQUESTED };
+            action["status"] = json!(marked);
             if action["first_requested_at_ms"].is_null() {
                 action["first_requested_at_ms"] = json!(self.env.clock.now_ms());
             }
@@ -156,7 +166,8 @@ impl Worker {
 
     fn within_window(&self, tool: &Tool, action: &Value) -> bool {
         let first = action["first_requested_at_ms"].as_u64().unwrap_or(0);
-        self.env.clock.now_ms().saturating_sub(first) < tool.idempotency_window_ms
+        rig::planted!("small-key-check-trusted-past-its-window")
+            || self.env.clock.now_ms().saturating_sub(first) < tool.idempotency_window_ms
     }
 
     /// Records a settled outcome in the turn record, then its result in the transcript.

@@ -49,8 +49,10 @@ impl Worker {
             return Admitted::Nothing;
         }
         // Input the ended turn was itself admitted from is spent: its removal did not land.
-        let spent: Vec<&str> =
-            record["input_keys"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+        let spent: Vec<&str> = match rig::planted!("small-spent-input-admitted-again") {
+            true => Vec::new(),
+            false => record["input_keys"].as_array().into_iter().flatten().filter_map(Value::as_str).collect(),
+        };
         let (spent, waiting): (Vec<_>, Vec<_>) =
             waiting.into_iter().partition(|(key, _)| spent.contains(&key.as_str()));
         for (key, _) in &spent {
@@ -60,6 +62,12 @@ impl Worker {
             return Admitted::Nothing;
         }
         let keys: Vec<&String> = waiting.iter().map(|(key, _)| key).collect();
+        if rig::planted!("small-input-removed-before-admission") {
+            // (The planted bug: the entries are taken off the queue first, then the turn is made.)
+            for key in &keys {
+                self.remove_input(bus, key).await;
+            }
+        }
         let successor = json!({
             "session_id": session, "turn_id": format!("turn-{}", self.env.new_id()), "status": "running", "step": 0,
             "input_keys": keys, "after": record["turn_id"],

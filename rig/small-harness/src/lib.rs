@@ -20,6 +20,22 @@
 //!
 //! `factory()` declares `turns` and `checkpoints`; `turns_only()` is the same harness declaring
 //! `turns` alone.
+//!
+//! **Planted bugs.** The harness also carries the realistic bugs a team's first harness has (an
+//! action recorded done before any service accepted it, queued input removed before its turn is
+//! written, an end answered before it is durable, ...), each behind a switch `rig::planted!("id")`
+//! that compiles away in every ordinary build. The ids, with a line each, are the entries with
+//! `harness = "small-harness"` in `.cargo/planted.toml`. To run the harness with one of them on,
+//! build with the feature and name it in `RIG_PLANTED`:
+//!
+//! ```sh
+//! cargo build --release -p small-harness --features planted
+//! RIG_PLANTED=small-done-recorded-before-acceptance \
+//!     target/release/small-harness explore scenarios/workloads --seeds 0..100 -q
+//! ```
+//!
+//! (`rig/src/planted.rs` is the switch; `.ci/planted`, `just planted`, measures which layer of
+//! the rig catches each bug.)
 
 mod actions;
 mod input;

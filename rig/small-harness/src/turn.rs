@@ -37,7 +37,9 @@ impl From<Unwritten> for Ended {
 /// Whether a delivery for `turn_id` at `step` is the session's current work: the record is that
 /// turn, running, at or past that step.
 fn current(record: &Value, turn_id: &str, step: u64) -> bool {
-    record["turn_id"] == turn_id && record["status"] == "running" && record["step"].as_u64().unwrap_or(0) >= step
+    let at = record["step"].as_u64().unwrap_or(0);
+    let reached = if rig::planted!("small-current-only-at-the-delivered-step") { at == step } else { at >= step };
+    record["turn_id"] == turn_id && record["status"] == "running" && reached
 }
 
 fn skipped(session: &str, turn_id: &str, reason: &str) -> Value {
@@ -219,6 +221,11 @@ impl Worker {
                         action["error"] = json!(format!("never requested: the turn failed ({why})"));
                         results.push((id.clone(), action.clone()));
                     }
+                    Some(crate::status::REQUESTED) if rig::planted!("small-requested-closed-as-not-done") => {
+                        action["status"] = json!(NOT_DONE);
+                        action["error"] = json!(format!("not completed: the turn failed ({why})"));
+                        results.push((id.clone(), action.clone()));
+                    }
                     Some(crate::status::REQUESTED | crate::status::HELD) => {
                         status = "held".into();
                         why = format!("the turn failed ({why}) with action {id} of unknown outcome");
@@ -235,7 +242,10 @@ impl Worker {
         }
         let tries = self.env.config.terminalize_attempts.max(1);
         if let Err(unwritten) = self.write_turn(bus, &record, tries).await {
-            return unwritten.into();
+            if !(rig::planted!("small-end-answered-before-it-is-durable") && matches!(unwritten, Unwritten::Failed(_)))
+            {
+                return unwritten.into();
+            }
         }
         for (id, action) in results {
             let result = json!({ "error": action["error"] });

@@ -95,7 +95,10 @@ pub(super) fn approval_expiry(evidence: &Evidence<'_>, violations: &mut Vec<Viol
                     let Some(expired_at) = hold.expires_at_ms else { continue };
                     let its_request = *hold.function_id == function.as_str()
                         && (payload["args"] == hold.arguments || payload["args"] == hold.mutated);
-                    if !its_request || event.at_ms <= expired_at || hold.superseded || hold.released || hold.reported {
+                    let grace =
+                        if crate::planted!("approval-expiry-grace-on-the-request") { RELEASE_GRACE_MS } else { 0 };
+                    let in_time = event.at_ms <= expired_at.saturating_add(grace);
+                    if !its_request || in_time || hold.superseded || hold.released || hold.reported {
                         continue;
                     }
                     hold.reported = true;
@@ -177,7 +180,13 @@ pub(super) fn hook_arguments(evidence: &Evidence<'_>, violations: &mut Vec<Viola
         if args.is_null() || chains.values().filter(of_function).any(|c| c.passed_on.as_ref() == Some(args)) {
             continue;
         }
-        let Some(chain) = chains.values().filter(of_function).find(|c| c.passed_on.is_some() && c.seen.contains(&args))
+        // (The planted bug: the arguments the last hook saw count as passed on, as if it changed nothing.)
+        let last_seen =
+            |c: &Chain<'_>| crate::planted!("hook-arguments-last-hook-input-passes") && c.seen.last() == Some(&args);
+        let Some(chain) = chains
+            .values()
+            .filter(of_function)
+            .find(|c| c.passed_on.is_some() && c.seen.contains(&args) && !last_seen(c))
         else {
             continue;
         };

@@ -362,7 +362,10 @@ fn blind_replay(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
                     Some((_, last)) if !request.is_empty() && *last == request => continue,
                     Some(_) => {
                         let since = owned_since.get(sender.as_str()).copied().unwrap_or(0);
-                        let asked = seen.asked_since.get(&sender).is_some_and(|&at| at >= since);
+                        let asked = seen
+                            .asked_since
+                            .get(&sender)
+                            .is_some_and(|&at| crate::planted!("blind-replay-asked-before-takeover") || at >= since);
                         if !asked {
                             violations.push(violation(
                                 Oracle::BlindReplay,
@@ -379,7 +382,9 @@ fn blind_replay(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
                     None => {}
                 }
                 seen.last_send = Some((sender, request));
-                seen.asked_since.clear();
+                if !crate::planted!("blind-replay-asked-survives-a-send") {
+                    seen.asked_since.clear();
+                }
             }
             _ => {}
         }
@@ -419,8 +424,12 @@ fn liveness(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
             continue;
         }
         let turn = evidence.store.get(&layout.turn_scope, session);
-        let still_running =
-            turn.is_some_and(|t| !layout.is_terminal(t) && !layout.is_held_with_reason(t) && !layout.is_parked(t));
+        let still_running = turn.is_some_and(|t| {
+            if crate::planted!("liveness-commands-judged-after-an-end-only") {
+                return !layout.is_terminal(t);
+            }
+            !layout.is_terminal(t) && !layout.is_held_with_reason(t) && !layout.is_parked(t)
+        });
         for (key, command) in control["commands"].as_object().into_iter().flatten() {
             let for_this_turn = turn.is_some_and(|t| command["turn_id"].as_str() == Some(layout.turn_id(t)));
             if command["state"] == "accepted" && !still_running && for_this_turn {
@@ -438,10 +447,10 @@ fn liveness(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
     // Ownership covers work: a finished or held turn's lease still renewed at the end blocks
     // every other worker for as long as its idle holder lives.
     for lease in evidence.store.leases() {
-        let finished = evidence
-            .store
-            .get(&layout.turn_scope, &lease.key)
-            .is_some_and(|r| layout.is_terminal(r) || layout.is_held_with_reason(r));
+        let finished = evidence.store.get(&layout.turn_scope, &lease.key).is_some_and(|r| {
+            layout.is_terminal(r)
+                || (!crate::planted!("liveness-held-turn-lease-may-be-kept") && layout.is_held_with_reason(r))
+        });
         // A run that went quiet renews nothing: such a lease simply runs out.
         if lease.scope == layout.owner_scope
             && finished
@@ -473,7 +482,10 @@ fn monotonic(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
         let turn = layout.turn_id(value).to_string();
         if layout.is_terminal(value) {
             terminal_turns.entry(turn).or_insert((event.at_ms, layout.status(value).to_string()));
-        } else if let Some((at_ms, was)) = terminal_turns.get(&turn) {
+        } else if let Some((at_ms, was)) = terminal_turns
+            .get(&turn)
+            .filter(|_| !crate::planted!("monotonic-judges-running-only") || layout.status(value) == "running")
+        {
             violations.push(violation(
                 Oracle::Monotonic,
                 format!(
@@ -492,9 +504,23 @@ fn admissions<'a>(evidence: &Evidence<'a>) -> BTreeMap<&'a str, Vec<&'a str>> {
     let layout = evidence.layout;
     let mut turns_by_input: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
     let Some(field) = &layout.input_keys_field else { return turns_by_input };
-    for event in evidence.events {
-        let EventKind::Commit { scope, value, .. } = &event.kind else { continue };
+    // (The planted bug reads only each record as the store left it, not every commit of it.)
+    let final_records = crate::planted!("admitted-once-reads-final-records");
+    let last_commit: BTreeMap<&str, usize> = if final_records {
+        let commits = evidence.events.iter().enumerate().filter_map(|(i, e)| match &e.kind {
+            EventKind::Commit { scope, key, .. } if *scope == layout.turn_scope => Some((key.as_str(), i)),
+            _ => None,
+        });
+        commits.collect()
+    } else {
+        BTreeMap::new()
+    };
+    for (position, event) in evidence.events.iter().enumerate() {
+        let EventKind::Commit { scope, key, value, .. } = &event.kind else { continue };
         if *scope != layout.turn_scope {
+            continue;
+        }
+        if final_records && last_commit.get(key.as_str()) != Some(&position) {
             continue;
         }
         let turn_id = layout.turn_id(value);
@@ -528,10 +554,11 @@ fn stranded(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
         let layout = evidence.layout;
         let waits_on_a_person = |entry: &Value| {
             let session = entry["session_id"].as_str().unwrap_or_default();
-            evidence
-                .store
-                .get(&layout.turn_scope, session)
-                .is_some_and(|turn| layout.is_held_with_reason(turn) || layout.is_parked(turn))
+            evidence.store.get(&layout.turn_scope, session).is_some_and(|turn| {
+                layout.is_held_with_reason(turn)
+                    || layout.is_parked(turn)
+                    || (crate::planted!("stranded-input-behind-an-ended-turn-waits") && layout.is_terminal(turn))
+            })
         };
         for (scope, key, entry) in evidence.store.records() {
             if scope == input_scope && !admitted.contains_key(key) && !waits_on_a_person(entry) {
@@ -570,6 +597,10 @@ fn committed_actions<'a>(evidence: &Evidence<'a>) -> Vec<(u64, ActionVersion<'a>
 fn recorded_actions<'a>(evidence: &Evidence<'a>) -> BTreeMap<&'a str, (u64, &'a Value)> {
     let mut last: BTreeMap<&str, (u64, &Value)> = BTreeMap::new();
     for (at_ms, version) in committed_actions(evidence) {
+        if crate::planted!("ledger-judges-first-recorded-status") {
+            last.entry(version.action_id).or_insert((at_ms, version.entry));
+            continue;
+        }
         last.insert(version.action_id, (at_ms, version.entry));
     }
     last
@@ -673,6 +704,9 @@ fn truthful_reply(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
     for (position, event) in evidence.events.iter().enumerate() {
         // A reply to a queue or a worker, judged against the store as the engine received it.
         while let Some(reply) = replies.next_if(|r| r.position <= position) {
+            if crate::planted!("truthful-reply-judges-driver-replies-only") {
+                continue;
+            }
             let who = format!("the reply of `{}` to `{}`", reply.function, reply.to);
             stores.judge(evidence.layout, &who, reply.at_ms, &reply.result, violations);
         }
@@ -684,7 +718,7 @@ fn truthful_reply(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
             _ => {}
         }
     }
-    for reply in replies {
+    for reply in replies.filter(|_| !crate::planted!("truthful-reply-judges-driver-replies-only")) {
         let who = format!("the reply of `{}` to `{}`", reply.function, reply.to);
         stores.judge(evidence.layout, &who, reply.at_ms, &reply.result, violations);
     }
@@ -742,6 +776,9 @@ impl<'a> StoresSoFar<'a> {
         };
         let stored = layout.status(record);
         let unconfirmed = result["finalized"] == Value::Bool(false);
+        if crate::planted!("truthful-reply-skip-claims-nothing") && result["skipped"] == Value::Bool(true) {
+            return;
+        }
         // A recorded end a reply may claim only once the store holds it: terminal, or held for a
         // person.
         let claims_an_end = layout.terminal_statuses.iter().any(|s| s == status) || status == layout.held_status;
@@ -862,7 +899,11 @@ fn cancellation(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
                 else {
                     continue;
                 };
-                if sent > cancel {
+                let after = match crate::planted!("cancellation-ordered-by-the-clock") {
+                    true => event.at_ms > cancel_ms,
+                    false => sent > cancel,
+                };
+                if after {
                     violations.push(violation(
                         Oracle::Cancellation,
                         format!(
@@ -893,6 +934,10 @@ fn cancellation_claims(evidence: &Evidence<'_>, violations: &mut Vec<Violation>)
                 }
             }
             EventKind::Commit { scope, key, value, .. } if *scope == layout.turn_scope && !value.is_null() => {
+                if crate::planted!("cancellation-claims-first-record") {
+                    latest.entry(layout.turn_id(value)).or_insert((key.as_str(), value));
+                    continue;
+                }
                 latest.insert(layout.turn_id(value), (key.as_str(), value));
             }
             _ => {}
@@ -1030,7 +1075,7 @@ fn budget(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
         depth: u32,
     ) -> Consumed {
         let mut total = consumed.get(turn).copied().unwrap_or_default();
-        if depth < 16 {
+        if depth < 16 && !crate::planted!("budget-own-turn-only") {
             for child in children.get(turn).into_iter().flatten() {
                 total.add(&tree(child, consumed, children, depth + 1));
             }
@@ -1039,6 +1084,9 @@ fn budget(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
     }
     for (turn, record) in &latest {
         for dimension in Consumed::DIMENSIONS {
+            if crate::planted!("budget-wall-time-unjudged") && dimension == "wall_ms" {
+                continue;
+            }
             let Some(hard) = layout.hard_limit(record, dimension) else { continue };
             let used = tree(turn, &consumed, &children, 0).get(dimension);
             if used > hard {
@@ -1100,7 +1148,7 @@ fn one_writer(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
             }
             EventKind::Lease { domain, token, .. } => {
                 let (Some(session), Some(worker)) = (domain.strip_prefix(&lease_prefix), caller) else { continue };
-                if tokens.insert((domain.as_str(), *token)) {
+                if tokens.insert((domain.as_str(), *token)) || crate::planted!("one-owner-renewal-is-a-claim") {
                     claims += 1;
                     latest.insert((session, worker), claims);
                 }

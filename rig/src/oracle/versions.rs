@@ -27,6 +27,7 @@ pub(super) fn pinned_config(evidence: &Evidence<'_>, violations: &mut Vec<Violat
         }
         let turn = payload["turn_id"].as_str().unwrap_or_default().to_string();
         let problem = match payload["config_version"].as_str() {
+            None if crate::planted!("pinned-config-unversioned-passes") => None,
             None => Some("carried no `config_version`".to_string()),
             Some(version) => match config.versions.get(version) {
                 None => Some(format!("carried `config_version` {version}, which the world does not define")),
@@ -90,6 +91,7 @@ pub(super) fn safety_overlay(evidence: &Evidence<'_>, violations: &mut Vec<Viola
                 }
                 let (turn, used) = if function == "config::overlay" {
                     let turn = payload["turn_id"].as_str().unwrap_or_default().to_string();
+                    let turn = if crate::planted!("safety-overlay-any-look-counts") { String::new() } else { turn };
                     looked.insert(
                         (worker.clone(), turn),
                         Looked { excluded: excluded.clone(), since_last_request: true },
@@ -106,7 +108,11 @@ pub(super) fn safety_overlay(evidence: &Evidence<'_>, violations: &mut Vec<Viola
                     continue;
                 };
                 let what = if function == "model::generate" { "generation request" } else { "call" };
-                let seen = looked.entry((worker.clone(), turn.clone())).or_default();
+                let seen = match crate::planted!("safety-overlay-any-look-counts") {
+                    // (The planted bug: a look for any turn counts for this one.)
+                    true => looked.entry((worker.clone(), String::new())).or_default(),
+                    false => looked.entry((worker.clone(), turn.clone())).or_default(),
+                };
                 let problem = if !seen.since_last_request {
                     Some(format!("`{worker}` sent a {what} (`{function}`) for turn {turn} at {} ms without consulting the safety overlay since its last request for the turn", event.at_ms))
                 } else {

@@ -235,6 +235,13 @@ impl Queues {
 
     /// A delivery produced a result: the message is done. False if it was already settled.
     pub fn acknowledge(&mut self, queue: &str, message_id: &str, attempt: u32) -> bool {
+        if crate::planted!("queue-acknowledges-any-attempt") {
+            // (The planted bug: a late result of an earlier delivery settles the message.)
+            let Some(queue) = self.queues.get_mut(queue) else { return false };
+            let before = queue.messages.len();
+            queue.messages.retain(|m| m.id != message_id || !matches!(m.stage, Stage::Dispatched { .. }));
+            return queue.messages.len() < before;
+        }
         match self.dispatched_mut(queue, message_id, attempt) {
             Some((queue, index)) => {
                 queue.messages.remove(index);

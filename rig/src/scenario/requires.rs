@@ -110,7 +110,7 @@ fn functions_used(value: &Value, path: &mut String, needs: &mut Requirements) {
                 path.push_str(key);
                 // A count of calls names its function as a key: `calls = { "harness::x" = 1 }`.
                 if let (Some(capability), Some(count)) = (harness_function(key), item.as_integer()) {
-                    if count > 0 && is_calls(path) {
+                    if (count > 0 || crate::planted!("requires-zero-calls-is-a-need")) && is_calls(path) {
                         needs.need(capability, || format!("{path} = {count}"));
                     }
                 } else {
@@ -134,7 +134,7 @@ fn names_without_using(path: &str, value: &Value) -> bool {
     let in_queue = path.starts_with("world.queue.");
     let is_events_entry = path.contains("expect.events #") && last.starts_with('#');
     let is_proxy_rule = path.starts_with("proxy.rule #") && last.starts_with('#');
-    (in_queue && last == "dead_letter_function")
+    (in_queue && last == "dead_letter_function" && !crate::planted!("requires-dead-letter-wiring-is-a-need"))
         || (is_events_entry && allows_none(value))
         || (is_proxy_rule && value.get("optional").and_then(Value::as_bool) == Some(true))
 }
@@ -258,7 +258,7 @@ fn seeded_commands(file: &Value, needs: &mut Requirements) {
             let text = |field: &str| command.get(field).and_then(Value::as_str);
             let settled = text("state").is_some_and(|state| SETTLED_COMMAND_STATES.contains(&state));
             let earlier = text("turn_id").is_some_and(|turn| current_id.is_some_and(|current| current != turn));
-            if settled && (earlier || ended) {
+            if settled && (earlier || ended) && !crate::planted!("requires-settled-command-is-a-need") {
                 continue;
             }
             let kind = text("command").unwrap_or_default();

@@ -80,7 +80,9 @@ struct Callers {
 
 /// A link's two ends in a fixed order, so `(a, b)` and `(b, a)` are one link.
 fn pair(a: &str, b: &str) -> (String, String) {
-    if a <= b {
+    // (The planted bug: a link is the pair as named, so a cut named one way round is not seen
+    // the other way.)
+    if a <= b || crate::planted!("link-cut-seen-one-way-round") {
         (a.to_string(), b.to_string())
     } else {
         (b.to_string(), a.to_string())

@@ -176,6 +176,14 @@ impl Worker {
                 record["calls"][action_id]["completed_at_ms"] = json!(self.now());
                 return self.write(bus, record).await;
             }
+            _ if crate::planted!("ref-recorded-intent-taken-as-done")
+                && status(&record["calls"][action_id]) == "started" =>
+            {
+                // (The planted bug: an intent an earlier runner recorded is taken as sent and done.)
+                record["calls"][action_id]["status"] = json!("complete");
+                record["calls"][action_id]["result"] = json!({ "assumed": true });
+                return self.write(bus, record).await;
+            }
             _ => {
                 let must_ask = self.reconciles() && !tool.replay_safe && is_unsettled(&record["calls"][action_id]);
                 if must_ask && self.settle_by_reconciling(bus, record, action_id).await? {
@@ -224,7 +232,10 @@ impl Worker {
                 // A definite refusal (or, under `assume-failed`, any error): it did not happen.
                 // A refusal answers one copy of the request, and the network delivers at least
                 // once: an effect is asked about before it is recorded failed.
-                let asks = !tool.replay_safe && self.reconciles() && self.policy != Policy::AssumeFailed;
+                let asks = !tool.replay_safe
+                    && self.reconciles()
+                    && self.policy != Policy::AssumeFailed
+                    && !crate::planted!("ref-refusal-taken-as-not-done");
                 if asks {
                     if let Reconciled::Complete(result) = self.reconcile(bus, &record["calls"][action_id]).await {
                         self.note(
@@ -421,7 +432,9 @@ impl Worker {
             }
         }
         let age_ms = self.now().saturating_sub(entry["intent_at_ms"].as_u64().unwrap_or(0));
-        if key_unknown && age_ms < tool.idempotency_window_ms {
+        if key_unknown
+            && (age_ms < tool.idempotency_window_ms || crate::planted!("ref-key-check-trusted-past-its-window"))
+        {
             return Reconciled::NotExecuted;
         }
         if let Some(error) = unreachable {

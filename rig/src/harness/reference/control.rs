@@ -628,7 +628,11 @@ impl Worker {
         let (control, _) = self.control_record(bus, session_id).await?;
         let accepted = control["commands"].as_object().and_then(|commands| {
             commands.iter().find(|(_, c)| {
-                c["state"] == json!("accepted") && c["turn_id"] == json!(turn_id) && c["command"] != json!("resume")
+                let waiting = match crate::planted!("ref-settled-pause-taken-as-waiting") {
+                    true => c["state"] != json!("rejected") && c["state"] != json!("expired"),
+                    false => c["state"] == json!("accepted"),
+                };
+                waiting && c["turn_id"] == json!(turn_id) && c["command"] != json!("resume")
             })
         });
         let Some((key, command)) = accepted else { return Ok(None) };

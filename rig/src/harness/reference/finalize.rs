@@ -292,7 +292,7 @@ impl Worker {
             Ok(_) => return true,
             Err(_) => return false,
         };
-        if record.get(TERMINAL_PENDING).is_some() {
+        if record.get(TERMINAL_PENDING).is_some() || crate::planted!("ref-owed-terminal-kept-in-memory") {
             return true;
         }
         record[TERMINAL_PENDING] = intent.to_json();
@@ -501,7 +501,12 @@ impl Worker {
                 // An unknown outcome does not prove the write is absent: one exact whole-record
                 // readback, and no further write.
                 match self.get_turn(bus, record["session_id"].as_str().unwrap_or_default()).await {
-                    Ok(Some(observed)) if observed == *record => {
+                    Ok(Some(observed))
+                        if observed == *record
+                            || (crate::planted!("ref-terminal-readback-compares-the-status")
+                                && observed["turn_id"] == record["turn_id"]
+                                && observed["status"] == record["status"]) =>
+                    {
                         self.note("terminal_write_confirmed", json!({ "turn_id": record["turn_id"] }));
                         Ok(())
                     }
@@ -555,6 +560,13 @@ impl Worker {
                 let _ = bus.invoke("state::delete", json!({ "scope": QUEUE_SCOPE, "key": key }), timeout).await;
             }
         }
+        if crate::planted!("ref-input-removed-before-its-turn-is-written") {
+            // (The planted bug: the queue is emptied first, "so nothing is admitted twice".)
+            for entry in &queued {
+                let _ =
+                    bus.invoke("state::delete", json!({ "scope": QUEUE_SCOPE, "key": entry["key"] }), timeout).await;
+            }
+        }
         if let Err(error) = self.put_turn(bus, &turn).await {
             let landed = error.outcome_unknown()
                 && matches!(self.get_turn(bus, session_id.as_str().unwrap_or_default()).await, Ok(Some(stored)) if stored == turn);
@@ -573,9 +585,9 @@ impl Worker {
             return (Vec::new(), queued);
         }
         let spent = |entry: &Value| {
-            [INPUT_KEYS, SPENT_KEYS]
-                .iter()
-                .any(|field| predecessor[field].as_array().is_some_and(|keys| keys.contains(&entry["key"])))
+            let fields: &[&str] =
+                if crate::planted!("ref-spent-keys-not-carried") { &[INPUT_KEYS] } else { &[INPUT_KEYS, SPENT_KEYS] };
+            fields.iter().any(|field| predecessor[field].as_array().is_some_and(|keys| keys.contains(&entry["key"])))
         };
         queued.into_iter().partition(spent)
     }

@@ -124,6 +124,10 @@ impl Worker {
                     self.write(bus, record).await?;
                     return Err(Stop::Held { reason });
                 }
+                if crate::planted!("ref-turn-held-before-its-call-is-recorded") {
+                    // (The planted bug: the turn's hold is what is written; the call's is not.)
+                    return Err(Stop::Held { reason });
+                }
                 entry["status"] = json!("held");
                 entry["held_reason"] = json!(reason);
                 entry["owner"] = json!(self.env.host);

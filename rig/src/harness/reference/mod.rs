@@ -484,6 +484,11 @@ impl Worker {
                 // admission that finalisation left unfinished is finished now.
                 self.finish_admission(bus, &request, record.as_ref()).await;
             }
+            if crate::planted!("ref-stale-delivery-answered-running") {
+                let mut reply = self.skipped(&request, "stale");
+                reply["status"] = json!("running");
+                return Ok(reply);
+            }
             return Ok(self.skipped(&request, "stale"));
         };
         if record["step"] != json!(request.step) {
@@ -531,7 +536,7 @@ impl Worker {
     /// retried acquisition), and the turn still needs an owner, so the queue delivers it again
     /// and the redelivery asks for the lease (refused if another worker really holds it).
     fn fenced_out(&self, request: &TurnRequest) -> Result<Value, ErrorBody> {
-        if self.policy.recovers() {
+        if self.policy.recovers() && !crate::planted!("ref-fenced-out-answered-as-done") {
             return Err(ErrorBody::new("fenced_out", "a newer lease cut this work short; deliver it again"));
         }
         Ok(json!({
@@ -691,6 +696,10 @@ impl Worker {
             // may have a cancel waiting: until it is applied, the dead letter is not done with,
             // and the queue offers it again.
             Ok(outcome) => match self.held_by(bus, session_id, letter).await {
+                Ok(true) if crate::planted!("ref-dead-letter-done-before-its-cancel") => {
+                    let _ = self.apply_waiting_cancellations(bus, session_id).await;
+                    Ok(outcome)
+                }
                 Ok(true) => self.apply_waiting_cancellations(bus, session_id).await.map(|()| outcome),
                 Ok(false) => Ok(outcome),
                 Err(error) => Err(error),
@@ -733,6 +742,11 @@ impl Worker {
             let turn_id = turn_id.map_or_else(|| record["turn_id"].clone(), |turn_id| json!(turn_id));
             return Ok(json!({ "held": true, "session_id": session_id, "turn_id": turn_id, "status": "held" }));
         }
+        if carried && is_terminal(&record) && crate::planted!("ref-dead-letter-says-held-about-an-ended-turn") {
+            return Ok(
+                json!({ "held": true, "session_id": session_id, "turn_id": record["turn_id"], "status": "held" }),
+            );
+        }
         if !carried || record["status"] != json!("running") {
             return Ok(json!({ "held": false, "reason": "the turn it carried is no longer running" }));
         }
@@ -749,7 +763,10 @@ impl Worker {
         record["dead_letter"] = json!({ "queue": letter["queue"], "message_id": letter["message_id"],
                                         "deliveries": letter["deliveries"], "reason": letter["reason"] });
         record["updated_at"] = json!(self.now());
-        self.write(bus, &record).await.map_err(|_| ErrorBody::new("unavailable", "could not record the hold"))?;
+        let written = self.write(bus, &record).await;
+        if !crate::planted!("ref-dead-letter-answered-before-its-hold-is-durable") {
+            written.map_err(|_| ErrorBody::new("unavailable", "could not record the hold"))?;
+        }
         self.note("turn_held", json!({ "session_id": session_id, "turn_id": turn_id, "reason": reason }));
         Ok(json!({ "held": true, "session_id": session_id, "turn_id": turn_id }))
     }
@@ -795,7 +812,10 @@ fn is_terminal(record: &Value) -> bool {
 fn is_current(record: &Value, request: &TurnRequest) -> bool {
     record["turn_id"] == json!(request.turn_id)
         && record["status"] == json!("running")
-        && record["step"].as_u64().is_some_and(|step| step >= request.step)
+        && record["step"].as_u64().is_some_and(|step| match crate::planted!("ref-current-only-at-the-delivered-step") {
+            true => step == request.step,
+            false => step >= request.step,
+        })
 }
 
 fn failed_record(mut record: Value, cause: &str, now: u64) -> Value {

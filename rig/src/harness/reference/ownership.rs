@@ -91,8 +91,12 @@ impl Worker {
     async fn renew(self: Rc<Self>, bus: Bus, session_id: String, token: u64) {
         let ttl_ms = self.env.config.lease_ttl_ms;
         loop {
-            self.env.clock.sleep((ttl_ms / 3).max(1)).await;
-            self.env.wait_while_paused().await;
+            // (The planted bug: renewed once per time to live, as the lease runs out.)
+            let every = if crate::planted!("ref-lease-renewed-every-ttl") { ttl_ms } else { ttl_ms / 3 };
+            self.env.clock.sleep(every.max(1)).await;
+            if !crate::planted!("ref-lease-renewed-while-paused") {
+                self.env.wait_while_paused().await;
+            }
             let request = json!({ "scope": OWNER_SCOPE, "key": session_id, "owner": self.env.host, "token": token, "ttl_ms": ttl_ms });
             match bus.invoke("state::renew-lease", request, self.env.config.session_timeout_ms).await {
                 Ok(reply) if reply["renewed"] == json!(false) => {

@@ -133,7 +133,8 @@ impl Worker {
                 reply?
             }
         };
-        if let Some(key) = remembered {
+        let remember = !crate::planted!("ref-send-remembered-only-when-queued") || reply["queued"] == json!(true);
+        if let Some(key) = remembered.filter(|_| remember) {
             let write = json!({ "scope": SEND_SCOPE, "key": key, "value": reply });
             bus.invoke("state::set", write, timeout).await.map_err(|e| error_body("state::set", &e))?;
         }
