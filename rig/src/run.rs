@@ -670,6 +670,7 @@ fn add_hosts(
                     let (target, name, functions) = (target.clone(), name.clone(), functions.clone());
                     hosts::worker(Rc::clone(&world), SimulatedNetwork, target, name, functions, provider, bus)
                 });
+                runner.starts_slowly(&host.name);
                 if !skips_idle {
                     continue;
                 }

@@ -13,6 +13,7 @@ use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -145,6 +146,10 @@ impl Live {
     }
 }
 
+/// Runs made by this binary's checks, and how many of them stayed void after every retry.
+static RUNS_MADE: AtomicUsize = AtomicUsize::new(0);
+static RUNS_VOID: AtomicUsize = AtomicUsize::new(0);
+
 thread_local! {
     /// The runs of this thread's checks that stayed void after every retry: no verdict to
     /// compare (see [`judged`]).
@@ -154,8 +159,8 @@ thread_local! {
 /// The runs of a `rig live` that gave a verdict. A void run (the machine did not keep real time:
 /// rig/docs/live.md) is made again slower by `rig live`, and its last attempt stands; one void
 /// after every retry is no verdict, so it is left out of the comparison with the simulation and
-/// counted. A check whose runs are mostly void proves nothing: at most a quarter may end void
-/// (one, of fewer than eight).
+/// counted. Issue 35 asks that on a loaded machine at most 1 run in 20 ends void: over this
+/// binary's checks so far (they share the process), at most one void run per 20 runs made.
 fn judged(lines: Vec<serde_json::Value>) -> Vec<serde_json::Value> {
     let key = |run: &serde_json::Value| (run["scenario"].to_string(), run["policy"].to_string());
     let (mut attempts_void, mut runs, mut void) = (0, Vec::new(), Vec::new());
@@ -180,7 +185,10 @@ fn judged(lines: Vec<serde_json::Value>) -> Vec<serde_json::Value> {
             .collect::<String>()
     );
     let late = void.iter().filter(|run| !run["void"].as_str().unwrap_or_default().starts_with("interrupted")).count();
-    assert!(late <= ((runs.len() + void.len()) / 4).max(1), "most runs void: the machine never kept real time");
+    let made = RUNS_MADE.fetch_add(runs.len() + void.len(), Ordering::SeqCst) + runs.len() + void.len();
+    let voided = RUNS_VOID.fetch_add(late, Ordering::SeqCst) + late;
+    eprintln!("rig live: so far in this binary, {voided} of {made} run(s) void after every retry");
+    assert!(voided * 20 <= made.max(20), "{voided} of {made} runs void: more than 1 in 20");
     VOID.with(|voided| {
         voided.borrow_mut().extend(void.iter().map(|run| {
             let text = |field: &str| run[field].as_str().unwrap_or_default().to_string();
@@ -354,10 +362,11 @@ fn assert_same(live: Vec<Verdict>, simulated: Vec<Verdict>, against: &str) {
 /// side. A run whose turn never ends is judged as soon as its world is provably quiet (`rig
 /// harness` says how long it may wait by itself), not at the end of its liveness bound.
 ///
-/// On a loaded machine `redelivered-while-running` can still give `stranded` without a timer
-/// late past its bound: its second delivery's visibility deadline outlives the first turn's end
-/// by the queue's 100 ms backoff only, and the harness's last round trips of the turn can take
-/// longer under load (time spent working, which no lateness bound sees). See issue 35's report.
+/// On a loaded machine `redelivered-while-running` gave `stranded` without a timer late past
+/// its bound: its second delivery's visibility deadline outlives the first turn's end by the
+/// queue's 100 ms backoff only, and the harness's thirty-odd trips in between took longer under
+/// load. The rig now measures that work's lateness too (rig/docs/live.md): such a run is void
+/// and made again slower, never a verdict.
 #[test]
 fn the_reference_harness_as_a_process_gives_the_simulated_verdicts() {
     std::thread::scope(|scope| {
@@ -753,4 +762,64 @@ fn a_run_the_machine_did_not_keep_time_for_is_void_and_made_again_slower() {
     let attempt = lines.len() as u64;
     let scale = 2f64.powi(lines.len() as i32 - 1);
     assert_eq!((again["live"]["attempt"].as_u64(), again["live"]["time_scale"].as_f64()), (Some(attempt), Some(scale)));
+}
+
+/// Issue 38: a harness process that is slow to start again gives a live verdict the instant
+/// restart of the simulation does not: killed mid-turn, it takes a second to serve again (as an
+/// interpreter loading its SDK takes most of a second), in which the queue redelivers the turn
+/// into nothing and gives up (three redeliveries 100 ms apart, 200 ms apart at time scale 2,
+/// the slowest a void run of it is made again at). The report gives each restart's measured time, and, as the verdict differs from
+/// the simulated one, names the setting that reproduces it in the simulation; simulated with
+/// it, the run gives the live verdict.
+#[test]
+fn a_slow_restart_is_measured_and_the_setting_that_reproduces_it_is_named() {
+    // The shipped file, but for its last step's wait for the turn to complete: live, a turn that
+    // never ends is waited for to the end of it (60 s, 120 s for a retry at twice the scale).
+    let shipped = std::fs::read_to_string(workspace().join("scenarios/regressions/crash-mid-turn-redelivered.toml"))
+        .expect("the shipped file");
+    let copy = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("slow-restart-{}.toml", std::process::id()));
+    std::fs::write(&copy, shipped.replace("within_ms = 60_000", "within_ms = 5_000")).expect("a copy");
+    let file = copy.to_str().expect("a path");
+    let spawn = format!("sleep 1; exec {} harness", env!("CARGO_BIN_EXE_rig"));
+    let (code, runs) = start_live(&[file], &["--spawn", &spawn]).finish_runs();
+    assert!(matches!(code, Some(1 | 75)), "{runs:#?}");
+    if runs.is_empty() {
+        // Void after every retry (counted by `judged`): no verdict to compare.
+        return;
+    }
+    let [run] = runs.as_slice() else { panic!("one run with a verdict: {runs:#?}") };
+    let notes: Vec<&str> = run["notes"].as_array().expect("notes").iter().filter_map(|n| n.as_str()).collect();
+    let measured: Vec<u64> = notes
+        .iter()
+        .filter_map(|note| note.split_once(" ms, served again ")?.1.split_once(" ms later")?.0.parse().ok())
+        .collect();
+    let [took] = measured.as_slice() else { panic!("one restart measured: {notes:#?}") };
+    assert!((1_000..2_400).contains(took), "the restart took the process's second and a little more: {notes:#?}");
+    let named = notes.iter().find(|n| n.contains("harness_restart_ms = ")).unwrap_or_else(|| panic!("{notes:#?}"));
+    assert!(
+        named.contains("the verdict differs from the simulated one (PASS)") && named.ends_with(", as live"),
+        "{named}"
+    );
+    // The simulation says the same with the setting the report names.
+    let mut scenario = rig::Scenario::load(&copy).expect("a valid scenario");
+    let run_of = scenario.run_of("reference").expect("reference").clone();
+    assert!(rig::run(&scenario, &run_of, 0).passed, "instant restarts pass");
+    let setting: u64 = named
+        .split_once("harness_restart_ms = ")
+        .and_then(|(_, rest)| rest.split_once('`'))
+        .and_then(|(ms, _)| ms.parse().ok())
+        .expect("the setting's value");
+    scenario.world.network.harness_restart_ms = setting;
+    let slow = rig::run(&scenario, &run_of, 0);
+    let fired: BTreeSet<String> = slow.violations.iter().map(|v| v.oracle.name().to_string()).collect();
+    assert_eq!(
+        verdict(run),
+        Verdict {
+            scenario: file.into(),
+            policy: "reference".into(),
+            passed: slow.passed,
+            oracles: fired.into_iter().collect()
+        }
+    );
+    assert!(!slow.passed, "{:#?}", slow.failures);
 }

@@ -180,6 +180,18 @@ pub fn run_live(
     }
     let ended = Ended { at_ms: runner.now_ms(), steps: 0, settled, started, recovery: None };
     let (own, late_ms_max) = runner.lateness();
+    let work = runner.work_late();
+    let (restarts, never_back) = runner.restarts();
+    let profile = runner.tick_profile();
+    world.note_event(
+        RIG,
+        "clock_profile",
+        serde_json::json!({
+            "ticks": profile.ticks, "p50_ms": profile.p50_ms, "p90_ms": profile.p90_ms, "p99_ms": profile.p99_ms,
+            "max_ms": own.ms, "bound_ms": late_ms_max,
+            "work_late_ms": work.ms, "work_trips": work.trips, "work_within_ms": work.within_ms
+        }),
+    );
     drop(runner);
     // How late the harness processes said their own clocks woke, if they say it (`rig harness`
     // does): a starved process acts late however punctual the rig was.
@@ -210,6 +222,7 @@ pub fn run_live(
         (outcome.violations, outcome.failures, outcome.passed) = (Vec::new(), vec![missing], false);
     }
     outcome.live = Some(options.command.clone());
+    outcome.notes.extend(restart_notes(&restarts, &never_back));
     outcome.void = match crate::interrupt::received() {
         Some(signal) => Some(format!("interrupted by {}: the run was stopped before its end", signal.name())),
         None => match late {
@@ -223,15 +236,88 @@ pub fn run_live(
                  the bound of {late_ms_max} ms at time scale {}",
                 own.due_ms, own.ms, options.time_scale
             )),
+            _ if work.ms > late_ms_max => Some(format!(
+                "the machine did not keep real time: the harness's work ran {} ms late in all over its {} trips to \
+                 and from the engine within {} ms (ending {} ms into the run), over the bound of {late_ms_max} ms at time scale {}",
+                work.ms, work.trips, work.within_ms, work.at_ms, options.time_scale
+            )),
             _ => None,
         },
     };
+    if outcome.void.is_none() {
+        outcome.notes.extend(slow_restart(scenario, run, options, &outcome, &restarts));
+    }
     if outcome.void.is_some() {
         // No verdict: what the oracles saw stays in the outcome (a live sweep may still want it,
         // see `LiveRuns`), but every report of a void run shows only why it is void.
         outcome.passed = false;
     }
     Ok(outcome)
+}
+
+/// What the report says of the run's restarts of external hosts: how long each took to serve
+/// again, and which never did.
+fn restart_notes(restarts: &[runner::Restart], never_back: &[(String, u64)]) -> Vec<String> {
+    let mut notes: Vec<String> = restarts
+        .iter()
+        .map(|r| {
+            format!("live: `{}`, restarted at {} ms, served again {} ms later (real time)", r.host, r.at_ms, r.took_ms)
+        })
+        .collect();
+    notes.extend(never_back.iter().map(|(host, at_ms)| {
+        format!("live: `{host}`, restarted at {at_ms} ms, had not registered its functions again when the run ended")
+    }));
+    notes
+}
+
+/// A simulated run restarts a harness worker at once (`harness_restart_ms = 0`); a real
+/// process takes the time it takes, in which a queue may redeliver into nothing and give up.
+/// When the live verdict differs from the reference harness's simulated one under the same
+/// policy (what a correct harness gives) and a harness host was restarted, this says which
+/// restart took longest and what the simulation gives with that restart time: the setting
+/// that reproduces the live run there.
+fn slow_restart(
+    scenario: &Scenario,
+    run: &PolicyRun,
+    options: &LiveOptions,
+    live: &RunOutcome,
+    restarts: &[runner::Restart],
+) -> Option<String> {
+    let slowest = restarts.iter().max_by_key(|r| r.took_ms)?;
+    let simulated = crate::run::run(scenario, run, options.seed);
+    if verdict(&simulated) == verdict(live) {
+        return None;
+    }
+    // The file's own milliseconds: the run's timings were multiplied by the time scale.
+    let in_file = (slowest.took_ms as f64 / options.time_scale).round() as u64;
+    let mut slow = scenario.clone();
+    slow.world.network.harness_restart_ms = slowest.took_ms;
+    let reproduced = crate::run::run(&slow, run, options.seed);
+    let same = if verdict(&reproduced) == verdict(live) { "as live" } else { "still not as live" };
+    Some(format!(
+        "live: the verdict differs from the simulated one ({}), in which a restarted worker serves again at \
+         once; `{}` took {} ms to serve again after its restart at {} ms: simulated with `[world] \
+         harness_restart_ms = {in_file}` the run gives {}, {same}",
+        verdict_text(&simulated),
+        slowest.host,
+        slowest.took_ms,
+        slowest.at_ms,
+        verdict_text(&reproduced)
+    ))
+}
+
+/// A run's verdict: passed or not, and the oracles that fired.
+fn verdict(outcome: &RunOutcome) -> (bool, BTreeSet<&'static str>) {
+    (outcome.passed, outcome.violations.iter().map(|v| v.oracle.name()).collect())
+}
+
+fn verdict_text(outcome: &RunOutcome) -> String {
+    let (passed, oracles) = verdict(outcome);
+    match (passed, oracles.is_empty()) {
+        (true, _) => "PASS".to_string(),
+        (false, true) => "FAIL".to_string(),
+        (false, false) => format!("FAIL: {}", oracles.into_iter().collect::<Vec<_>>().join(", ")),
+    }
 }
 
 /// How many times a void live run is made again, each time [`RETRY_SLOWER`] times slower.

@@ -340,6 +340,13 @@ fn ignored(scenario: &Scenario) -> Vec<String> {
             network.latency_ms_min, network.latency_ms_max
         ));
     }
+    if network.harness_restart_ms != default.harness_restart_ms {
+        ignored.push(format!(
+            "harness_restart_ms ({} ms) is not applied: a restarted harness process takes the time it takes, which \
+             the report gives for each restart",
+            network.harness_restart_ms
+        ));
+    }
     if network.tick_ms != default.tick_ms {
         ignored.push(format!("tick_ms ({} ms) is not applied: time is real", network.tick_ms));
     }

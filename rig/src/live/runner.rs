@@ -60,6 +60,105 @@ pub struct Lateness {
     pub due_ms: u64,
 }
 
+/// How late the harness processes' work ran, measured on its trips: every frame to or from an
+/// external worker waited for a process to be scheduled, on this machine, about as long as the
+/// runner's own ticks were waking late just then (the simulation spends no such time: its trips
+/// take their latency, and work none); a stall a tick measured is charged once, at half its
+/// length, to the frames it held (they arrived at any moment of it). A harness's round of work is many trips, each late by a
+/// millisecond or a few on a loaded machine though no single timer is late past the bound;
+/// their sum within the span of the shortest deciding timing is what the machine took from the
+/// margins the scenario plays with (incident 001's redelivery outlives the first turn's end by
+/// a 100 ms backoff, and the harness's thirty-odd trips in between ate it under load).
+struct WorkLateness {
+    /// The span summed over, in real milliseconds: the shortest deciding timing.
+    window_ms: u64,
+    /// The trace position up to which frames have been counted.
+    scanned: usize,
+    /// How late the runner's ticks have been waking lately, beyond a millisecond timer's own
+    /// rounding, in thousandths of a millisecond (a moving average).
+    recent_micros: u64,
+    /// A stall the latest tick measured, not yet charged to a trip.
+    stall_ms: u64,
+    /// What was charged within the window: when, and how much.
+    charged: std::collections::VecDeque<(u64, u64)>,
+    sum_micros: u64,
+    trips: u64,
+    worst: WorkLate,
+}
+
+/// The most the harness processes' work ran late within one window.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WorkLate {
+    /// How late, in all, in real milliseconds.
+    pub ms: u64,
+    /// Over how many trips.
+    pub trips: u64,
+    /// Within how long a span (real milliseconds), ending when (real milliseconds into the run).
+    pub within_ms: u64,
+    pub at_ms: u64,
+}
+
+impl WorkLateness {
+    fn new(window_ms: u64) -> Self {
+        Self {
+            window_ms,
+            scanned: 0,
+            recent_micros: 0,
+            stall_ms: 0,
+            charged: std::collections::VecDeque::new(),
+            sum_micros: 0,
+            trips: 0,
+            worst: WorkLate::default(),
+        }
+    }
+
+    /// A tick of the runner woke `late_ms` late.
+    fn tick(&mut self, late_ms: u64) {
+        // A millisecond timer wakes up to a millisecond late on an idle machine.
+        let beyond = late_ms.saturating_sub(1);
+        self.recent_micros = (self.recent_micros * 7 + beyond * 1_000) / 8;
+        self.stall_ms = beyond;
+    }
+
+    /// Charges `trips` new frames of external workers at `now` (real milliseconds): those that
+    /// waited in the stall the latest tick measured waited together, once; each also waits as
+    /// long as ticks have lately.
+    fn count(&mut self, now: u64, trips: u64) {
+        while self.charged.front().is_some_and(|(at, _)| now.saturating_sub(*at) >= self.window_ms) {
+            let (_, micros) = self.charged.pop_front().expect("a charge");
+            self.sum_micros -= micros;
+            self.trips -= 1;
+        }
+        if trips == 0 {
+            return;
+        }
+        // The frames a stall held arrived at any moment of it: on average, they waited half.
+        let stall = std::mem::take(&mut self.stall_ms) * 1_000 / 2;
+        for trip in 0..trips {
+            let micros = self.recent_micros + if trip == 0 { stall } else { 0 };
+            self.charged.push_back((now, micros));
+            self.sum_micros += micros;
+            self.trips += 1;
+        }
+        let ms = self.sum_micros / 1_000;
+        if ms > self.worst.ms {
+            self.worst = WorkLate { ms, trips: self.trips, within_ms: self.window_ms, at_ms: now };
+        }
+    }
+}
+
+/// Tick lateness is counted by the millisecond up to this.
+const TICK_BUCKETS: usize = 1_001;
+
+/// How late the runner's own ticks woke over a run: the typical lateness, besides the worst.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TickProfile {
+    pub ticks: u64,
+    pub p50_ms: u64,
+    pub p90_ms: u64,
+    pub p99_ms: u64,
+}
+
 /// How many lines of a process's output a failure quotes.
 const OUTPUT_LINES: usize = 12;
 
@@ -89,6 +188,38 @@ pub struct LiveRunner {
     declared_quiet: Rc<RefCell<BTreeMap<String, u64>>>,
     /// The latest a timer fired so far (see [`Self::look`]).
     late: std::cell::Cell<Lateness>,
+    /// How many of the runner's own ticks woke how late (by the millisecond; the last bucket
+    /// holds everything later).
+    ticks: RefCell<Vec<u64>>,
+    /// The lateness of the harness processes' work (see [`WorkLateness`]).
+    work: RefCell<WorkLateness>,
+    /// The functions each external host registers: it is back after a restart once it has
+    /// registered them all again.
+    functions: BTreeMap<String, BTreeSet<String>>,
+    /// External hosts started again and not yet back (see [`Self::watch_restarts`]).
+    restarting: RefCell<BTreeMap<String, Restarting>>,
+    /// How long each restart of an external host took, in order.
+    restarts: RefCell<Vec<Restart>>,
+}
+
+/// A restart of an external host being timed.
+struct Restarting {
+    since: Instant,
+    at_ms: u64,
+    /// The trace position up to which its registrations have been looked for.
+    scanned: usize,
+    missing: BTreeSet<String>,
+}
+
+/// One restart of an external host, measured: from the moment the rig started it again (its
+/// process started, or its connections allowed again) to the last of its functions registered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Restart {
+    pub host: String,
+    /// When it was restarted, in scenario milliseconds.
+    pub at_ms: u64,
+    /// How long it took to serve again, in real milliseconds.
+    pub took_ms: u64,
 }
 
 impl LiveRunner {
@@ -105,6 +236,12 @@ impl LiveRunner {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
         let mut software: BTreeMap<String, Software> = extra.into_iter().collect();
         let mut external = BTreeSet::new();
+        let functions = topology
+            .hosts()
+            .iter()
+            .filter(|h| h.role == Role::Harness)
+            .map(|h| (h.name.clone(), h.functions.iter().cloned().collect()))
+            .collect();
         for host in topology.hosts() {
             let functions: Vec<String> = host.functions.iter().cloned().collect();
             let (world, dial, name) = (Rc::clone(&world), InMemory(Rc::clone(&net)), host.name.clone());
@@ -132,6 +269,8 @@ impl LiveRunner {
         }
         let (sender, calls) = mpsc::unbounded_channel();
         let bus = Bus::new(Rc::clone(&world.clock));
+        // The bound is half the shortest deciding timing: the work is summed over all of it.
+        let window_ms = bounds.late_ms_max.saturating_mul(2);
         let mut runner = Self {
             local: LocalSet::new(),
             runtime,
@@ -149,6 +288,11 @@ impl LiveRunner {
             process_failures: RefCell::default(),
             declared_quiet: Rc::default(),
             late: std::cell::Cell::default(),
+            ticks: RefCell::new(vec![0; TICK_BUCKETS]),
+            work: RefCell::new(WorkLateness::new(window_ms)),
+            functions,
+            restarting: RefCell::default(),
+            restarts: RefCell::default(),
         };
         let names: Vec<String> = runner.software.keys().cloned().collect();
         names.iter().for_each(|name| runner.start_host(name));
@@ -172,6 +316,15 @@ impl LiveRunner {
         let now = self.elapsed_ms();
         if self.clock_started.is_some() {
             let world_timer = self.world.clock.next_deadline().filter(|due| *due < now).map(|due| (now - due, due));
+            // A look an event woke before the tick was due says nothing of the machine.
+            if let Some(at) = previous.filter(|at| now >= at + LOOK_MS) {
+                let late = now - (at + LOOK_MS);
+                let mut ticks = self.ticks.borrow_mut();
+                let bucket = usize::try_from(late).unwrap_or(usize::MAX).min(ticks.len() - 1);
+                ticks[bucket] += 1;
+                self.work.borrow_mut().tick(late);
+            }
+            self.count_trips();
             let tick = previous.map(|at| at + LOOK_MS).filter(|due| *due < now).map(|due| (now - due, due));
             for (ms, due_ms) in [world_timer, tick].into_iter().flatten() {
                 if ms > self.late.get().ms {
@@ -181,6 +334,107 @@ impl LiveRunner {
         }
         self.world.clock.advance_to(now);
         now
+    }
+
+    /// Starts timing a restart of the external `host`: it was just started again.
+    fn restart_begun(&self, host: &str) {
+        let missing = self.functions.get(host).cloned().unwrap_or_default();
+        let timing = Restarting {
+            since: Instant::now(),
+            at_ms: self.world.clock.now_ms(),
+            scanned: self.world.trace().events().len(),
+            missing,
+        };
+        self.restarting.borrow_mut().insert(host.to_string(), timing);
+    }
+
+    /// Ends the timing of each restarted external host that has registered all its functions
+    /// again, noting how long it took (`restart_measured`).
+    fn watch_restarts(&self) {
+        let mut restarting = self.restarting.borrow_mut();
+        if restarting.is_empty() {
+            return;
+        }
+        let trace = self.world.trace();
+        let events = trace.events();
+        let mut back = Vec::new();
+        for (host, timing) in restarting.iter_mut() {
+            for event in &events[timing.scanned.min(events.len())..] {
+                if let crate::trace::EventKind::Frame {
+                    frame: "registerfunction",
+                    direction: "in",
+                    function_id: Some(function),
+                    ..
+                } = &event.kind
+                {
+                    timing.missing.remove(function);
+                }
+            }
+            timing.scanned = events.len();
+            if timing.missing.is_empty() {
+                let took_ms = u64::try_from(timing.since.elapsed().as_millis()).unwrap_or(u64::MAX);
+                back.push(Restart { host: host.clone(), at_ms: timing.at_ms, took_ms });
+            }
+        }
+        drop(trace);
+        for restart in back {
+            restarting.remove(&restart.host);
+            let detail = json!({ "host": restart.host, "at_ms": restart.at_ms, "took_ms": restart.took_ms });
+            self.world.note_event(RIG, "restart_measured", detail);
+            self.restarts.borrow_mut().push(restart);
+        }
+    }
+
+    /// How long each restart of an external host took, and the hosts started again that never
+    /// came back (with when they were restarted).
+    pub fn restarts(&self) -> (Vec<Restart>, Vec<(String, u64)>) {
+        let pending = self.restarting.borrow().iter().map(|(host, t)| (host.clone(), t.at_ms)).collect();
+        (self.restarts.borrow().clone(), pending)
+    }
+
+    /// Counts the frames to and from external workers since the last look as trips of their
+    /// work (see [`WorkLateness`]).
+    fn count_trips(&self) {
+        let mut work = self.work.borrow_mut();
+        let trace = self.world.trace();
+        let events = trace.events();
+        let new = &events[work.scanned.min(events.len())..];
+        // A note to the rig (`rig::note`, fire-and-forget) is no trip of the work: nothing waits
+        // for it.
+        let trips = new
+            .iter()
+            .filter(|e| {
+                matches!(&e.kind, crate::trace::EventKind::Frame { peer, function_id, .. }
+                    if self.external.contains(peer) && function_id.as_deref() != Some(super::RIG_NOTE))
+            })
+            .count() as u64;
+        work.scanned = events.len();
+        drop(trace);
+        // In real milliseconds since the clock started, as the window is.
+        let now = self.elapsed_ms();
+        work.count(now, trips);
+    }
+
+    /// The most the harness processes' work ran late within the span of the shortest deciding
+    /// timing (see [`WorkLateness`]).
+    pub fn work_late(&self) -> WorkLate {
+        self.work.borrow().worst
+    }
+
+    /// How late the runner's ticks woke in this run, by percentile.
+    pub fn tick_profile(&self) -> TickProfile {
+        let ticks = self.ticks.borrow();
+        let total: u64 = ticks.iter().sum();
+        let at = |share: f64| {
+            let wanted = ((total as f64) * share).ceil().max(1.0) as u64;
+            let mut seen = 0;
+            ticks.iter().position(|count| {
+                seen += count;
+                seen >= wanted
+            })
+        };
+        let ms = |share: f64| at(share).map_or(0, |bucket| bucket as u64);
+        TickProfile { ticks: total, p50_ms: ms(0.5), p90_ms: ms(0.9), p99_ms: ms(0.99) }
     }
 
     /// The latest a timer of the live clock fired in this run, and the bound it is held to.
@@ -324,6 +578,7 @@ impl LiveRunner {
             loop {
                 looked = Some(self.look(looked));
                 self.supervise();
+                self.watch_restarts();
                 if self.world.has_bounces() {
                     return None;
                 }
@@ -356,6 +611,7 @@ impl LiveRunner {
                 self.kill_process(&host);
                 self.net.restart_external(&host);
                 let _ = self.start_process(&host);
+                self.restart_begun(&host);
             } else {
                 self.stop_host(&host);
                 self.start_host(&host);
@@ -546,6 +802,7 @@ impl LiveRunner {
             if gone {
                 let _ = self.start_process(host);
             }
+            self.restart_begun(host);
         } else if !self.running.contains_key(host) {
             self.start_host(host);
         }

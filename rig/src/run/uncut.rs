@@ -185,13 +185,20 @@ pub(super) fn key(harness: &str, policy: &str, seed: u64, scenario: &Scenario) -
         services,
         replacement,
     } = &scenario.world;
-    let NetworkConfig { tick_ms, latency_ms_min, latency_ms_max, duration_ms_max, steps_max, tick_idle_hosts: _ } =
-        network;
+    let NetworkConfig {
+        tick_ms,
+        latency_ms_min,
+        latency_ms_max,
+        duration_ms_max,
+        steps_max,
+        tick_idle_hosts: _,
+        harness_restart_ms,
+    } = network;
     let proxy = scenario.proxy.as_ref().map(|p| &p.worker);
     let _ = write!(
         digest,
         "{harness}\u{0}{policy}\u{0}{seed}\u{0}{config:?}{tick_ms},{latency_ms_min},{latency_ms_max},{duration_ms_max},\
-         {steps_max}\u{0}{liveness_ms}{records:?}{messages:?}{model:?}{model_deterministic}{queues:?}{services:?}\
+         {steps_max},{harness_restart_ms}\u{0}{liveness_ms}{records:?}{messages:?}{model:?}{model_deterministic}{queues:?}{services:?}\
          {replacement}\u{0}{proxy:?}\u{0}{:?}",
         scenario.steps
     );

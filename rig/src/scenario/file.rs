@@ -85,6 +85,8 @@ pub struct WorldSpec {
     pub tick_ms: u64,
     pub latency_ms_min: u64,
     pub latency_ms_max: u64,
+    /// How long a restarted harness worker takes to start again (0: at once).
+    pub harness_restart_ms: u64,
     pub duration_ms_max: u64,
     pub steps_max: u64,
     /// How long after the final heal every turn must be terminal or held.
@@ -169,6 +171,7 @@ impl Default for WorldSpec {
             tick_ms: network.tick_ms,
             latency_ms_min: network.latency_ms_min,
             latency_ms_max: network.latency_ms_max,
+            harness_restart_ms: network.harness_restart_ms,
             duration_ms_max: network.duration_ms_max,
             steps_max: network.steps_max,
             liveness_ms: 60_000,

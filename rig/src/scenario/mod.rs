@@ -416,6 +416,7 @@ fn world_setup(at: &Locator, spec: WorldSpec) -> Result<WorldSetup, ScenarioErro
             duration_ms_max: spec.duration_ms_max,
             steps_max: spec.steps_max,
             tick_idle_hosts: false,
+            harness_restart_ms: spec.harness_restart_ms,
         },
         liveness_ms: spec.liveness_ms,
         effects_per_action_max: spec.effects_per_action_max,
@@ -455,6 +456,19 @@ fn check_bring_up(at: &Locator, spec: &WorldSpec) -> Result<(), ScenarioError> {
                  the rig waits {ready_ms} ms for them; expected `tick_ms` + {BRING_UP_TRIPS} x `latency_ms_max` \
                  (rounded up to whole ticks) under {ready_ms} ms",
                 spec.tick_ms, spec.latency_ms_max
+            ),
+        ));
+    }
+    // A restarted worker must be back within the time a `restart` step waits for it.
+    if u128::from(spec.harness_restart_ms) + bring_up_ms >= u128::from(ready_ms) {
+        return Err(at.error(
+            at.find("harness_restart_ms"),
+            &format!(
+                "`harness_restart_ms = {}`: a restarted harness worker would not be back within the {ready_ms} ms the \
+                 rig waits for it (it also takes up to {bring_up_ms} ms to connect at these network settings); \
+                 expected under {} ms",
+                spec.harness_restart_ms,
+                u128::from(ready_ms) - bring_up_ms
             ),
         ));
     }

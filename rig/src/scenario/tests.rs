@@ -345,6 +345,15 @@ fn a_world_too_slow_to_come_up_is_a_load_error() {
 }
 
 #[test]
+fn a_harness_restart_longer_than_the_rig_waits_for_it_is_a_load_error() {
+    let e = error(&world("harness_restart_ms = 5000"));
+    assert!(e.message.contains("would not be back within the 5000 ms"), "{e}");
+    assert_eq!((e.line, e.column), (2, 1), "{e}");
+    let parsed = parse(&world("harness_restart_ms = 700")).expect("a restart the rig waits for");
+    assert_eq!(parsed.world.network.harness_restart_ms, 700);
+}
+
+#[test]
 fn a_misspelt_key_or_word_gets_the_nearest_valid_one() {
     let source = world("").replace("[world]", "[wrold]");
     let e = error(&source);

@@ -32,6 +32,11 @@ pub struct NetworkConfig {
     /// hosts skip the steps in which none of their tasks was woken. Slower, and the same run:
     /// a test holds the two to equal trace hashes.
     pub tick_idle_hosts: bool,
+    /// How long a restarted harness worker takes before its software runs again (a process
+    /// starting: an interpreter, its imports, its connection). 0, the default, restarts it at
+    /// once; live mode measures a real process's restarts and names this setting when the
+    /// difference decides a verdict (rig/docs/live.md).
+    pub harness_restart_ms: u64,
 }
 
 impl Default for NetworkConfig {
@@ -43,6 +48,7 @@ impl Default for NetworkConfig {
             duration_ms_max: 7_200_000,
             steps_max: 2_000_000,
             tick_idle_hosts: false,
+            harness_restart_ms: 0,
         }
     }
 }
@@ -114,6 +120,11 @@ pub struct Runner {
     dials: BTreeMap<String, String>,
     /// Links an `isolate-caller` cut partitioned, with when each is repaired.
     isolated: BTreeMap<(String, String), u64>,
+    /// Hosts whose software takes time to start again after a restart (harness workers, by
+    /// `harness_restart_ms`), with that time.
+    slow_starts: BTreeMap<String, u64>,
+    /// Restarted hosts whose software has not started yet, with when it starts.
+    starting: BTreeMap<String, u64>,
 }
 
 impl Runner {
@@ -133,6 +144,41 @@ impl Runner {
             cut_links: BTreeSet::new(),
             held: BTreeSet::new(),
             driver: None,
+            slow_starts: BTreeMap::new(),
+            starting: BTreeMap::new(),
+        }
+    }
+
+    /// Makes `host`'s software take the world's `harness_restart_ms` to start again after each
+    /// restart (a crash and restart cut's, a `restart` step's, a heal's).
+    pub fn starts_slowly(&mut self, host: &str) {
+        if self.config.harness_restart_ms > 0 {
+            self.slow_starts.insert(host.to_string(), self.config.harness_restart_ms);
+        }
+    }
+
+    /// Starts `host`'s software again: at once, or, for a host that starts slowly, once its
+    /// start time has passed (it stays down meanwhile, as a process still starting serves
+    /// nothing).
+    fn start_again(&mut self, host: &str) {
+        match self.slow_starts.get(host) {
+            Some(ms) => {
+                self.sim.crash(host);
+                let at = self.now_ms().saturating_add(*ms);
+                self.starting.insert(host.to_string(), at);
+            }
+            None => self.sim.bounce(host),
+        }
+    }
+
+    /// Starts the software of the restarted hosts whose start time has come.
+    fn start_hosts_due(&mut self, now: u64) {
+        let due: Vec<String> = self.starting.iter().filter(|(_, at)| **at <= now).map(|(h, _)| h.clone()).collect();
+        for host in due {
+            self.starting.remove(&host);
+            let took = self.slow_starts.get(&host).copied().unwrap_or_default();
+            self.world.note_event("rig", "host_started", serde_json::json!({ "host": host, "after_ms": took }));
+            self.sim.bounce(host.as_str());
         }
     }
 
@@ -220,13 +266,14 @@ impl Runner {
         self.freeze_paused_hosts(now);
         self.repair_isolations_due(now);
         let woken = self.world.clock.advance_to(now);
+        self.start_hosts_due(now);
         let activity = self.world.activity();
         self.sim.step().map_err(|error| Stop::HostFailed(error.to_string()))?;
         self.steps += 1;
         for host in self.world.take_bounces() {
             self.world.record("rig", EventKind::Control { action: "crash and restart".into(), target: host.clone() });
             self.world.end_pause(&host);
-            self.sim.bounce(host.as_str());
+            self.start_again(&host);
         }
         for (host, until) in self.world.take_isolations() {
             self.isolate(&host, until);
@@ -256,7 +303,8 @@ impl Runner {
         let now = self.now_ms();
         let pause_end = self.world.pauses_after(now).into_iter().map(|(_, until)| until).min();
         let repair = self.isolated.values().copied().min();
-        [self.world.clock.next_deadline(), pause_end, repair].into_iter().flatten().min()
+        let start = self.starting.values().copied().min();
+        [self.world.clock.next_deadline(), pause_end, repair, start].into_iter().flatten().min()
     }
 
     /// Records the host `host` dials, for cuts that isolate it.
@@ -350,6 +398,8 @@ impl Runner {
         self.world.record_control("crash", host);
         self.world.end_pause(host);
         self.sim.crash(host);
+        // A host crashed again before it had started stays down until it is restarted.
+        self.starting.remove(host);
         self.crashed.insert(host.to_string());
     }
 
@@ -357,7 +407,7 @@ impl Runner {
     pub fn restart(&mut self, host: &str) {
         self.world.record_control("restart", host);
         self.world.end_pause(host);
-        self.sim.bounce(host);
+        self.start_again(host);
         self.crashed.remove(host);
     }
 
@@ -408,7 +458,7 @@ impl Runner {
             self.sim.repair(a.as_str(), b.as_str());
         }
         for host in std::mem::take(&mut self.crashed) {
-            self.sim.bounce(host.as_str());
+            self.start_again(&host);
         }
     }
 }
