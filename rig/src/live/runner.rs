@@ -619,11 +619,18 @@ impl LiveRunner {
         }
     }
 
-    /// A limit the run reached, or a signal that asked the command to stop: the script ends at
-    /// once (a stopped run is void, see [`super::run_live`]).
+    /// A limit the run reached, a signal that asked the command to stop, or lateness that made
+    /// the run void already: the script ends at once (such a run is void, see
+    /// [`super::run_live`]).
     fn limit(&self) -> Option<Stop> {
         if let Some(signal) = crate::interrupt::received() {
             return Some(Stop::Limit(format!("interrupted by {}", signal.name())));
+        }
+        // A run already void has no verdict to reach: the rest of it (a liveness bound waited
+        // out, say) would only delay its retry.
+        let bound = self.bounds.late_ms_max;
+        if self.late.get().ms > bound || self.work.borrow().worst.ms > bound {
+            return Some(Stop::Limit("the machine did not keep real time".into()));
         }
         let max = self.bounds.duration_ms_max;
         (self.world.clock.now_ms() > max).then(|| {
