@@ -389,12 +389,17 @@ fn sweep_and_explore_find_the_same_things_on_any_number_of_jobs() {
     assert!(one.contains("finding `liveness`"), "{one}");
     assert_eq!(one, without_wall_time(sweep("3")));
 
-    let explore = |jobs: &str| {
-        rig(&["explore", workload.to_str().unwrap(), "--policy", "unguarded", "--seeds", "0..12", "--jobs", jobs])
-    };
-    let one = without_wall_time(explore("1"));
-    assert!(one.contains("shrunk to"), "{one}");
-    assert_eq!(one, without_wall_time(explore("3")));
+    // The swarm's seeds each on their own; a guided exploration's runs in batches drawn from
+    // what the batches before found, the same for any number of jobs.
+    for (mode, seeds) in [("swarm", "0..12"), ("guided", "0..40")] {
+        let explore = |jobs: &str| {
+            let args = ["--policy", "unguarded", "--mode", mode, "--seeds", seeds, "--jobs", jobs];
+            rig(&[&["explore", workload.to_str().unwrap()][..], &args[..]].concat())
+        };
+        let one = without_wall_time(explore("1"));
+        assert!(one.contains("shrunk to") && one.contains("abstract states"), "{mode}: {one}");
+        assert_eq!(one, without_wall_time(explore("3")), "{mode}");
+    }
 }
 
 #[test]
@@ -512,6 +517,8 @@ fn an_explored_finding_is_written_with_its_timeline_trace_and_repro_and_overwrit
             workload.to_str().unwrap(),
             "--policy",
             "unguarded",
+            "--mode",
+            "swarm",
             "--seeds",
             seeds,
             "--out",
@@ -569,7 +576,8 @@ fn seeds_that_shrink_to_the_same_cuts_are_one_finding_in_one_file() {
     let folder = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli/explore-signatures");
     let _ = std::fs::remove_dir_all(&folder);
     let explore = |extra: &[&str]| {
-        let mut args = vec!["explore", workload.to_str().unwrap(), "--policy", "unguarded", "--seeds", "0..40"];
+        let mut args =
+            vec!["explore", workload.to_str().unwrap(), "--policy", "unguarded", "--mode", "swarm", "--seeds", "0..40"];
         args.extend(extra);
         let out = rig(&args);
         assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
@@ -647,7 +655,8 @@ fn an_exploration_whose_uncut_workload_trips_an_oracle_fails_saying_so() {
     // `mint-child-budget` overspends the child's budget with no cut at all: each seed's uncut run
     // fails, which a mix adding nothing must not hide as `clean`.
     let workload = workspace().join("scenarios/workloads/budget-across-a-child.toml");
-    let args = ["explore", workload.to_str().unwrap(), "--policy", "mint-child-budget", "--seeds", "0..2"];
+    let args =
+        ["explore", workload.to_str().unwrap(), "--policy", "mint-child-budget", "--mode", "swarm", "--seeds", "0..2"];
     let out = rig(&args);
     assert_eq!(out.status.code(), Some(1));
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -656,8 +665,23 @@ fn an_exploration_whose_uncut_workload_trips_an_oracle_fails_saying_so() {
         assert!(stdout.contains(&line), "{stdout}");
     }
     assert!(stdout.contains("explored 2 seed(s): 0 clean, 2 failing"), "{stdout}");
-    let reference = rig(&["explore", workload.to_str().unwrap(), "--seeds", "0..2"]);
+    let reference = rig(&["explore", workload.to_str().unwrap(), "--mode", "swarm", "--seeds", "0..2"]);
     assert_eq!(reference.status.code(), Some(0), "{}", String::from_utf8_lossy(&reference.stdout));
+    // Guided, the runs share one uncut run, which fails once, with the first run.
+    let out = rig(&[
+        "explore",
+        workload.to_str().unwrap(),
+        "--policy",
+        "mint-child-budget",
+        "--mode",
+        "guided",
+        "--seeds",
+        "0..2",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = "[mint-child-budget] run 0: [budget] on the uncut workload itself";
+    assert_eq!(stdout.matches(line).count(), 1, "{stdout}");
 }
 
 #[test]

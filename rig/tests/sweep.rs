@@ -496,10 +496,13 @@ fn an_exploration_counts_its_runs_and_drops_the_cuts_it_does_not_need() {
     assert!(exploration.shrunk.is_some_and(|shrunk| shrunk.placements.len() < exploration.mix.len()));
 }
 
-/// Depth 2 adds pairs of placements at different sites, the most promising first, as many as the
-/// budget leaves room for; what does not fit is counted as skipped, never dropped silently.
+/// Depth 2 runs the single placements first; then pairs each that left its run clean with a
+/// second cut on the same action or record at a call of that run after the first cut fired (its
+/// retry, readback or reconciliation among them: calls the uncut run never made); then pairs of
+/// the uncut run's placements at two sites, the most promising first; as many as the budget
+/// leaves room for, and what does not fit is counted as skipped, never dropped silently.
 #[test]
-fn a_depth_two_plan_adds_the_most_promising_pairs_within_its_budget() {
+fn a_depth_two_sweep_pairs_a_second_cut_on_the_same_subject_then_the_most_promising_pairs() {
     let (harness, scenario) = (rig::reference(), workload("switch-with-lease.toml"));
     let plan = |depth: u8, budget: Option<usize>| {
         explore::plan(&harness, &scenario, &SweepOptions { depth, budget, ..SweepOptions::default() })
@@ -508,39 +511,135 @@ fn a_depth_two_plan_adds_the_most_promising_pairs_within_its_budget() {
     let one = plan(1, None);
     assert!(one.jobs.iter().all(|job| job.len() == 1) && one.skipped == 0);
     let singles: Vec<Placement> = one.jobs.iter().map(|job| job[0].clone()).collect();
-    let possible = (0..singles.len())
-        .flat_map(|i| (i + 1..singles.len()).map(move |j| (i, j)))
-        .filter(|&(i, j)| singles[i].site != singles[j].site)
-        .count();
-    let two = plan(2, None);
-    let pairs: Vec<&Vec<Placement>> = two.jobs.iter().filter(|job| job.len() == 2).collect();
-    assert_eq!(two.jobs.len() - pairs.len(), singles.len(), "every single first");
-    assert_eq!(pairs.len(), possible.min(explore::PAIRS_DEFAULT));
-    assert_eq!(pairs.len() + two.skipped, possible, "a pair that does not fit is skipped, and counted");
-    assert!(pairs.iter().all(|pair| pair[0].site != pair[1].site), "a pair is two sites");
-    let promise = |pair: &&Vec<Placement>| pair[0].site.promise() + pair[1].site.promise();
-    assert!(pairs.windows(2).all(|w| promise(&w[0]) >= promise(&w[1])), "the most promising first");
-    // Exactly which pairs, in which order, all of them (a budget that fits every pair): by the
-    // sum of the two sites' promise, highest first, ties in the order the singles came (first
-    // by the first site, then by the second).
-    let all = plan(2, Some(singles.len() + possible));
-    assert_eq!(all.skipped, 0);
-    let pairs: Vec<&Vec<Placement>> = all.jobs.iter().filter(|job| job.len() == 2).collect();
-    let index = |placement: &Placement| singles.iter().position(|single| single == placement).unwrap();
-    let mut expected: Vec<(usize, usize)> = (0..singles.len())
+    // The singles' runs, as a depth-2 sweep makes them (the same for any budget that fits them).
+    let runs: Vec<explore::SweepRun> = {
+        let two = plan(2, None);
+        assert_eq!(two.jobs.len(), singles.len(), "the pairs wait for the singles' runs");
+        two.jobs.iter().map(|job| explore::run_job(&harness, &two, job)).collect()
+    };
+    let paired = |budget: Option<usize>| {
+        let mut two = plan(2, budget);
+        explore::plan_pairs(&mut two, &runs);
+        two
+    };
+    // Each pair once, whichever of its cuts came first.
+    let key = |pair: &[Placement]| {
+        let mut ids: Vec<String> = pair.iter().map(Placement::id).collect();
+        ids.sort();
+        ids
+    };
+    let mut seen: BTreeSet<Vec<String>> = BTreeSet::new();
+    let mut same_subject: Vec<Vec<Placement>> = Vec::new();
+    for run in runs.iter().filter(|run| run.verdict == Verdict::Clean) {
+        for follow_up in &run.follow_ups {
+            assert_eq!(follow_up.site.subject(), run.placements[0].site.subject());
+            assert_ne!(follow_up.site, run.placements[0].site);
+            let pair = vec![run.placements[0].clone(), follow_up.clone()];
+            if seen.insert(key(&pair)) {
+                same_subject.push(pair);
+            }
+        }
+    }
+    assert!(runs.iter().all(|run| run.verdict == Verdict::Clean || run.follow_ups.is_empty()));
+    assert!(same_subject.len() > 10, "a retry or a readback follows many a cut: {}", same_subject.len());
+    // Some second cut lands at a call the uncut run never made.
+    assert!(same_subject.iter().any(|pair| !singles.iter().any(|single| single.site == pair[1].site)));
+    let mut others: Vec<(usize, usize)> = (0..singles.len())
         .flat_map(|i| (i + 1..singles.len()).map(move |j| (i, j)))
         .filter(|&(i, j)| singles[i].site != singles[j].site)
         .collect();
     let sum = |&(i, j): &(usize, usize)| singles[i].site.promise() + singles[j].site.promise();
-    expected.sort_by_key(|pair| (std::cmp::Reverse(sum(pair)), *pair));
-    let planned: Vec<(usize, usize)> = pairs.iter().map(|pair| (index(&pair[0]), index(&pair[1]))).collect();
-    let first_difference = planned.iter().zip(&expected).position(|(planned, expected)| planned != expected);
+    // By the sum of the two sites' promise, highest first, ties in the order the singles came;
+    // a pair already tried on one subject is not tried again.
+    others.sort_by_key(|pair| (std::cmp::Reverse(sum(pair)), *pair));
+    others.retain(|&(i, j)| seen.insert(key(&[singles[i].clone(), singles[j].clone()])));
+    let possible = same_subject.len() + others.len();
+
+    let all = paired(Some(singles.len() + possible));
+    assert_eq!(all.skipped, 0);
+    let expected: Vec<Vec<Placement>> = same_subject
+        .iter()
+        .cloned()
+        .chain(others.iter().map(|&(i, j)| vec![singles[i].clone(), singles[j].clone()]))
+        .collect();
+    let planned = &all.jobs[singles.len()..];
     assert_eq!(planned.len(), expected.len());
-    assert_eq!(first_difference, None, "pairs by their promise, ties in site order");
-    let promises: std::collections::BTreeSet<u8> = singles.iter().map(|single| single.site.promise()).collect();
+    let first_difference = planned.iter().zip(&expected).position(|(planned, expected)| planned != expected);
+    assert_eq!(first_difference, None, "the same subject's pairs, then the others by their promise");
+    let promises: BTreeSet<u8> = singles.iter().map(|single| single.site.promise()).collect();
     assert!(promises.len() > 2, "the workload offers sites of three promises, so sums and ties tell orders apart");
-    let tight = plan(2, Some(singles.len() + 3));
+
+    let two = paired(None);
+    assert_eq!(two.jobs.len() - singles.len(), possible.min(explore::PAIRS_DEFAULT));
+    assert_eq!(two.jobs.len() - singles.len() + two.skipped, possible, "a pair that does not fit is counted");
+    let tight = paired(Some(singles.len() + 3));
     assert_eq!((tight.jobs.len(), tight.skipped), (singles.len() + 3, possible - 3));
+    assert_eq!(tight.jobs[singles.len()..], expected[..3], "the same subject's pairs first");
     let tighter = plan(1, Some(5));
     assert_eq!((tighter.jobs.len(), tighter.skipped), (5, singles.len() - 5));
+}
+
+/// A guided exploration's runs come from its range alone: the same range makes the same runs,
+/// corpus and coverage again, and a shorter range from the same start makes the first of them.
+#[test]
+fn a_guided_exploration_makes_the_same_runs_from_the_same_range_and_a_shorter_one_its_first() {
+    let (harness, scenario) = (rig::reference(), workload("switch-with-lease.toml"));
+    let explore = |runs: std::ops::Range<u64>| {
+        let mut campaign = explore::Campaign::new(&harness, &scenario, "reference", runs, false).unwrap();
+        let mut made = Vec::new();
+        loop {
+            let trials = campaign.batch();
+            if trials.is_empty() {
+                break;
+            }
+            for trial in &trials {
+                let tried = campaign.try_mix(trial);
+                made.push((tried.index, tried.mix.iter().map(Placement::id).collect::<Vec<_>>(), tried.fired.clone()));
+                campaign.fold(tried);
+            }
+        }
+        let corpus: Vec<Vec<String>> = campaign.corpus().map(|mix| mix.iter().map(Placement::id).collect()).collect();
+        (made, corpus, campaign.coverage.states(), campaign.coverage.transitions())
+    };
+    let long = explore(3..67);
+    assert_eq!(long.0.len(), 64);
+    assert!(long.1.len() > 4, "runs that reached new abstract states are kept: {:?}", long.1);
+    assert!(long.2 > 20, "{} abstract states", long.2);
+    // Most runs change a kept mix: some mix of two or more cuts was made.
+    assert!(long.0.iter().any(|(_, mix, _)| mix.len() >= 2));
+    assert_eq!(explore(3..67), long);
+    let short = explore(3..35);
+    assert_eq!(short.0[..], long.0[..32], "the first runs of a longer range");
+}
+
+/// The benchmark's judge: a run finds a bug only where the reference is clean with the same
+/// cuts, so the reference policy itself, hunted, is never found however much its runs trip.
+#[test]
+fn the_benchmark_finds_a_bug_where_the_reference_is_clean_and_the_reference_never() {
+    use explore::bench::{hunt, Searcher};
+    let harness = rig::reference();
+    let scenario = workload("streamed-replies.toml");
+    let found = hunt(&harness, &scenario, "arrival-order-stream", Searcher::Depth1, 0, 10_000).unwrap();
+    let first = found.first.expect("a reorder of a streamed frame is among the sweep's placements");
+    assert_eq!(found.runs, first, "the hunt stops at its first finding");
+    assert_eq!(found.oracle.as_deref(), Some("whole-replies"));
+    assert!(found.cuts[0].starts_with("reorder @"), "{:?}", found.cuts);
+    let again = hunt(&harness, &scenario, "arrival-order-stream", Searcher::Guided, 0, 64).unwrap();
+    assert_eq!(again, hunt(&harness, &scenario, "arrival-order-stream", Searcher::Guided, 0, 64).unwrap());
+    let reference = hunt(&harness, &scenario, "reference", Searcher::Swarm, 0, 30).unwrap();
+    assert_eq!((reference.first, reference.runs), (None, 30));
+}
+
+/// A clean sweep says what it covered and what it did not; coverage counts abstract states.
+#[test]
+fn a_clean_sweep_states_what_it_covered_and_what_it_left_out() {
+    let options = SweepOptions { budget: Some(40), ..SweepOptions::default() };
+    let report = explore::sweep(&rig::reference(), &workload("multi-round.toml"), &options).unwrap();
+    assert!(report.findings.is_empty() && report.certificate.clean());
+    let statement = report.certificate.statement();
+    assert!(statement.starts_with("40 single cuts at "), "{statement}");
+    assert!(statement.contains(": no finding; not covered: "), "{statement}");
+    assert!(statement.contains(" single cuts over the budget") && statement.contains("pairs of cuts (--depth 2)"));
+    assert!(report.coverage.states() > 10 && report.coverage.transitions() >= report.coverage.states() - 1);
+    assert_eq!(report.coverage.runs(), 41, "the uncut run and the sweep's");
 }

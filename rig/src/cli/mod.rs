@@ -45,6 +45,7 @@ pub mod baseline;
 pub mod bench;
 pub mod changes;
 pub mod explore;
+pub mod explore_bench;
 pub mod harness;
 pub mod live;
 pub mod matrix;
@@ -76,6 +77,8 @@ pub enum Command {
     Sweep(sweep::SweepArgs),
     /// Draw a random fault mix per seed, shrink every failure, write it as a scenario.
     Explore(explore::ExploreArgs),
+    /// Measure the searchers: runs to the first finding of each bug of a fixed set, under sweeps, the swarm and the guided explorer.
+    ExploreBench(explore_bench::ExploreBenchArgs),
     /// Measure the rig: runs per second and simulated-to-wall time per scenario file.
     Bench(bench::BenchArgs),
     /// Compare a night's failures and findings (files --write-baseline wrote) with the night
@@ -94,6 +97,7 @@ impl Command {
             Command::Matrix(args) => matrix::command(args, harness),
             Command::Sweep(args) => sweep::command(args, harness),
             Command::Explore(args) => explore::command(args, harness),
+            Command::ExploreBench(args) => explore_bench::command(args, harness),
             Command::Bench(args) => bench::command(args, harness),
             Command::Changes(args) => changes::command(args, harness),
         }

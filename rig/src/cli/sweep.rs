@@ -1,5 +1,5 @@
 //! `rig sweep`: every cut at every place one uncut run offers, then bounded pairs; each finding
-//! written as a minimal scenario file.
+//! written as a minimal scenario file; what was covered counted, and for a clean sweep stated.
 
 use super::artifacts::write_finding;
 use super::baseline::{BaselineArgs, Strict};
@@ -46,6 +46,10 @@ pub struct SweepArgs {
     /// Run nothing: list each workload's needs, and whether this harness serves it.
     #[arg(long)]
     pub list: bool,
+    /// One JSON object per workload (its runs, findings, coverage and certificate) and one for
+    /// the summary, instead of the lines a person reads.
+    #[arg(long)]
+    pub json: bool,
     #[command(flatten)]
     pub quiet: Quiet,
     #[command(flatten)]
@@ -134,24 +138,29 @@ pub(crate) fn command(args: SweepArgs, harness: &Harness) -> ExitCode {
         }
         // Wall time, for the summary line only: the uncut run and the sweep's, as they took.
         let started = std::time::Instant::now();
-        let plan = match explore::plan(made_by, scenario, &options) {
+        let mut plan = match explore::plan(made_by, scenario, &options) {
             Ok(plan) => plan,
             Err(skip) => {
-                if !args.quiet.failures_only {
-                    out!("{}", report::skip_line(&scenario.path.display().to_string(), &args.policy, &skip));
+                let path = scenario.path.display().to_string();
+                if args.json {
+                    out!(
+                        "{}",
+                        serde_json::json!({ "workload": path, "policy": args.policy, "skipped": skip.to_string() })
+                    );
+                } else if !args.quiet.failures_only {
+                    out!("{}", report::skip_line(&path, &args.policy, &skip));
                 }
                 tally.add(&Err(skip));
                 continue;
             }
         };
-        let progress = Progress::new(plan.jobs.len() as u64);
-        let runs = map_ordered(
-            output::while_wanted(plan.jobs.iter()),
-            args.jobs.workers(plan.jobs.len() as u64),
-            |job| explore::run_job(made_by, &plan, job),
-            |_, run| progress.completed(matches!(run.verdict, explore::Verdict::Fired(_)), None),
-        );
-        progress.finish();
+        // The single cuts, then (at depth 2) the pairs they lead to.
+        let mut runs = run_jobs(made_by, &plan, 0, &args);
+        explore::plan_pairs(&mut plan, &runs);
+        if plan.jobs.len() > runs.len() && !output::lost() {
+            let pairs = run_jobs(made_by, &plan, runs.len(), &args);
+            runs.extend(pairs);
+        }
         let elapsed = started.elapsed();
         let baseline_us = plan.baseline.wall_us;
         let report = explore::report(made_by, plan, runs);
@@ -176,6 +185,21 @@ pub(crate) fn command(args: SweepArgs, harness: &Harness) -> ExitCode {
         };
         for key in &uncut_keys {
             ledger.record(key.clone(), args.seed, sweep_again, None);
+        }
+        if args.json {
+            anything |= report.found_anything();
+            let written: Vec<Option<String>> = report
+                .findings
+                .iter()
+                .map(|finding| {
+                    let written =
+                        args.out.as_ref().map(|folder| write_finding(folder, finding, harness, live.as_ref()));
+                    record_finding(&mut ledger, finding, written.as_ref(), &sweep_again);
+                    written.and_then(|w| w.file).map(|file| file.display().to_string())
+                })
+                .collect();
+            out!("{}", sweep_json(scenario, &args, &report, &written));
+            continue;
         }
         let finding_keys: Vec<FindingKey> = report.findings.iter().map(FindingKey::of).collect();
         let news = uncut_keys.iter().chain(&finding_keys).any(|key| !quiet_known(key));
@@ -225,7 +249,7 @@ pub(crate) fn command(args: SweepArgs, harness: &Harness) -> ExitCode {
             "  {} runs in {:.2} s of wall time: {clean} clean, {fired_runs} fired, {unreached} unreached{}; {} distinct findings",
             report.runs.len(),
             elapsed.as_secs_f64(),
-            if report.skipped > 0 { format!(", {} pairs over the budget", report.skipped) } else { String::new() },
+            if report.skipped > 0 { format!(", {} over the budget", report.skipped) } else { String::new() },
             report.findings.len()
         );
         if live.is_some() {
@@ -252,12 +276,30 @@ pub(crate) fn command(args: SweepArgs, harness: &Harness) -> ExitCode {
                 reference_note(finding)
             );
         }
+        out!("  coverage: {}", report.coverage.summary());
+        if report.certificate.clean() {
+            out!("  certificate: {}", report.certificate.statement());
+        }
     }
     let judged = match known.findings_end(&ledger, args.strict.strict, &mut |line| out!("{line}")) {
         Ok(judged) => judged,
         Err(code) => return code,
     };
-    out!("{}", tally.summary(made_by.name()));
+    if args.json {
+        out!(
+            "{}",
+            serde_json::json!({
+                "summary": tally.summary(made_by.name()),
+                "swept": tally.swept,
+                "with_findings": tally.with_findings,
+                "distinct_findings": tally.distinct,
+                "skipped": tally.skipped,
+                "harness": made_by.name(),
+            })
+        );
+    } else {
+        out!("{}", tally.summary(made_by.name()));
+    }
     if let Some(signal) = crate::interrupt::received() {
         out!(
             "interrupted by {}: the last workload swept in part, {} of {} not swept",
@@ -311,6 +353,61 @@ pub(crate) fn record_finding(
     let replay = written.and_then(|w| w.replay.clone());
     ledger.record(key.clone(), finding.seed, || replay.unwrap_or_else(search_again), file);
     key
+}
+
+/// Runs the plan's jobs from `from` on, on every core, handed back in plan order.
+fn run_jobs(made_by: &dyn Runs, plan: &explore::SweepPlan, from: usize, args: &SweepArgs) -> Vec<explore::SweepRun> {
+    let jobs = &plan.jobs[from..];
+    let progress = Progress::new(jobs.len() as u64);
+    let runs = map_ordered(
+        output::while_wanted(jobs.iter()),
+        args.jobs.workers(jobs.len() as u64),
+        |job| explore::run_job(made_by, plan, job),
+        |_, run| progress.completed(matches!(run.verdict, explore::Verdict::Fired(_)), None),
+    );
+    progress.finish();
+    runs
+}
+
+/// A workload's sweep as one JSON object: what was run, what fired, each finding (with the file
+/// it was written to), the coverage and the certificate.
+fn sweep_json(
+    scenario: &crate::Scenario,
+    args: &SweepArgs,
+    report: &explore::SweepReport,
+    written: &[Option<String>],
+) -> serde_json::Value {
+    let count = |verdict: fn(&Verdict) -> bool| report.runs.iter().filter(|run| verdict(&run.verdict)).count();
+    let findings: Vec<serde_json::Value> = report
+        .findings
+        .iter()
+        .zip(written)
+        .map(|(finding, file)| {
+            serde_json::json!({
+                "oracle": finding.oracle,
+                "cuts": finding.placements.iter().map(|p| p.id()).collect::<Vec<_>>(),
+                "signature": finding.signature().to_string(),
+                "runs": finding.count(),
+                "reference_fired": finding.reference_fired,
+                "file": file,
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "workload": scenario.path.display().to_string(),
+        "policy": args.policy,
+        "depth": args.depth,
+        "seed": args.seed,
+        "runs": report.runs.len(),
+        "clean": count(|v| *v == Verdict::Clean),
+        "fired": count(|v| matches!(v, Verdict::Fired(_))),
+        "unreached": count(|v| *v == Verdict::Unreached),
+        "over_budget": report.skipped,
+        "uncut_fired": report.baseline_fired,
+        "findings": findings,
+        "coverage": report.coverage.json(),
+        "certificate": report.certificate.json(),
+    })
 }
 
 /// How long the live runs took, each in real time: a live sweep's cost is its slowest runs.

@@ -43,15 +43,22 @@
 //! }
 //! ```
 
+pub mod bench;
 mod file;
+mod guided;
 mod space;
+mod state;
 mod swarm;
 mod sweep;
 
+pub use guided::{Campaign, Trial, Tried, GUIDED_BATCH};
+pub use space::follow_ups;
 pub use space::{cut_space, unminted, Kind, Placement, Site, SpaceOptions};
-pub use swarm::{explore, Exploration, ExploreTally, ExploredFinding};
+pub use state::{Abstraction, Coverage, Novelty, Trajectory, CURVE_STRETCH};
+pub use swarm::{explore, Exploration, ExploreTally, ExploredFinding, Unit};
 pub use sweep::{
-    plan, report, run_job, sweep, SweepOptions, SweepPlan, SweepReport, SweepRun, SweepTally, Verdict, PAIRS_DEFAULT,
+    plan, plan_pairs, report, run_job, sweep, Certificate, Pairs, SweepOptions, SweepPlan, SweepReport, SweepRun,
+    SweepTally, Verdict, PAIRS_DEFAULT,
 };
 
 use crate::capability::Skip;
@@ -81,6 +88,11 @@ pub trait Runs: Sync {
     }
     /// What a finding made under a known-bad policy is checked against, under `reference`.
     fn reference(&self) -> &dyn Runs;
+    /// Where the harness keeps its records, as the abstract state of a run reads them
+    /// ([`Abstraction`]); the reference harness's unless said otherwise.
+    fn layout(&self) -> crate::RecordLayout {
+        crate::RecordLayout::default()
+    }
 }
 
 impl Runs for Arc<dyn HarnessFactory> {
@@ -98,6 +110,10 @@ impl Runs for Arc<dyn HarnessFactory> {
 
     fn reference(&self) -> &dyn Runs {
         self
+    }
+
+    fn layout(&self) -> crate::RecordLayout {
+        self.as_ref().layout()
     }
 }
 
@@ -329,7 +345,21 @@ fn violation_key(violation: &crate::oracle::Violation) -> String {
     key
 }
 
-/// Runs `scenario` with `placements` added; `None` when some placement never fired.
+/// Runs `scenario` with `placements` added; with, for each, the index of the cut it added among
+/// its sort (see [`Placement::fired`]).
+pub(crate) fn run_placed_at(
+    harness: &dyn Runs,
+    scenario: &Scenario,
+    placements: &[Placement],
+    policy: &str,
+    seed: u64,
+) -> (RunOutcome, Vec<usize>) {
+    let mut variant = scenario.clone();
+    let indices = space::apply_all(placements, &mut variant);
+    (harness.run(&variant, &bare_run(policy), seed), indices)
+}
+
+/// Runs `scenario` with `placements` added; whether every placement fired.
 pub(crate) fn run_placed(
     harness: &dyn Runs,
     scenario: &Scenario,
@@ -337,9 +367,7 @@ pub(crate) fn run_placed(
     policy: &str,
     seed: u64,
 ) -> (RunOutcome, bool) {
-    let mut variant = scenario.clone();
-    let indices = space::apply_all(placements, &mut variant);
-    let outcome = harness.run(&variant, &bare_run(policy), seed);
+    let (outcome, indices) = run_placed_at(harness, scenario, placements, policy, seed);
     let reached = placements.iter().zip(&indices).all(|(p, i)| p.fired(&outcome, *i));
     (outcome, reached)
 }

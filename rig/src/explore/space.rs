@@ -218,6 +218,19 @@ impl Site {
         }
     }
 
+    /// What the site's call is about, when it is one action or one record: `action t1:1:0`,
+    /// `record harness_turn/s1`. Two faults on one subject are what a retry, a readback or a
+    /// reconciliation of it meets.
+    pub fn subject(&self) -> Option<String> {
+        let Site::Call { about, .. } = self else { return None };
+        let field = |name: &str| about.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str());
+        match (field("action_id"), field("scope"), field("key")) {
+            (Some(action), _, _) => Some(format!("action {action}")),
+            (None, Some(scope), Some(key)) => Some(format!("record {scope}/{key}")),
+            _ => None,
+        }
+    }
+
     /// Which of its like the site is, from 1.
     pub fn nth(&self) -> u64 {
         match self {
@@ -337,7 +350,13 @@ impl Placement {
 
     /// Whether the cut this placement added (the `index`-th of its sort) fired in `outcome`.
     pub fn fired(&self, outcome: &RunOutcome, index: usize) -> bool {
-        outcome.trace.events().iter().any(|e| match (&self.site, &e.kind) {
+        self.fired_at(outcome, index).is_some()
+    }
+
+    /// The trace event where the cut this placement added (the `index`-th of its sort) first
+    /// fired in `outcome`, if it did.
+    pub fn fired_at(&self, outcome: &RunOutcome, index: usize) -> Option<usize> {
+        outcome.trace.events().iter().position(|e| match (&self.site, &e.kind) {
             (Site::Call { .. }, EventKind::Cut { cut, .. }) => *cut == index,
             (Site::Point { .. }, EventKind::Interrupt { interrupt, .. }) => *interrupt == index,
             (Site::Frame { .. }, EventKind::ProxyRule { rule, .. }) => *rule == index,
@@ -415,6 +434,37 @@ pub fn outage_durations(deadline_ms: u64, liveness_ms: u64) -> Vec<u64> {
 
 /// Every placement the uncut `baseline` run of `scenario` offers, in a fixed order.
 pub fn cut_space(scenario: &Scenario, baseline: &RunOutcome, options: &SpaceOptions) -> Vec<Placement> {
+    cut_space_at(scenario, baseline, options, false).into_iter().map(|(_, placement)| placement).collect()
+}
+
+/// The placements at call sites of `run` that come after its trace event `after` (where a
+/// cut fired) and are about the same action or record as `subject`: where a second fault on the
+/// same thing can go, the calls the first one caused (a retry, a readback, a reconciliation)
+/// among them.
+pub fn follow_ups(
+    scenario: &Scenario,
+    run: &RunOutcome,
+    options: &SpaceOptions,
+    after: usize,
+    subject: &str,
+) -> Vec<Placement> {
+    cut_space_at(scenario, run, options, true)
+        .into_iter()
+        .filter(|(at, placement)| *at > after && placement.site.subject().as_deref() == Some(subject))
+        .map(|(_, placement)| placement)
+        .collect()
+}
+
+/// [`cut_space`], each placement with the index of the trace event its site is (`usize::MAX` for
+/// a point, which the trace does not place). With `uncut_calls_only`, a call a cut of the run
+/// took is no site: a cut added at it would meet the cut that took it first (an outage under
+/// way takes every call it covers).
+pub(crate) fn cut_space_at(
+    scenario: &Scenario,
+    baseline: &RunOutcome,
+    options: &SpaceOptions,
+    uncut_calls_only: bool,
+) -> Vec<(usize, Placement)> {
     let config = &scenario.world.harness;
     let deadline_of = |function: &str| match function.split("::").next() {
         Some("model") => config.model_timeout_ms,
@@ -432,12 +482,16 @@ pub fn cut_space(scenario: &Scenario, baseline: &RunOutcome, options: &SpaceOpti
         *n += 1;
         *n
     };
-    for event in baseline.trace.events() {
+    let events = baseline.trace.events();
+    let taken = |at: usize| {
+        uncut_calls_only && events.get(at + 1).is_some_and(|next| matches!(next.kind, EventKind::Cut { .. }))
+    };
+    for (at, event) in events.iter().enumerate() {
         match &event.kind {
             EventKind::Call { function, payload, caller: Some(caller), .. } if is_worker(caller) => {
                 let about = about(payload);
                 let nth = count(format!("call {function} {}", about_text(&about)));
-                if nth > options.nth_max {
+                if nth > options.nth_max || taken(at) {
                     continue;
                 }
                 let site = Site::Call { function: function.clone(), about, nth };
@@ -461,7 +515,7 @@ pub fn cut_space(scenario: &Scenario, baseline: &RunOutcome, options: &SpaceOpti
                         Kind::PauseCaller | Kind::IsolateCaller => Some(pause_ms),
                         _ => None,
                     };
-                    placements.push(Placement { site: site.clone(), kind, ms });
+                    placements.push((at, Placement { site: site.clone(), kind, ms }));
                 }
                 // A service down for a while, from the first call of each class on: a few
                 // refused calls, then past a harness's own retries, then up to the liveness
@@ -469,7 +523,7 @@ pub fn cut_space(scenario: &Scenario, baseline: &RunOutcome, options: &SpaceOpti
                 if nth == 1 {
                     for kind in [Kind::Outage, Kind::OutageTimeout] {
                         for ms in outage_durations(deadline_of(function), liveness_ms) {
-                            placements.push(Placement { site: site.clone(), kind, ms: Some(ms) });
+                            placements.push((at, Placement { site: site.clone(), kind, ms: Some(ms) }));
                         }
                     }
                 }
@@ -487,12 +541,12 @@ pub fn cut_space(scenario: &Scenario, baseline: &RunOutcome, options: &SpaceOpti
                 let site =
                     Site::Frame { worker: peer.clone(), up, frame: frame.to_string(), function: function.clone(), nth };
                 for kind in [Kind::Drop, Kind::Duplicate] {
-                    placements.push(Placement { site: site.clone(), kind, ms: None });
+                    placements.push((at, Placement { site: site.clone(), kind, ms: None }));
                 }
                 // Only a frame nobody answers has nothing but its order to go by: an answered
                 // call made late is a delay, which the call's own site has.
                 if !up && *frame == "invokefunction" && invocation_id.is_none() {
-                    placements.push(Placement { site, kind: Kind::Reorder, ms: None });
+                    placements.push((at, Placement { site, kind: Kind::Reorder, ms: None }));
                 }
             }
             _ => {}
@@ -501,8 +555,8 @@ pub fn cut_space(scenario: &Scenario, baseline: &RunOutcome, options: &SpaceOpti
     for ((worker, point), arrivals) in &baseline.interrupt_points {
         for nth in 1..=(*arrivals).min(options.nth_max) {
             let site = Site::Point { worker: worker.clone(), point: point.clone(), nth };
-            placements.push(Placement { site: site.clone(), kind: Kind::Crash, ms: None });
-            placements.push(Placement { site, kind: Kind::Pause, ms: Some(pause_ms) });
+            placements.push((usize::MAX, Placement { site: site.clone(), kind: Kind::Crash, ms: None }));
+            placements.push((usize::MAX, Placement { site, kind: Kind::Pause, ms: Some(pause_ms) }));
         }
     }
     placements

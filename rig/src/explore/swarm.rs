@@ -5,9 +5,10 @@
 //! draws the same mix, so `rig explore FILE --seed N` replays it bit for bit.
 
 use super::space::{Kind, Placement, SpaceOptions};
+use super::state::{Abstraction, Coverage, Novelty, Trajectory};
 use super::{
-    bare_run, finding, fired, fired_beyond, run_placed, runnable_space, without_steps, workload, Finding, Found, Runs,
-    Signature,
+    bare_run, finding, fired, fired_beyond, run_placed, run_placed_at, runnable_space, without_steps, workload,
+    Finding, Found, Runs, Signature,
 };
 use crate::capability::Skip;
 use crate::run::RunOutcome;
@@ -33,10 +34,14 @@ pub struct Exploration {
     pub shrunk: Option<Finding>,
     /// Runs made, the uncut one and the shrinking ones included.
     pub runs: usize,
+    /// The abstract states the uncut run went through, and the mix's run (empty if it made
+    /// none).
+    pub uncut_trajectory: Trajectory,
+    pub trajectory: Trajectory,
 }
 
 /// Draws a fault mix for `seed` from `space`.
-fn draw(seed: u64, space: &[Placement], workload: &Scenario) -> Vec<Placement> {
+pub(super) fn draw(seed: u64, space: &[Placement], workload: &Scenario) -> Vec<Placement> {
     let mut rng = component_stream(seed, "explore");
     let mut enabled: Vec<Kind> = Kind::ALL.into_iter().filter(|_| rng.random_bool(0.5)).collect();
     if enabled.is_empty() {
@@ -102,12 +107,12 @@ fn draw_from(rng: &mut rand_chacha::ChaCha8Rng, candidates: &[&Placement], workl
 }
 
 /// What shrinking keeps to: the workload, its uncut run, the policy, seed and oracle.
-struct Target<'a> {
-    workload: &'a Scenario,
-    uncut: &'a RunOutcome,
-    policy: &'a str,
-    seed: u64,
-    oracle: &'a str,
+pub(super) struct Target<'a> {
+    pub workload: &'a Scenario,
+    pub uncut: &'a RunOutcome,
+    pub policy: &'a str,
+    pub seed: u64,
+    pub oracle: &'a str,
 }
 
 /// Whether `placements` on the workload with `removed` steps still make `oracle` fire beyond
@@ -167,43 +172,76 @@ pub fn explore(
         uncut_fired: baseline_fired.clone(),
         shrunk: None,
         runs: 1,
+        uncut_trajectory: Abstraction::new(&workload, harness.layout()).trajectory(baseline.trace.events()),
+        trajectory: Trajectory::default(),
     };
     if mix.is_empty() {
         return Ok(exploration);
     }
-    let mut variant = workload.clone();
-    let indices = super::space::apply_all(&mix, &mut variant);
-    let outcome = harness.run(&variant, &bare_run(policy), seed);
+    let (outcome, indices) = run_placed_at(harness, &workload, &mix, policy, seed);
     exploration.runs += 1;
+    exploration.trajectory = Abstraction::new(&workload, harness.layout()).trajectory(outcome.trace.events());
     exploration.fired = fired_beyond(&outcome, &baseline);
     let Some(oracle) = exploration.fired.iter().next().cloned() else { return Ok(exploration) };
-    let target = Target { workload: &workload, uncut: &baseline, policy, seed, oracle: &oracle };
-
-    // Only what fired can matter; then drop one cut at a time while the oracle still fires.
     let fired_cuts: Vec<Placement> =
         mix.iter().zip(&indices).filter(|(p, i)| p.fired(&outcome, **i)).map(|(p, _)| p.clone()).collect();
+    let target = Target { workload: &workload, uncut: &baseline, policy, seed, oracle: &oracle };
+    let (shrunk, runs) = shrink(harness, &target, fired_cuts, "exploration");
+    exploration.runs += runs;
+    exploration.shrunk = Some(shrunk);
+    Ok(exploration)
+}
+
+/// Shrinks a failing mix's cuts that fired (only those can matter): drops one cut at a time
+/// while the oracle still fires, then the workload's steps, last first; then writes the finding
+/// (`found_by` says by what: `exploration`), checked against the reference harness. With the
+/// runs it took.
+pub(super) fn shrink(
+    harness: &dyn Runs,
+    target: &Target<'_>,
+    fired_cuts: Vec<Placement>,
+    found_by: &str,
+) -> (Finding, usize) {
+    let Target { workload, policy, seed, oracle, .. } = *target;
     let none_removed = BTreeSet::new();
-    let (cuts, tries) = drop_cuts(fired_cuts, |fewer| still_fires(harness, &target, fewer, &none_removed));
-    exploration.runs += tries;
+    let (cuts, mut runs) = drop_cuts(fired_cuts, |fewer| still_fires(harness, target, fewer, &none_removed));
     // Then the workload's steps, last first, so later steps go before the ones they follow.
     let mut removed = none_removed;
     for step in (0..workload.steps.len()).rev() {
         let mut fewer = removed.clone();
         fewer.insert(step);
-        exploration.runs += 1;
-        if still_fires(harness, &target, &cuts, &fewer) {
+        runs += 1;
+        if still_fires(harness, target, &cuts, &fewer) {
             removed = fewer;
         }
     }
     // What the shrunk run trips besides the oracle it was shrunk for: its file must say so.
-    let (outcome, _) = run_placed(harness, &without_steps(&workload, &removed), &cuts, policy, seed);
-    exploration.runs += 1;
-    let found_by = format!("exploration of harness `{}`", harness.name());
-    let found = Found { oracle: &oracle, fired: &fired(&outcome) };
-    let mut shrunk = finding(&workload, &cuts, policy, found, seed, &removed, &found_by);
-    shrunk.check_reference(harness, &workload, &removed);
-    exploration.shrunk = Some(shrunk);
-    Ok(exploration)
+    let (outcome, _) = run_placed(harness, &without_steps(workload, &removed), &cuts, policy, seed);
+    runs += 1;
+    let found_by = format!("{found_by} of harness `{}`", harness.name());
+    let found = Found { oracle, fired: &fired(&outcome) };
+    let mut shrunk = finding(workload, &cuts, policy, found, seed, &removed, &found_by);
+    shrunk.check_reference(harness, workload, &removed);
+    (shrunk, runs)
+}
+
+/// What an exploration numbers its runs by.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Unit {
+    /// A swarm's seeds: each its own mix and its own simulation seed.
+    #[default]
+    Seed,
+    /// A guided exploration's runs, one simulation seed for all.
+    Run,
+}
+
+impl Unit {
+    pub fn name(self) -> &'static str {
+        match self {
+            Unit::Seed => "seed",
+            Unit::Run => "run",
+        }
+    }
 }
 
 /// One finding of an exploration: the first seed's shrunk finding (naming in
@@ -221,6 +259,11 @@ pub struct ExploredFinding {
 /// [`ExploreTally::summary`]. Findings are kept one per [`Signature`], in the order first found.
 #[derive(Debug, Clone, Default)]
 pub struct ExploreTally {
+    /// What an exploration's numbered runs are: the seeds of a swarm, or the runs of a guided
+    /// exploration (whose simulation seed is the first of its range).
+    pub unit: Unit,
+    /// The abstract states each workload's runs reached, by its path ([`ExploreTally::cover`]).
+    pub coverage: BTreeMap<String, Coverage>,
     pub explored: u64,
     /// Seeds whose mix made an oracle fire, or whose uncut workload already trips one.
     pub failing: u64,
@@ -248,15 +291,22 @@ impl ExploreTally {
         self.failing += 1;
         let shrunk = exploration.shrunk.clone()?;
         let signature = shrunk.signature();
+        let seed = exploration.seed;
         if let Some(&index) = self.numbers.get(&signature) {
             let found = &mut self.findings[index];
-            found.finding.also.push(format!("seed {}", shrunk.seed));
-            found.seeds.push(shrunk.seed);
+            found.finding.also.push(format!("{} {seed}", self.unit.name()));
+            found.seeds.push(seed);
             return Some(index + 1);
         }
         self.numbers.insert(signature, self.findings.len());
-        self.findings.push(ExploredFinding { seeds: vec![shrunk.seed], finding: shrunk, runs: exploration.runs });
+        self.findings.push(ExploredFinding { seeds: vec![seed], finding: shrunk, runs: exploration.runs });
         Some(self.findings.len())
+    }
+
+    /// Adds what one seed of `workload` reached (its uncut run and its mix's) to the workload's
+    /// coverage.
+    pub fn cover(&mut self, workload: &str, trajectories: &[&Trajectory]) -> Novelty {
+        self.coverage.entry(workload.to_string()).or_default().add_all(trajectories)
     }
 
     /// Counts `seeds` seeds of a workload skipped whole, without exploring them one by one.
@@ -268,8 +318,9 @@ impl ExploreTally {
     pub fn summary(&self, harness: &str) -> String {
         let distinct = self.findings.len();
         format!(
-            "explored {} seed(s): {} clean, {} failing ({distinct} distinct finding{}), {} skipped (harness {harness})",
+            "explored {} {}(s): {} clean, {} failing ({distinct} distinct finding{}), {} skipped (harness {harness})",
             self.explored,
+            self.unit.name(),
             self.explored - self.failing,
             self.failing,
             if distinct == 1 { "" } else { "s" },

@@ -1,9 +1,12 @@
-//! `rig sweep`: every placement of the cut space at depth 1, then bounded pairs, most promising
-//! first (sites next to effects, commits and acknowledgements).
+//! `rig sweep`: every placement of the cut space at depth 1, then bounded pairs: a second cut on
+//! the same action or record after each single one, then the others most promising first (sites
+//! next to effects, commits and acknowledgements). What it covered is counted (abstract states,
+//! and for a clean sweep a [`Certificate`]).
 
-use super::space::{Placement, SpaceOptions};
+use super::space::{follow_ups as follow_ups_in, Placement, SpaceOptions};
+use super::state::{Abstraction, Coverage, Trajectory};
 use super::{
-    bare_run, finding, fired, fired_beyond, run_placed, runnable_space, workload, Finding, Found, Runs, Signature,
+    bare_run, finding, fired, fired_beyond, run_placed_at, runnable_space, workload, Finding, Found, Runs, Signature,
 };
 use crate::capability::Skip;
 use crate::run::RunOutcome;
@@ -58,10 +61,29 @@ pub struct SweepRun {
     pub placements: Vec<Placement>,
     pub verdict: Verdict,
     pub wall_us: u64,
+    /// The abstract states the run went through.
+    pub trajectory: Trajectory,
+    /// At depth 2, for a single placement that left the run clean: where a second fault on the
+    /// same action or record can go in that run, after the first fired (the retry, readback or
+    /// reconciliation it caused among them). [`plan_pairs`] pairs the placement with each.
+    pub follow_ups: Vec<Placement>,
+}
+
+/// The pairs a depth-2 sweep planned, and those its budget left out.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Pairs {
+    /// A single placement that left the run clean, and a second cut on the same action or
+    /// record in that run, after it fired.
+    pub same_subject: usize,
+    pub same_subject_left: usize,
+    /// Two placements of the uncut run at different sites, most promising first.
+    pub others: usize,
+    pub others_left: usize,
 }
 
 /// The workload, its uncut run and the placements to try: everything the runs need, so they
-/// can be made in any order, on any thread.
+/// can be made in any order, on any thread. At depth 2 the jobs are first the single
+/// placements; once they have run, [`plan_pairs`] adds the pairs.
 pub struct SweepPlan {
     pub workload: Scenario,
     pub options: SweepOptions,
@@ -70,11 +92,20 @@ pub struct SweepPlan {
     /// not have ([`super::fired_beyond`]), of these oracles too.
     pub baseline_fired: BTreeSet<String>,
     pub jobs: Vec<Vec<Placement>>,
-    /// Pairs the budget left out.
+    /// How many of the jobs are single placements (the first ones), and how many singles the
+    /// budget left out.
+    pub singles: usize,
+    pub singles_left: usize,
+    pub pairs: Pairs,
+    /// Runs the budget left out: singles and pairs.
     pub skipped: usize,
+    /// What a run's abstract state is read from, and the uncut run's trajectory.
+    pub abstraction: Abstraction,
+    pub baseline_trajectory: Trajectory,
+    budget: usize,
 }
 
-/// What a sweep found.
+/// What a sweep found, what it covered, and, if clean, what that means.
 pub struct SweepReport {
     pub baseline_fired: BTreeSet<String>,
     pub baseline_failures: Vec<String>,
@@ -82,10 +113,14 @@ pub struct SweepReport {
     /// One per [`Signature`], the first found, with the runs that came to the same named in it.
     pub findings: Vec<Finding>,
     pub skipped: usize,
+    /// The abstract states and transitions the uncut run and every run of the sweep reached.
+    pub coverage: Coverage,
+    pub certificate: Certificate,
 }
 
-/// Runs the uncut workload and lays out every run of the sweep; `Err` with why, when the
-/// harness cannot run the workload ([`Runs::skip`]): nothing is run then.
+/// Runs the uncut workload and lays out the single placements of the sweep (at depth 2,
+/// [`plan_pairs`] adds the pairs once they have run); `Err` with why, when the harness cannot
+/// run the workload ([`Runs::skip`]): nothing is run then.
 pub fn plan(harness: &dyn Runs, scenario: &Scenario, options: &SweepOptions) -> Result<SweepPlan, Skip> {
     let workload = workload(scenario, options.keep_cuts);
     if let Some(skip) = harness.skip(&workload, &options.policy) {
@@ -94,37 +129,89 @@ pub fn plan(harness: &dyn Runs, scenario: &Scenario, options: &SweepOptions) -> 
     let baseline = harness.run(&workload, &bare_run(&options.policy), options.seed);
     let baseline_fired = fired(&baseline);
     let singles = runnable_space(harness, &workload, &baseline, &options.space);
-    let mut jobs: Vec<Vec<Placement>> = singles.iter().map(|p| vec![p.clone()]).collect();
     let budget = options.budget.unwrap_or(match options.depth {
         1 => singles.len(),
         _ => singles.len() + PAIRS_DEFAULT,
     });
-    let mut skipped = 0;
-    if options.depth >= 2 {
-        let mut pairs: Vec<(u8, usize, usize)> = Vec::new();
-        for (i, a) in singles.iter().enumerate() {
-            for (j, b) in singles.iter().enumerate().skip(i + 1) {
-                if a.site != b.site {
-                    pairs.push((a.site.promise() + b.site.promise(), i, j));
-                }
+    let mut jobs: Vec<Vec<Placement>> = singles.iter().map(|p| vec![p.clone()]).collect();
+    let singles_left = jobs.len().saturating_sub(budget);
+    jobs.truncate(budget);
+    let abstraction = Abstraction::new(&workload, harness.layout());
+    let baseline_trajectory = abstraction.trajectory(baseline.trace.events());
+    Ok(SweepPlan {
+        workload,
+        options: options.clone(),
+        baseline,
+        baseline_fired,
+        singles: jobs.len(),
+        jobs,
+        singles_left,
+        pairs: Pairs::default(),
+        skipped: singles_left,
+        abstraction,
+        baseline_trajectory,
+        budget,
+    })
+}
+
+/// At depth 2, once the single placements have run (`singles`, in plan order): adds the pairs,
+/// within the budget. First a second cut on the same action or record, after the first fired,
+/// for every single placement that left its run clean (the calls a fault causes, such as a
+/// retry, a readback or a reconciliation, exist only in that fault's run, so no pair of the
+/// uncut run's sites can reach them); then pairs of the uncut run's placements at two sites,
+/// most promising first. What does not fit is counted, never dropped silently.
+pub fn plan_pairs(plan: &mut SweepPlan, singles: &[SweepRun]) {
+    if plan.options.depth < 2 {
+        return;
+    }
+    let mut seen: BTreeSet<Vec<String>> = BTreeSet::new();
+    let mut key = |pair: &[Placement]| {
+        let mut ids: Vec<String> = pair.iter().map(Placement::id).collect();
+        ids.sort();
+        seen.insert(ids)
+    };
+    let mut same_subject = Vec::new();
+    for run in singles.iter().filter(|run| run.placements.len() == 1) {
+        for follow_up in &run.follow_ups {
+            let pair = vec![run.placements[0].clone(), follow_up.clone()];
+            if key(&pair) {
+                same_subject.push(pair);
             }
         }
-        // Most promising first; ties in the order the sites came.
-        pairs.sort_by(|x, y| y.0.cmp(&x.0).then(x.1.cmp(&y.1)).then(x.2.cmp(&y.2)));
-        let room = budget.saturating_sub(jobs.len());
-        skipped = pairs.len().saturating_sub(room);
-        jobs.extend(pairs.into_iter().take(room).map(|(_, i, j)| vec![singles[i].clone(), singles[j].clone()]));
     }
-    if jobs.len() > budget {
-        skipped += jobs.len() - budget;
-        jobs.truncate(budget);
+    let room = plan.budget.saturating_sub(plan.jobs.len());
+    plan.pairs.same_subject = same_subject.len().min(room);
+    plan.pairs.same_subject_left = same_subject.len() - plan.pairs.same_subject;
+    plan.jobs.extend(same_subject.into_iter().take(room));
+
+    let singles: Vec<&Placement> = plan.jobs[..plan.singles].iter().map(|job| &job[0]).collect();
+    let mut others: Vec<(u8, usize, usize)> = Vec::new();
+    for (i, a) in singles.iter().enumerate() {
+        for (j, b) in singles.iter().enumerate().skip(i + 1) {
+            if a.site != b.site {
+                others.push((a.site.promise() + b.site.promise(), i, j));
+            }
+        }
     }
-    Ok(SweepPlan { workload, options: options.clone(), baseline, baseline_fired, jobs, skipped })
+    // Most promising first; ties in the order the sites came.
+    others.sort_by(|x, y| y.0.cmp(&x.0).then(x.1.cmp(&y.1)).then(x.2.cmp(&y.2)));
+    let others: Vec<Vec<Placement>> = others
+        .into_iter()
+        .map(|(_, i, j)| vec![singles[i].clone(), singles[j].clone()])
+        .filter(|pair| key(pair))
+        .collect();
+    let room = plan.budget.saturating_sub(plan.jobs.len());
+    plan.pairs.others = others.len().min(room);
+    plan.pairs.others_left = others.len() - plan.pairs.others;
+    plan.jobs.extend(others.into_iter().take(room));
+    plan.skipped = plan.singles_left + plan.pairs.same_subject_left + plan.pairs.others_left;
 }
 
 /// Makes one run of the plan.
 pub fn run_job(harness: &dyn Runs, plan: &SweepPlan, placements: &[Placement]) -> SweepRun {
-    let (outcome, reached) = run_placed(harness, &plan.workload, placements, &plan.options.policy, plan.options.seed);
+    let options = &plan.options;
+    let (outcome, indices) = run_placed_at(harness, &plan.workload, placements, &options.policy, options.seed);
+    let reached = placements.iter().zip(&indices).all(|(p, i)| p.fired(&outcome, *i));
     let new = fired_beyond(&outcome, &plan.baseline);
     let verdict = if !reached {
         Verdict::Unreached
@@ -133,15 +220,27 @@ pub fn run_job(harness: &dyn Runs, plan: &SweepPlan, placements: &[Placement]) -
     } else {
         Verdict::Fired(new)
     };
-    SweepRun { placements: placements.to_vec(), verdict, wall_us: outcome.wall_us }
+    let mut follow_ups = Vec::new();
+    if let ([single], [index], Verdict::Clean, true) = (placements, &indices[..], &verdict, options.depth >= 2) {
+        let fired_at = single.fired_at(&outcome, *index).unwrap_or(usize::MAX);
+        if let Some(subject) = single.site.subject() {
+            follow_ups = follow_ups_in(&plan.workload, &outcome, &options.space, fired_at, &subject);
+            follow_ups.retain(|q| q.site != single.site);
+        }
+    }
+    let trajectory = plan.abstraction.trajectory(outcome.trace.events());
+    SweepRun { placements: placements.to_vec(), verdict, wall_us: outcome.wall_us, trajectory, follow_ups }
 }
 
 /// Folds the runs (in plan order) into findings: one per [`Signature`], the first run found,
 /// naming the others in [`Finding::also`]; each checked against the reference harness when it
-/// was found under another policy.
+/// was found under another policy. With them, what the sweep covered.
 pub fn report(harness: &dyn Runs, plan: SweepPlan, runs: Vec<SweepRun>) -> SweepReport {
     let mut findings: BTreeMap<Signature, Finding> = BTreeMap::new();
+    let mut coverage = Coverage::default();
+    coverage.add(&plan.baseline_trajectory);
     for run in &runs {
+        coverage.add(&run.trajectory);
         let Verdict::Fired(oracles) = &run.verdict else { continue };
         let workload = plan.workload.path.display().to_string();
         // The file replays the whole run: what the uncut run trips fires there too.
@@ -171,20 +270,153 @@ pub fn report(harness: &dyn Runs, plan: SweepPlan, runs: Vec<SweepRun>) -> Sweep
         finding.check_reference(harness, &plan.workload, &BTreeSet::new());
         finding.scenario_file = finding.file_text(&[]);
     }
+    let singles = &runs[..plan.singles.min(runs.len())];
+    let sites: BTreeSet<&super::space::Site> = singles.iter().map(|run| &run.placements[0].site).collect();
+    let certificate = Certificate {
+        depth: plan.options.depth,
+        singles: singles.len(),
+        singles_left: plan.singles_left,
+        sites: sites.len(),
+        pairs: plan.pairs,
+        unreached: runs.iter().filter(|run| run.verdict == Verdict::Unreached).count(),
+        uncut_fired: plan.baseline_fired.clone(),
+        findings: findings.len(),
+    };
     SweepReport {
         baseline_fired: plan.baseline_fired,
         baseline_failures: plan.baseline.failures,
         runs,
         findings,
         skipped: plan.skipped,
+        coverage,
+        certificate,
     }
+}
+
+/// What a sweep covered and what it left out. For a sweep with no finding, its
+/// [`Certificate::statement`] says what that "clean" is worth: which cuts and pairs were tried,
+/// and what was not (pairs over the budget, placements whose site was never reached, violations
+/// the uncut run already has).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Certificate {
+    pub depth: u8,
+    /// Single placements run, and those the budget left out.
+    pub singles: usize,
+    pub singles_left: usize,
+    /// The distinct sites of those single placements.
+    pub sites: usize,
+    pub pairs: Pairs,
+    /// Runs whose placements did not all reach their site.
+    pub unreached: usize,
+    /// Oracles the uncut run already trips.
+    pub uncut_fired: BTreeSet<String>,
+    /// Distinct findings: a certificate is a statement about a sweep that has none.
+    pub findings: usize,
+}
+
+impl Certificate {
+    pub fn clean(&self) -> bool {
+        self.findings == 0
+    }
+
+    /// What was covered (`every single cut at the 87 sites of the uncut run (351 placements)
+    /// ... : no finding`), then what was not. For a sweep with findings, how many.
+    pub fn statement(&self) -> String {
+        let n = |count: usize| thousands(count);
+        let mut covered = if self.singles_left == 0 {
+            format!("every single cut at the {} sites of the uncut run ({} placements)", n(self.sites), n(self.singles))
+        } else {
+            format!("{} single cuts at {} sites of the uncut run", n(self.singles), n(self.sites))
+        };
+        if self.depth >= 2 {
+            let pairs = &self.pairs;
+            if pairs.same_subject_left == 0 {
+                covered.push_str(&format!(
+                    ", every second cut on the same action or record after each that left its run clean ({} pairs)",
+                    n(pairs.same_subject)
+                ));
+            } else {
+                covered.push_str(&format!(
+                    ", {} pairs of a cut and a second cut on the same action or record after it",
+                    n(pairs.same_subject)
+                ));
+            }
+            covered.push_str(&format!(" and {} other pairs", n(pairs.others)));
+        }
+        let verdict = match self.findings {
+            0 => "no finding".to_string(),
+            1 => "1 distinct finding".to_string(),
+            found => format!("{found} distinct findings"),
+        };
+        let mut left = Vec::new();
+        if self.singles_left > 0 {
+            left.push(format!("{} single cuts over the budget", n(self.singles_left)));
+        }
+        if self.pairs.same_subject_left > 0 {
+            left.push(format!("{} pairs on one action or record over the budget", n(self.pairs.same_subject_left)));
+        }
+        if self.depth >= 2 && self.pairs.others_left > 0 {
+            left.push(format!("{} other pairs over the budget", n(self.pairs.others_left)));
+        }
+        if self.depth < 2 {
+            left.push("pairs of cuts (--depth 2)".to_string());
+        }
+        if self.unreached > 0 {
+            left.push(format!("{} runs whose cut never reached its site", n(self.unreached)));
+        }
+        if !self.uncut_fired.is_empty() {
+            let oracles: Vec<&str> = self.uncut_fired.iter().map(String::as_str).collect();
+            left.push(format!(
+                "violations the uncut run already has ({}: a cut's violation of these counts only when it is about something else)",
+                oracles.join(", ")
+            ));
+        }
+        let mut statement = format!("{covered}: {verdict}");
+        if !left.is_empty() {
+            statement.push_str(&format!("; not covered: {}", left.join("; ")));
+        }
+        statement
+    }
+
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "clean": self.clean(),
+            "statement": self.statement(),
+            "depth": self.depth,
+            "singles": self.singles,
+            "singles_over_budget": self.singles_left,
+            "sites": self.sites,
+            "pairs_same_subject": self.pairs.same_subject,
+            "pairs_same_subject_over_budget": self.pairs.same_subject_left,
+            "pairs_other": self.pairs.others,
+            "pairs_other_over_budget": self.pairs.others_left,
+            "unreached": self.unreached,
+            "uncut_fired": self.uncut_fired,
+        })
+    }
+}
+
+/// `12,345`.
+fn thousands(count: usize) -> String {
+    let digits = count.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
 }
 
 /// Sweeps `scenario`'s workload under `options`, one run after another; `Err` with why, when
 /// the harness cannot run the workload, as `rig sweep` skips it.
 pub fn sweep(harness: &dyn Runs, scenario: &Scenario, options: &SweepOptions) -> Result<SweepReport, Skip> {
-    let plan = plan(harness, scenario, options)?;
-    let runs = plan.jobs.iter().map(|job| run_job(harness, &plan, job)).collect();
+    let mut plan = plan(harness, scenario, options)?;
+    let mut runs: Vec<SweepRun> = plan.jobs.iter().map(|job| run_job(harness, &plan, job)).collect();
+    plan_pairs(&mut plan, &runs);
+    let pairs: Vec<SweepRun> = plan.jobs[runs.len()..].iter().map(|job| run_job(harness, &plan, job)).collect();
+    runs.extend(pairs);
     Ok(report(harness, plan, runs))
 }
 

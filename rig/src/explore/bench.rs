@@ -1,0 +1,253 @@
+//! `rig explore-bench`: how many runs each way of searching takes to find a bug, over a fixed
+//! set of buggy harnesses (issue 37, item 2). A bug is a harness policy explored on one workload;
+//! each is hunted by a depth-1 sweep, a depth-2 sweep, the swarm (`explore --mode swarm`) and
+//! the guided explorer (`explore`, its default), the last two from several starting seeds.
+//!
+//! A run *finds the bug* when it trips an oracle beyond what the workload's uncut run trips
+//! (as sweep and explore judge it) and the same cuts at the same seed under the reference
+//! policy do not trip that oracle: the harness's known gaps, which any policy shares, are not
+//! the bug. The runs counted are the runs with cuts in the order the searcher makes them (a
+//! swarm seed's own uncut run, the runs that shrink a finding and the reference's check of it
+//! are not counted), so the figure is the searcher's cost to the first finding, whatever the
+//! number of threads.
+
+use super::guided::Campaign;
+use super::space::{Placement, SpaceOptions};
+use super::swarm::draw;
+use super::sweep::{plan, plan_pairs, run_job, SweepOptions, Verdict};
+use super::{bare_run, fired_beyond, run_placed, runnable_space, workload, Runs};
+use crate::capability::Skip;
+use crate::run::RunOutcome;
+use crate::scenario::Scenario;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// A known-bad policy of the reference harness and the workload of `scenarios/workloads/` it is
+/// hunted on: every policy whose bug takes at least one cut to show (the uncut run of its
+/// workload does not trip it), with the workload the rediscovery table
+/// (`rig/tests/rediscovery.rs`) finds it from. Fixed before the explorer was tuned against it.
+pub const REFERENCE_BUGS: [(&str, &str); 18] = [
+    ("swallow", "queued-successor.toml"),
+    ("propagate", "multi-round.toml"),
+    ("unguarded", "multi-round.toml"),
+    ("replay-unfinished", "switch-with-lease.toml"),
+    ("fresh-key", "switch-with-lease.toml"),
+    ("no-fencing", "switch-with-lease.toml"),
+    ("assume-failed", "multi-round.toml"),
+    ("close-unsettled", "multi-round.toml"),
+    ("results-only-when-answered", "multi-round.toml"),
+    ("in-memory-cancel", "cancel-after-a-lookup.toml"),
+    ("reset-on-retry", "budget-across-a-retry.toml"),
+    ("readmit-consumed-input", "queued-successor.toml"),
+    ("unconfirmed-reply", "multi-round.toml"),
+    ("fence-effects-only", "takeover-while-running.toml"),
+    ("latest-on-resume", "config-promoted-and-withdrawn.toml"),
+    ("redo-completed-rounds", "long-turn.toml"),
+    ("in-memory-expiry", "approval-expires-before-a-late-release.toml"),
+    ("arrival-order-stream", "streamed-replies.toml"),
+];
+
+/// A way of searching for a bug.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Searcher {
+    /// `rig sweep --depth 1`: every single placement of the uncut run, in the sweep's order.
+    Depth1,
+    /// `rig sweep --depth 2`: the single placements, then the pairs within the default budget.
+    Depth2,
+    /// `rig explore --mode swarm`: a fresh random mix per seed, from the starting seed on.
+    Swarm,
+    /// `rig explore` (guided): a campaign over runs from the starting seed on.
+    Guided,
+}
+
+impl Searcher {
+    pub const ALL: [Searcher; 4] = [Searcher::Depth1, Searcher::Depth2, Searcher::Swarm, Searcher::Guided];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Searcher::Depth1 => "depth-1",
+            Searcher::Depth2 => "depth-2",
+            Searcher::Swarm => "swarm",
+            Searcher::Guided => "guided",
+        }
+    }
+
+    /// Whether its runs depend on a starting seed (and so are measured from several).
+    pub fn seeded(self) -> bool {
+        matches!(self, Searcher::Swarm | Searcher::Guided)
+    }
+}
+
+/// One search for one bug.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Hunt {
+    /// The run (from 1) that first found the bug; `None` if no run within the cap did.
+    pub first: Option<u64>,
+    /// Runs with cuts made: up to the first finding, or all the searcher had (or the cap).
+    pub runs: u64,
+    /// The oracle that found it and the cuts of that run.
+    pub oracle: Option<String>,
+    pub cuts: Vec<String>,
+    /// The finding's run had two cuts about one action or record (a retry, a readback or a
+    /// reconciliation of it met a second fault).
+    pub same_subject: bool,
+}
+
+/// Tells a run that tripped an oracle under the bug's policy apart from the harness's known
+/// gaps: the same cuts at the same seed under the reference policy.
+struct Judge<'a> {
+    harness: &'a dyn Runs,
+    workload: &'a Scenario,
+    /// The reference policy's uncut run at each seed asked about.
+    uncut: BTreeMap<u64, RunOutcome>,
+}
+
+impl Judge<'_> {
+    /// The first oracle of `fired` (tripped under the bug's policy) the reference does not trip
+    /// with the same cuts at the same seed.
+    fn bug(&mut self, placements: &[Placement], seed: u64, fired: &BTreeSet<String>) -> Option<String> {
+        if fired.is_empty() {
+            return None;
+        }
+        let reference = self.harness.reference();
+        let uncut =
+            self.uncut.entry(seed).or_insert_with(|| reference.run(self.workload, &bare_run("reference"), seed));
+        let (outcome, _) = run_placed(reference, self.workload, placements, "reference", seed);
+        let known = fired_beyond(&outcome, uncut);
+        fired.iter().find(|oracle| !known.contains(*oracle)).cloned()
+    }
+}
+
+/// The bug found by the run just made.
+fn found(hunt: &mut Hunt, oracle: String, placements: &[Placement]) {
+    hunt.first = Some(hunt.runs);
+    hunt.oracle = Some(oracle);
+    hunt.cuts = placements.iter().map(Placement::id).collect();
+    let subjects: Vec<Option<String>> = placements.iter().map(|p| p.site.subject()).collect();
+    hunt.same_subject = subjects.len() == 2 && subjects[0].is_some() && subjects[0] == subjects[1];
+}
+
+/// Hunts the bug `policy` shows on `scenario`'s workload with `searcher`: from `start` (the
+/// sweeps' simulation seed is always 0), for at most `cap` runs with cuts (a sweep has its own
+/// end: its plan). `Err` when the harness cannot run the workload.
+pub fn hunt(
+    harness: &dyn Runs,
+    scenario: &Scenario,
+    policy: &str,
+    searcher: Searcher,
+    start: u64,
+    cap: u64,
+) -> Result<Hunt, Skip> {
+    let workload = workload(scenario, false);
+    if let Some(skip) = harness.skip(&workload, policy) {
+        return Err(skip);
+    }
+    let mut judge = Judge { harness, workload: &workload, uncut: BTreeMap::new() };
+    let mut hunt = Hunt::default();
+    match searcher {
+        Searcher::Depth1 | Searcher::Depth2 => {
+            let depth = if searcher == Searcher::Depth1 { 1 } else { 2 };
+            let options = SweepOptions { policy: policy.to_string(), depth, ..SweepOptions::default() };
+            let mut plan = plan(harness, scenario, &options)?;
+            let mut runs = Vec::new();
+            let mut next = 0;
+            loop {
+                while next < plan.jobs.len() && hunt.runs < cap {
+                    let run = run_job(harness, &plan, &plan.jobs[next]);
+                    next += 1;
+                    hunt.runs += 1;
+                    if let Verdict::Fired(oracles) = &run.verdict {
+                        if let Some(oracle) = judge.bug(&run.placements, options.seed, oracles) {
+                            found(&mut hunt, oracle, &run.placements);
+                            return Ok(hunt);
+                        }
+                    }
+                    runs.push(run);
+                }
+                // The singles are done: a depth-2 sweep goes on with its pairs, once.
+                if depth < 2 || next > plan.singles || hunt.runs >= cap {
+                    return Ok(hunt);
+                }
+                plan_pairs(&mut plan, &runs);
+                if plan.jobs.len() == next {
+                    return Ok(hunt);
+                }
+            }
+        }
+        Searcher::Swarm => {
+            for seed in start..start.saturating_add(cap) {
+                let baseline = harness.run(&workload, &bare_run(policy), seed);
+                let space = runnable_space(harness, &workload, &baseline, &SpaceOptions::default());
+                let mix = draw(seed, &space, &workload);
+                if mix.is_empty() {
+                    continue;
+                }
+                hunt.runs += 1;
+                let (outcome, _) = run_placed(harness, &workload, &mix, policy, seed);
+                let fired = fired_beyond(&outcome, &baseline);
+                if let Some(oracle) = judge.bug(&mix, seed, &fired) {
+                    found(&mut hunt, oracle, &mix);
+                    return Ok(hunt);
+                }
+            }
+            Ok(hunt)
+        }
+        Searcher::Guided => {
+            let mut campaign = Campaign::new(harness, scenario, policy, start..start.saturating_add(cap), false)?;
+            loop {
+                let trials = campaign.batch();
+                if trials.is_empty() {
+                    return Ok(hunt);
+                }
+                let mut made = Vec::with_capacity(trials.len());
+                for trial in &trials {
+                    let tried = campaign.try_mix(trial);
+                    hunt.runs += 1;
+                    if let Some(oracle) = judge.bug(&tried.mix, campaign.seed, &tried.fired) {
+                        found(&mut hunt, oracle, &tried.mix);
+                        return Ok(hunt);
+                    }
+                    made.push(tried);
+                }
+                for tried in made {
+                    campaign.fold(tried);
+                }
+            }
+        }
+    }
+}
+
+/// The median of runs to a first finding, a search that found nothing counting as more than
+/// any that did: `None` when that is the median.
+pub fn median(firsts: &[Option<u64>]) -> Option<u64> {
+    if firsts.is_empty() {
+        return None;
+    }
+    let mut sorted: Vec<u64> = firsts.iter().map(|first| first.unwrap_or(u64::MAX)).collect();
+    sorted.sort_unstable();
+    let middle = sorted.len() / 2;
+    let median = if sorted.len() % 2 == 1 {
+        sorted[middle]
+    } else {
+        let (low, high) = (sorted[middle - 1], sorted[middle]);
+        if high == u64::MAX {
+            u64::MAX
+        } else {
+            (low + high).div_ceil(2)
+        }
+    };
+    (median != u64::MAX).then_some(median)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_search_that_found_nothing_counts_as_more_than_any_that_did() {
+        assert_eq!(median(&[Some(5), None, Some(1)]), Some(5));
+        assert_eq!(median(&[Some(5), None, None]), None);
+        assert_eq!(median(&[Some(4), Some(7)]), Some(6));
+        assert_eq!(median(&[Some(4), None]), None);
+        assert_eq!(median(&[]), None);
+    }
+}

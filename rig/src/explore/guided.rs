@@ -1,0 +1,377 @@
+//! `rig explore` (its default mode): an explorer with memory. It keeps a corpus of the fault
+//! mixes whose runs reached an abstract state (or a transition) no earlier run reached
+//! ([`super::state`]), and spends most runs changing one of them a little: a second fault on the
+//! same action or record, after the first fired (where its retry, readback or reconciliation
+//! is); a cut moved to a neighbouring site; another kind of cut at the same site; another
+//! timing; one more cut anywhere in that mix's run; one cut fewer. The rest are the swarm's
+//! fresh draws (`--mode swarm` draws only those). Sites come from the run of the mix changed,
+//! not only the uncut run, so a fault can go at a call only an earlier fault caused.
+//!
+//! A campaign over runs `A..B` of one workload is deterministic: every run uses simulation seed
+//! `A` (so a site seen in one run is where a cut lands in the next), run `i` draws its change
+//! from a stream of its own (`i`), and the runs are made in batches of [`GUIDED_BATCH`] whose
+//! mixes come from the corpus as the batches before left it, so the same runs are made for any
+//! number of threads, and `A..N+1` makes the first runs of `A..B` again.
+
+use super::space::{cut_space_at, Kind, Placement, Site, SpaceOptions};
+use super::state::{Abstraction, Coverage, Novelty, Trajectory};
+use super::swarm::{draw, shrink, Target, MIX_CUTS_MAX};
+use super::{bare_run, fired, fired_beyond, run_placed_at, runnable_space, workload, Finding, Runs};
+use crate::capability::Skip;
+use crate::run::RunOutcome;
+use crate::scenario::Scenario;
+use crate::streams::component_stream;
+use rand::Rng;
+use rand_chacha::ChaCha8Rng;
+use std::collections::BTreeSet;
+use std::ops::Range;
+
+/// How many runs are drawn from the corpus at once: the unit of determinism for any `--jobs`.
+pub const GUIDED_BATCH: usize = 16;
+
+/// A run to make: its number, and the mix it tries.
+#[derive(Debug, Clone)]
+pub struct Trial {
+    pub index: u64,
+    pub mix: Vec<Placement>,
+    /// The corpus entry it changes (`None`: a fresh draw).
+    parent: Option<usize>,
+}
+
+/// A run made: what it tried, what fired, where it went.
+#[derive(Debug, Clone)]
+pub struct Tried {
+    pub index: u64,
+    pub mix: Vec<Placement>,
+    /// Oracles the mix made fire beyond the uncut run's violations.
+    pub fired: BTreeSet<String>,
+    pub trajectory: Trajectory,
+    /// The cuts of the mix that fired, for shrinking.
+    fired_cuts: Vec<Placement>,
+    /// Where each cut of the mix first fired in the run (a trace event), if it did.
+    fired_at: Vec<Option<usize>>,
+    /// Every placement the run offers, with its trace position: where the next changes go.
+    sites: Vec<(usize, Placement)>,
+    parent: Option<usize>,
+}
+
+/// A mix worth changing: it reached something new.
+#[derive(Debug, Clone)]
+struct Entry {
+    mix: Vec<Placement>,
+    fired_at: Vec<Option<usize>>,
+    sites: Vec<(usize, Placement)>,
+    /// How much it found that was new, and how often it was changed since.
+    novelty: usize,
+    picks: u32,
+}
+
+/// A guided exploration of one workload over a range of runs: [`Campaign::batch`] draws the next
+/// trials from the corpus, [`Campaign::try_mix`] makes one (on any thread), [`Campaign::fold`]
+/// takes its result back in order, and [`Campaign::shrink`] makes a failing one a finding.
+pub struct Campaign<'a> {
+    harness: &'a dyn Runs,
+    pub workload: Scenario,
+    pub policy: String,
+    /// The simulation seed of every run: the first of the range.
+    pub seed: u64,
+    runs: Range<u64>,
+    next: u64,
+    baseline: RunOutcome,
+    /// Oracles the uncut run itself trips.
+    pub uncut_fired: BTreeSet<String>,
+    space: Vec<Placement>,
+    abstraction: Abstraction,
+    pub coverage: Coverage,
+    corpus: Vec<Entry>,
+}
+
+impl<'a> Campaign<'a> {
+    /// Runs the uncut workload and starts the corpus with it; `Err` with why, when the harness
+    /// cannot run the workload (as `rig explore` skips it).
+    pub fn new(
+        harness: &'a dyn Runs,
+        scenario: &Scenario,
+        policy: &str,
+        runs: Range<u64>,
+        keep_cuts: bool,
+    ) -> Result<Self, Skip> {
+        let workload = workload(scenario, keep_cuts);
+        if let Some(skip) = harness.skip(&workload, policy) {
+            return Err(skip);
+        }
+        let seed = runs.start;
+        let baseline = harness.run(&workload, &bare_run(policy), seed);
+        let space = runnable_space(harness, &workload, &baseline, &SpaceOptions::default());
+        let abstraction = Abstraction::new(&workload, harness.layout());
+        let mut coverage = Coverage::default();
+        coverage.add(&abstraction.trajectory(baseline.trace.events()));
+        let root = Entry {
+            mix: Vec::new(),
+            fired_at: Vec::new(),
+            sites: cut_space_at(&workload, &baseline, &SpaceOptions::default(), true),
+            novelty: 1,
+            picks: 0,
+        };
+        Ok(Self {
+            harness,
+            uncut_fired: fired(&baseline),
+            policy: policy.to_string(),
+            seed,
+            next: runs.start,
+            runs,
+            workload,
+            baseline,
+            space,
+            abstraction,
+            coverage,
+            corpus: vec![root],
+        })
+    }
+
+    /// The mixes of the corpus entries kept so far (the uncut run's empty mix first).
+    pub fn corpus(&self) -> impl Iterator<Item = &[Placement]> {
+        self.corpus.iter().map(|entry| entry.mix.as_slice())
+    }
+
+    /// The next trials (at most [`GUIDED_BATCH`]), drawn from the corpus as it is now; none once
+    /// the range is done.
+    pub fn batch(&mut self) -> Vec<Trial> {
+        let end = self.runs.end.min(self.next.saturating_add(GUIDED_BATCH as u64));
+        let trials = (self.next..end).map(|index| self.trial(index)).collect();
+        self.next = end;
+        trials
+    }
+
+    fn trial(&mut self, index: u64) -> Trial {
+        let mut rng = component_stream(index, "explore/guided");
+        // Fresh draws explore widely; the more the corpus holds, the more runs change it.
+        let fresh = if self.corpus.len() < 4 { 0.5 } else { 0.2 };
+        if rng.random_bool(fresh) {
+            return Trial { index, mix: draw(index, &self.space, &self.workload), parent: None };
+        }
+        let parent = self.pick(&mut rng);
+        self.corpus[parent].picks += 1;
+        let mix = mutate(&self.corpus[parent], &self.workload, &mut rng);
+        Trial { index, mix, parent: Some(parent) }
+    }
+
+    /// A corpus entry: those that found more, were changed less and hold fewer cuts are likelier.
+    fn pick(&self, rng: &mut ChaCha8Rng) -> usize {
+        let weight = |entry: &Entry| {
+            (1.0 + entry.novelty as f64) / (1.0 + f64::from(entry.picks)).sqrt() / (1.0 + entry.mix.len() as f64)
+        };
+        let total: f64 = self.corpus.iter().map(weight).sum();
+        let mut at = rng.random::<f64>() * total;
+        for (index, entry) in self.corpus.iter().enumerate() {
+            at -= weight(entry);
+            if at <= 0.0 {
+                return index;
+            }
+        }
+        self.corpus.len() - 1
+    }
+
+    /// Makes one trial's run (any thread).
+    pub fn try_mix(&self, trial: &Trial) -> Tried {
+        let (outcome, indices) = run_placed_at(self.harness, &self.workload, &trial.mix, &self.policy, self.seed);
+        let fired_at: Vec<Option<usize>> =
+            trial.mix.iter().zip(&indices).map(|(p, i)| p.fired_at(&outcome, *i)).collect();
+        let fired_cuts =
+            trial.mix.iter().zip(&fired_at).filter(|(_, at)| at.is_some()).map(|(p, _)| p.clone()).collect();
+        Tried {
+            index: trial.index,
+            mix: trial.mix.clone(),
+            fired: if trial.mix.is_empty() { BTreeSet::new() } else { fired_beyond(&outcome, &self.baseline) },
+            trajectory: self.abstraction.trajectory(outcome.trace.events()),
+            fired_cuts,
+            fired_at,
+            sites: cut_space_at(&self.workload, &outcome, &SpaceOptions::default(), true),
+            parent: trial.parent,
+        }
+    }
+
+    /// Takes a run back (in the order of the trials): its coverage, and the corpus keeps its mix
+    /// if it reached something new without failing (a failure is a finding, not a place to
+    /// search from).
+    pub fn fold(&mut self, tried: Tried) -> Novelty {
+        let novelty = self.coverage.add(&tried.trajectory);
+        if novelty.is_new() && tried.fired.is_empty() && !tried.mix.is_empty() {
+            if let Some(parent) = tried.parent {
+                // A change that found something: its parent is worth changing again.
+                self.corpus[parent].novelty += 1;
+            }
+            self.corpus.push(Entry {
+                mix: tried.mix,
+                fired_at: tried.fired_at,
+                sites: tried.sites,
+                novelty: novelty.states * 2 + novelty.transitions,
+                picks: 0,
+            });
+        }
+        novelty
+    }
+
+    /// A failing run's mix shrunk to a finding (as an exploration's), with the runs it took.
+    pub fn shrink(&self, tried: &Tried) -> Option<(Finding, usize)> {
+        let oracle = tried.fired.iter().next()?;
+        let target =
+            Target { workload: &self.workload, uncut: &self.baseline, policy: &self.policy, seed: self.seed, oracle };
+        Some(shrink(self.harness, &target, tried.fired_cuts.clone(), "guided exploration"))
+    }
+}
+
+/// One change of an entry's mix.
+fn mutate(entry: &Entry, workload: &Scenario, rng: &mut ChaCha8Rng) -> Vec<Placement> {
+    // Weights: a second fault on the same thing, a cut anywhere, a neighbouring site, another
+    // kind, another timing, one cut fewer.
+    const WEIGHTS: [u32; 6] = [5, 2, 2, 2, 1, 1];
+    let mut mix = entry.mix.clone();
+    for _ in 0..8 {
+        let mut roll = rng.random_range(0..WEIGHTS.iter().sum::<u32>());
+        let op = WEIGHTS.iter().position(|weight| match roll.checked_sub(*weight) {
+            Some(rest) => {
+                roll = rest;
+                false
+            }
+            None => true,
+        });
+        let changed = match op {
+            Some(0) => same_subject(entry, &mut mix, rng),
+            Some(1) => anywhere(entry, &mut mix, rng),
+            Some(2) => neighbour(entry, &mut mix, rng),
+            Some(3) => other_kind(entry, &mut mix, rng),
+            Some(4) => retime(&mut mix, workload, rng),
+            _ => fewer(&mut mix, rng),
+        };
+        if changed {
+            break;
+        }
+    }
+    mix
+}
+
+/// Whether `mix` already holds a cut of this kind at this site.
+fn holds(mix: &[Placement], candidate: &Placement) -> bool {
+    mix.iter().any(|p| p.site == candidate.site && p.kind == candidate.kind)
+}
+
+/// Adds a placement, dropping the oldest cut of a full mix.
+fn push(mix: &mut Vec<Placement>, placement: Placement) {
+    if mix.len() >= MIX_CUTS_MAX {
+        mix.remove(0);
+    }
+    mix.push(placement);
+}
+
+fn choose<'p>(candidates: &[&'p Placement], rng: &mut ChaCha8Rng) -> Option<&'p Placement> {
+    (!candidates.is_empty()).then(|| candidates[rng.random_range(0..candidates.len())])
+}
+
+/// A second fault on the action or record one of the mix's cuts is about, at a call of it the
+/// run made after that cut fired.
+fn same_subject(entry: &Entry, mix: &mut Vec<Placement>, rng: &mut ChaCha8Rng) -> bool {
+    let anchors: Vec<(usize, String)> =
+        entry.mix.iter().zip(&entry.fired_at).filter_map(|(p, at)| Some(((*at)?, p.site.subject()?))).collect();
+    if anchors.is_empty() {
+        return false;
+    }
+    let (after, subject) = &anchors[rng.random_range(0..anchors.len())];
+    let candidates: Vec<&Placement> = entry
+        .sites
+        .iter()
+        .filter(|(at, p)| at > after && p.site.subject().as_ref() == Some(subject) && !holds(mix, p))
+        .map(|(_, p)| p)
+        .collect();
+    choose(&candidates, rng).is_some_and(|p| {
+        push(mix, p.clone());
+        true
+    })
+}
+
+/// One more cut anywhere in the entry's run.
+fn anywhere(entry: &Entry, mix: &mut Vec<Placement>, rng: &mut ChaCha8Rng) -> bool {
+    let candidates: Vec<&Placement> = entry.sites.iter().filter(|(_, p)| !holds(mix, p)).map(|(_, p)| p).collect();
+    choose(&candidates, rng).is_some_and(|p| {
+        push(mix, p.clone());
+        true
+    })
+}
+
+/// A cut of the mix moved to a neighbouring site: the one before or after it of its class, or
+/// a site up to two away in the run, keeping its kind where the new site has it.
+fn neighbour(entry: &Entry, mix: &mut [Placement], rng: &mut ChaCha8Rng) -> bool {
+    if mix.is_empty() {
+        return false;
+    }
+    let which = rng.random_range(0..mix.len());
+    let cut = mix[which].clone();
+    // The run's sites in order, each once (a site offers several kinds, listed together).
+    let mut sites: Vec<&Site> = Vec::new();
+    for (_, p) in &entry.sites {
+        if sites.last() != Some(&&p.site) {
+            sites.push(&p.site);
+        }
+    }
+    let Some(here) = sites.iter().position(|site| **site == cut.site) else { return false };
+    let next_of_class = |site: &Site| site.class() == cut.site.class() && site.nth().abs_diff(cut.site.nth()) == 1;
+    let nearby: Vec<&Site> = sites
+        .iter()
+        .enumerate()
+        .filter(|(i, site)| *i != here && (i.abs_diff(here) <= 2 || next_of_class(site)))
+        .map(|(_, site)| *site)
+        .collect();
+    if nearby.is_empty() {
+        return false;
+    }
+    let site = nearby[rng.random_range(0..nearby.len())];
+    let at_site: Vec<&Placement> = entry.sites.iter().map(|(_, p)| p).filter(|p| p.site == *site).collect();
+    let moved = at_site.iter().find(|p| p.kind == cut.kind).copied().or_else(|| choose(&at_site, rng));
+    match moved {
+        Some(p) if !holds(mix, p) => {
+            mix[which] = p.clone();
+            true
+        }
+        _ => false,
+    }
+}
+
+/// Another kind of cut at the site of one of the mix's cuts.
+fn other_kind(entry: &Entry, mix: &mut [Placement], rng: &mut ChaCha8Rng) -> bool {
+    if mix.is_empty() {
+        return false;
+    }
+    let which = rng.random_range(0..mix.len());
+    let site = mix[which].site.clone();
+    let candidates: Vec<&Placement> =
+        entry.sites.iter().map(|(_, p)| p).filter(|p| p.site == site && !holds(mix, p)).collect();
+    choose(&candidates, rng).is_some_and(|p| {
+        mix[which] = p.clone();
+        true
+    })
+}
+
+/// Another timing for a cut that has one: a delay, a pause, an isolation, an outage.
+fn retime(mix: &mut [Placement], workload: &Scenario, rng: &mut ChaCha8Rng) -> bool {
+    let timed: Vec<usize> = (0..mix.len()).filter(|i| mix[*i].ms.is_some()).collect();
+    if timed.is_empty() {
+        return false;
+    }
+    let which = timed[rng.random_range(0..timed.len())];
+    let ms = mix[which].ms.unwrap_or(1).max(1);
+    let ttl = workload.world.harness.lease_ttl_ms.max(1_000);
+    mix[which].ms = Some(match mix[which].kind {
+        Kind::Pause | Kind::PauseCaller => rng.random_range(ttl..=ttl.saturating_mul(4)),
+        _ => rng.random_range(ms / 2..=ms.saturating_mul(2)).max(1),
+    });
+    true
+}
+
+/// One cut fewer.
+fn fewer(mix: &mut Vec<Placement>, rng: &mut ChaCha8Rng) -> bool {
+    if mix.len() < 2 {
+        return false;
+    }
+    mix.remove(rng.random_range(0..mix.len()));
+    true
+}
