@@ -189,6 +189,13 @@ pub struct HarnessConfig {
     /// Retries of deferred work (terminalisation, reconciliation, reseeding) before giving up.
     pub terminalize_attempts: u32,
     pub terminalize_backoff_ms: u64,
+    /// How long a worker goes on settling what it left to the background (a command, a claim,
+    /// an admission, a deferred terminal state, a turn it drives on by itself) before it gives
+    /// up: long enough to outlast an outage, retried with backoff all the while.
+    pub settle_within_ms: u64,
+    /// How long an exported session waits for an import to take its turn over before the worker
+    /// that exported it takes it back.
+    pub handover_ms: u64,
     /// Time to live of a session's ownership lease; 0 runs without ownership.
     pub lease_ttl_ms: u64,
     /// Deadline of an effect request.
@@ -271,6 +278,8 @@ impl Default for HarnessConfig {
             turn_queue: "harness-turn".into(),
             terminalize_attempts: 8,
             terminalize_backoff_ms: 100,
+            settle_within_ms: 120_000,
+            handover_ms: 30_000,
             lease_ttl_ms: 0,
             tool_timeout_ms: 30_000,
             tools: Vec::new(),

@@ -225,6 +225,7 @@ fn timings(scenario: &Scenario) -> Vec<Timing> {
     add("[world] model_timeout_ms".into(), harness.model_timeout_ms, TimingKind::Deadline);
     add("[world] tool_timeout_ms".into(), harness.tool_timeout_ms, TimingKind::Deadline);
     add("[world] terminalize_backoff_ms".into(), harness.terminalize_backoff_ms, TimingKind::Wait);
+    add("[world] handover_ms".into(), harness.handover_ms, TimingKind::Wait);
     add("[world] lease_ttl_ms".into(), harness.lease_ttl_ms, TimingKind::Wait);
     for (name, queue) in &world.queues {
         add(format!("[world.queue.{name}] timeout_ms"), queue.timeout_ms, TimingKind::Wait);
@@ -290,6 +291,8 @@ fn scale_scenario(scenario: &Scenario, scale: f64) -> Scenario {
         &mut harness.model_timeout_ms,
         &mut harness.tool_timeout_ms,
         &mut harness.terminalize_backoff_ms,
+        &mut harness.settle_within_ms,
+        &mut harness.handover_ms,
         &mut harness.lease_ttl_ms,
     ] {
         s(ms);

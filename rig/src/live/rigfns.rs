@@ -109,6 +109,8 @@ pub fn config_json(config: &HarnessConfig) -> Value {
         "turn_queue": config.turn_queue,
         "terminalize_attempts": config.terminalize_attempts,
         "terminalize_backoff_ms": config.terminalize_backoff_ms,
+        "settle_within_ms": config.settle_within_ms,
+        "handover_ms": config.handover_ms,
         "lease_ttl_ms": config.lease_ttl_ms,
         "tool_timeout_ms": config.tool_timeout_ms,
         "tools": config.tools,
@@ -129,6 +131,9 @@ pub fn config_from_json(value: &Value) -> Result<HarnessConfig, String> {
         turn_queue: value["turn_queue"].as_str().ok_or("`turn_queue`: expected a string")?.to_string(),
         terminalize_attempts: count("terminalize_attempts")?,
         terminalize_backoff_ms: number("terminalize_backoff_ms")?,
+        // Absent from a rig that predates them: the defaults.
+        settle_within_ms: value["settle_within_ms"].as_u64().unwrap_or(HarnessConfig::default().settle_within_ms),
+        handover_ms: value["handover_ms"].as_u64().unwrap_or(HarnessConfig::default().handover_ms),
         lease_ttl_ms: number("lease_ttl_ms")?,
         tool_timeout_ms: number("tool_timeout_ms")?,
         tools: serde_json::from_value(value["tools"].clone()).map_err(|e| format!("`tools`: {e}"))?,

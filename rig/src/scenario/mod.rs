@@ -401,6 +401,8 @@ fn world_setup(at: &Locator, spec: WorldSpec) -> Result<WorldSetup, ScenarioErro
             turn_queue: HarnessConfig::default().turn_queue,
             terminalize_attempts: spec.terminalize_attempts,
             terminalize_backoff_ms: spec.terminalize_backoff_ms,
+            settle_within_ms: spec.settle_within_ms,
+            handover_ms: spec.handover_ms,
             lease_ttl_ms: spec.lease_ttl_ms,
             tool_timeout_ms: spec.tool_timeout_ms,
             tools: services.tools(),

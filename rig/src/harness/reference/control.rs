@@ -143,7 +143,7 @@ impl Worker {
             Ok(recorded) => recorded,
             Err(error) => {
                 if refusal.is_none() {
-                    self.apply_if_recorded_later(bus, &session_id, kind, &key);
+                    self.settle_command_later(bus, &session_id, kind, &key, true);
                 }
                 return Err(error);
             }
@@ -165,9 +165,16 @@ impl Worker {
             // The turn is busy here: it applies the command at its next safe point. It may have
             // none left (it is holding or finishing), so the command is also applied once the
             // session is free, if it is still waiting then.
-            let (worker, bus, kind) = (Rc::clone(self), bus.clone(), kind.to_string());
-            let (session, command_key) = (session_id.clone(), key.clone());
-            tokio::task::spawn_local(async move { worker.apply_when_free(&bus, &session, &kind, &command_key).await });
+            if self.policy == Policy::InMemoryCancel {
+                // The known-bad policy keeps its one try.
+                let (worker, bus, kind) = (Rc::clone(self), bus.clone(), kind.to_string());
+                let (session, command_key) = (session_id.clone(), key.clone());
+                tokio::task::spawn_local(
+                    async move { worker.apply_when_free(&bus, &session, &kind, &command_key).await },
+                );
+            } else {
+                self.settle_command_later(bus, &session_id, kind, &key, false);
+            }
             if self.policy == Policy::AppliedOnAccept {
                 // The known-bad reply: what the command will do, told as done.
                 let mut told = recorded.clone();
@@ -177,15 +184,24 @@ impl Worker {
             return Ok(Self::answer(&session_id, &key, &recorded));
         };
         if !self.apply_as_owner(bus, &session_id, kind, &key).await {
+            // Another worker holds the session, or its lease could not be had: the command is
+            // applied once it can be (a parked turn reaches no safe point to apply it itself).
+            self.settle_command_later(bus, &session_id, kind, &key, false);
             return Ok(Self::answer(&session_id, &key, &recorded));
         }
         // Whatever applying it did (ended the turn, held it, failed half-way), the reply is the
         // command's own durable state: never more than the store says.
         match self.control_record(bus, &session_id).await {
             Ok((control, _)) if !control["commands"][&key].is_null() => {
+                if control["commands"][&key]["state"] == json!("accepted") {
+                    self.settle_command_later(bus, &session_id, kind, &key, false);
+                }
                 Ok(Self::answer(&session_id, &key, &control["commands"][&key]))
             }
-            _ => Ok(Self::answer(&session_id, &key, &recorded)),
+            _ => {
+                self.settle_command_later(bus, &session_id, kind, &key, false);
+                Ok(Self::answer(&session_id, &key, &recorded))
+            }
         }
     }
 
@@ -194,49 +210,96 @@ impl Worker {
     /// that starts, should this one die first).
     fn apply_again_later(self: &Rc<Self>, bus: &Bus, session_id: &str, kind: &str, key: &str) -> ErrorBody {
         self.note("command_application_deferred", json!({ "session_id": session_id, "command": key }));
-        self.apply_if_recorded_later(bus, session_id, kind, key);
+        self.settle_command_later(bus, session_id, kind, key, false);
         ErrorBody::new("unavailable", format!("the {kind} {key} could not be recorded yet"))
     }
 
-    /// A command whose write got no good answer may be recorded all the same, and then nobody
-    /// would apply it: a held turn reaches no safe point. Once the store answers again, a command
-    /// it holds `accepted` is applied as one accepted while the turn was busy; one it does not
-    /// hold was never recorded, and its caller was told so; a resume found recorded makes its
-    /// claim then. Tried a bounded number of times.
-    fn apply_if_recorded_later(self: &Rc<Self>, bus: &Bus, session_id: &str, kind: &str, key: &str) {
+    /// A command recorded `accepted` that nothing is sure to apply (its turn is parked, so it
+    /// reaches no safe point; the worker that went to apply it could not take the session; the
+    /// store left its write or its application without an answer): applied in the background
+    /// ([`super::finalize::Retry`]) until the store no longer holds it `accepted`. A resume makes
+    /// its claim, or learns whether its claim landed. One such settlement per command at a time.
+    /// `unconfirmed`: the command's own write got no answer, so it may not be recorded at all (its
+    /// caller was told so): then there is nothing to settle.
+    pub(super) fn settle_command_later(
+        self: &Rc<Self>,
+        bus: &Bus,
+        session_id: &str,
+        kind: &str,
+        key: &str,
+        unconfirmed: bool,
+    ) {
         // The known-bad policies keep their bugs.
         if !self.policy.recovers() || self.policy == Policy::InMemoryCancel {
+            return;
+        }
+        let settling = (session_id.to_string(), key.to_string());
+        if !self.settling.borrow_mut().insert(settling.clone()) {
             return;
         }
         let (worker, bus, session_id, kind, key) =
             (Rc::clone(self), bus.clone(), session_id.to_string(), kind.to_string(), key.to_string());
         tokio::task::spawn_local(async move {
-            for attempt in 1..=worker.env.config.terminalize_attempts {
-                worker.env.clock.sleep(worker.deferred_backoff(attempt)).await;
-                let Ok((control, _)) = worker.control_record(&bus, &session_id).await else { continue };
-                if control["commands"][&key]["state"] == json!("accepted") {
-                    worker.note("command_found_recorded", json!({ "session_id": session_id, "command": key }));
-                    if kind == "resume" {
-                        worker.claim_recorded_resume(&bus, &session_id, &key).await;
-                    } else {
-                        worker.apply_when_free(&bus, &session_id, &kind, &key).await;
-                    }
+            let mut retry = worker.retry();
+            let mut found = false;
+            let settled = loop {
+                if !worker.next_try(&bus, &mut retry).await {
+                    break false;
                 }
-                return;
+                let Ok((control, _)) = worker.control_record(&bus, &session_id).await else { continue };
+                if control["commands"][&key]["state"] != json!("accepted") {
+                    // A resume settled elsewhere (another worker found its claim and recorded it
+                    // applied) may have left its turn to this worker to drive.
+                    if kind == "resume" && !worker.drive_if_claimed_here(&bus, &session_id, &key).await {
+                        continue;
+                    }
+                    break true;
+                }
+                if unconfirmed && !found {
+                    found = true;
+                    worker.note("command_found_recorded", json!({ "session_id": session_id, "command": key }));
+                }
+                if kind == "resume" {
+                    worker.claim_recorded_resume(&bus, &session_id, &key).await;
+                } else {
+                    worker.apply_when_free(&bus, &session_id, &kind, &key).await;
+                }
+            };
+            worker.settling.borrow_mut().remove(&settling);
+            if !settled {
+                let attempts = retry.attempt();
+                worker.note(
+                    "command_unsettled",
+                    json!({ "session_id": session_id, "command": key, "attempts": attempts }),
+                );
             }
-            worker.note("command_unconfirmed", json!({ "session_id": session_id, "command": key }));
         });
     }
 
-    /// A resume recorded `accepted` whose press was answered before it could claim: the claim is
-    /// made now, if the turn is still paused; otherwise the command is settled by what the turn
-    /// became.
+    /// Drives on the turn a claim of resume `key` made this worker's, if it is still running:
+    /// whether that is settled (false: the turn could not be read).
+    async fn drive_if_claimed_here(self: &Rc<Self>, bus: &Bus, session_id: &str, key: &str) -> bool {
+        let Ok(record) = self.get_turn(bus, session_id).await else { return false };
+        let record = record.unwrap_or_default();
+        let claimed_here = record["resumed_by"] == json!(key) && record[super::DRIVEN_BY] == json!(self.env.host);
+        if claimed_here && record["status"] == json!("running") {
+            self.drive_resumed(bus, &record);
+        }
+        true
+    }
+
+    /// A resume recorded `accepted` whose claim was never confirmed: the claim is made now, if
+    /// the turn is still paused; a claim of this command found landed is driven on (by this
+    /// worker when the claim names it) and recorded applied; otherwise the command is settled by
+    /// what the turn became.
     pub(super) async fn claim_recorded_resume(self: &Rc<Self>, bus: &Bus, session_id: &str, key: &str) {
         let lock = self.control_lock(session_id);
         let _guard = lock.lock().await;
         let Ok((record, version)) = self.turn_with_version(bus, session_id).await else { return };
         if record["status"] == json!("paused") {
             let _ = self.resume(bus, session_id, key, record, version).await;
+        } else if record["resumed_by"] == json!(key) {
+            let _ = self.resume_landed(bus, session_id, key, &record).await;
         } else {
             let _ = self.settle_commands(bus, session_id, Some(&record)).await;
         }
@@ -256,14 +319,23 @@ impl Worker {
 
     /// With the session's lock held: applies a command as the session's owner, unless a deferred
     /// terminalisation of it is pending (which settles commands itself) or the session has
-    /// another owner. Whether it was applied.
+    /// another owner. Whether it was tried (it may have failed half-way: the command then
+    /// still waits, `accepted`).
+    ///
+    /// No delivery of the turn is running it here, so a rival may claim it (a resume's
+    /// compare-and-set, which takes no lease and raises the turn's epoch) at any moment: the
+    /// turn's claim is read before this worker's lease is granted, and the command is applied
+    /// only if no other claim came since (one that came before is older than the grant), and
+    /// written over the version it read.
     async fn apply_as_owner(self: &Rc<Self>, bus: &Bus, session_id: &str, kind: &str, key: &str) -> bool {
-        if self.pending_terminal.borrow().contains_key(session_id)
-            || self.ensure_ownership(bus, session_id).await.is_err()
-        {
+        if self.pending_terminal.borrow().contains_key(session_id) {
             return false;
         }
-        let _ = self.apply_control(bus, session_id, kind, key).await;
+        let Ok((before, _)) = self.turn_with_version(bus, session_id).await else { return false };
+        if self.ensure_ownership(bus, session_id).await.is_err() {
+            return false;
+        }
+        let _ = self.apply_control_over(bus, session_id, kind, key, Some(before["epoch"].clone())).await;
         self.hand_back(bus, session_id).await;
         true
     }
@@ -277,6 +349,23 @@ impl Worker {
         kind: &str,
         key: &str,
     ) -> Result<Value, ErrorBody> {
+        self.apply_control_over(bus, session_id, kind, key, None).await
+    }
+
+    /// [`Self::apply_control`] by a worker that is not running the turn, which read the turn's
+    /// claim (`epoch_before`) before it took the session ([`Self::apply_as_owner`]): every write
+    /// is a compare-and-set on the version it reads, and what it cannot write is left to the
+    /// command's own settlement, still `accepted` (there is no delivery to answer). `None`: by the
+    /// worker that is running the turn (at one of its safe points), or holds it (a dead letter's
+    /// handler).
+    async fn apply_control_over(
+        self: &Rc<Self>,
+        bus: &Bus,
+        session_id: &str,
+        kind: &str,
+        key: &str,
+        epoch_before: Option<Value>,
+    ) -> Result<Value, ErrorBody> {
         let record = self.get_turn(bus, session_id).await.map_err(|e| error_body("get_turn", &e))?;
         if let Some(to) = self.handed_to(session_id, record.as_ref()) {
             return Err(ErrorBody::new("not_owner", format!("the session was handed over to {to}")));
@@ -285,7 +374,9 @@ impl Worker {
         if is_terminal(&record) {
             if record["control"]["idempotency_key"] == json!(key) {
                 // This command's own application landed though its answer did not: the rest of
-                // finalisation (presentation, input queued behind the turn) has not run yet.
+                // finalisation (the transcript closed, presentation, input queued behind the
+                // turn) has not run yet.
+                self.transcribe_results(bus, &record, true).await;
                 self.after_terminal(bus, &record).await;
             }
             return self.settle_commands(bus, session_id, Some(&record)).await;
@@ -295,10 +386,27 @@ impl Worker {
             turn_id: record["turn_id"].as_str().unwrap_or_default().to_string(),
             step: record["step"].as_u64().unwrap_or(0),
         };
-        // A held or paused turn has no delivery to answer and reaches no safe point: what this
-        // application cannot record is retried as the command, still `accepted`, not deferred
-        // as a running turn's owed terminal state.
+        if kind == "pause" && record["status"] != json!("running") {
+            // Only a running turn can be parked: a pause waiting on a held or paused one is
+            // settled by what the turn is.
+            return self.settle_commands(bus, session_id, Some(&record)).await;
+        }
+        // A held or paused turn, like any turn no delivery runs here, has no delivery to answer:
+        // what this application cannot record is retried as the command, still `accepted`, not
+        // deferred as a running turn's owed terminal state. And nothing keeps a rival from
+        // claiming it meanwhile (a resume's compare-and-set): it is written only over the version
+        // read (for a worker not running it, the version it read before its lease was granted).
         let at_rest = record["status"] != json!("running");
+        let claimed_since = epoch_before.as_ref().is_some_and(|before| *before != record["epoch"]);
+        let version = if at_rest || epoch_before.is_some() {
+            let (again, version) = self.turn_with_version(bus, session_id).await?;
+            if again != record || claimed_since {
+                return Err(ErrorBody::new("contended", "the turn changed as the command was applied"));
+            }
+            Some(version)
+        } else {
+            None
+        };
         let control = self.control_record(bus, session_id).await?.0;
         let requested_at = control["commands"][key]["requested_at_ms"].as_u64().unwrap_or(0);
         record["control"] = json!({ "command": kind, "idempotency_key": key, "requested_at_ms": requested_at });
@@ -306,7 +414,13 @@ impl Worker {
         if kind == "pause" {
             record["status"] = json!("paused");
             record["paused_reason"] = json!(format!("paused by command {key}"));
-            self.write(bus, &record).await.map_err(|_| ErrorBody::new("unavailable", "could not record the pause"))?;
+            let written = match version {
+                Some(version) => matches!(self.put_turn_over(bus, &record, version).await, Ok(true)),
+                None => self.write(bus, &record).await.is_ok(),
+            };
+            if !written {
+                return Err(ErrorBody::new("unavailable", "could not record the pause"));
+            }
             self.note("turn_paused", json!({ "session_id": session_id, "turn_id": request.turn_id, "command": key }));
             return self.settle_commands(bus, session_id, Some(&record)).await;
         }
@@ -320,8 +434,8 @@ impl Worker {
                 json!({ "session_id": session_id, "turn_id": request.turn_id, "cancellation": "unresolved-effect" }),
             );
             let reason = format!("cancelled with an unresolved effect: {reason}");
-            if at_rest {
-                return match self.write_hold(bus, &request, record, &reason).await {
+            if version.is_some() {
+                return match self.write_hold_over(bus, &request, record, &reason, version).await {
                     Ok(reply) => Ok(reply),
                     Err(_) => Err(self.apply_again_later(bus, session_id, kind, key)),
                 };
@@ -338,6 +452,23 @@ impl Worker {
         record["status"] = json!("cancelled");
         record["cancellation"] =
             json!(if effect_happened { "completed-before-cancellation" } else { "cancelled-with-no-effect" });
+        if let Some(version) = version {
+            // Over the version read, or not at all: the transcript is closed once the end is
+            // recorded (a rival's claim would run those calls), and again by whoever finds this
+            // end recorded with the command still waiting.
+            match self.put_turn_over(bus, &record, version).await {
+                Ok(true) => {}
+                Ok(false) => return Err(ErrorBody::new("contended", "the turn changed as the command was applied")),
+                Err(_) => return Err(self.apply_again_later(bus, session_id, kind, key)),
+            }
+            self.note(
+                "turn_cancelled",
+                json!({ "session_id": session_id, "turn_id": request.turn_id, "cancellation": record["cancellation"] }),
+            );
+            self.transcribe_results(bus, &record, true).await;
+            self.after_terminal(bus, &record).await;
+            return self.settle_commands(bus, session_id, Some(&record)).await;
+        }
         self.note(
             "turn_cancelled",
             json!({ "session_id": session_id, "turn_id": request.turn_id, "cancellation": record["cancellation"] }),
@@ -346,7 +477,6 @@ impl Worker {
         self.transcribe_results(bus, &record, true).await;
         match self.finalize(bus, &record).await {
             Ok(_) => self.settle_commands(bus, session_id, Some(&record)).await,
-            Err(_) if at_rest => Err(self.apply_again_later(bus, session_id, kind, key)),
             Err(error) => self.unfinalized(bus, &request, super::finalize::Intent::Record(record), &error).await,
         }
     }
@@ -510,30 +640,52 @@ impl Worker {
             let claim = json!({ "scope": TURN_SCOPE, "key": session_id, "value": record, "expected_version": version });
             bus.invoke("state::compare-and-set", claim, timeout).await
         };
-        // The claim lost: to a rival (the store refused the swap), or, read back after a claim
-        // with no answer, to whatever the turn is now.
-        let lost_to = match claim {
-            Ok(answer) if answer["swapped"] == json!(true) => None,
-            Ok(_) => Some(Value::Null),
-            Err(_) => match self.get_turn(bus, session_id).await {
-                Ok(found) => Some(found.unwrap_or_default()).filter(|found| !is_claim(found, key, epoch)),
-                Err(_) => {
-                    self.settle_resume_later(bus, session_id, key, epoch);
-                    return Err(ErrorBody::new("unavailable", "the claim's outcome is not known yet"));
-                }
-            },
-        };
-        if let Some(found) = lost_to {
-            let rejected = self.record_resume_rejected(bus, session_id, key, &found).await?;
-            return Ok(Self::answer(session_id, key, &rejected));
+        if matches!(&claim, Ok(answer) if answer["swapped"] == json!(true)) {
+            return self.resume_landed(bus, session_id, key, &record).await;
         }
-        self.note(
-            "turn_resumed_by_command",
-            json!({ "session_id": session_id, "turn_id": record["turn_id"], "epoch": epoch }),
-        );
-        self.drive_resumed(bus, &record);
-        let applied = self.record_resume_applied(bus, session_id, key, epoch).await?;
-        Ok(Self::answer(session_id, key, &applied))
+        // Refused (another claim moved the version), or no answer: the store says what the turn
+        // is now. The claim that won may be this very command's, made by another worker that
+        // found it recorded (a starting worker's recovery): then the command is applied.
+        let found = match self.get_turn(bus, session_id).await {
+            Ok(found) => found.unwrap_or_default(),
+            Err(_) => {
+                self.settle_command_later(bus, session_id, "resume", key, false);
+                return Err(ErrorBody::new("unavailable", "the claim's outcome is not known yet"));
+            }
+        };
+        if found["resumed_by"] == json!(key) {
+            return self.resume_landed(bus, session_id, key, &found).await;
+        }
+        let rejected = self.record_resume_rejected(bus, session_id, key, &found).await?;
+        Ok(Self::answer(session_id, key, &rejected))
+    }
+
+    /// A claim of resume `key` that landed (`claimed`, the record as claimed): the turn goes on,
+    /// driven by the worker the claim names (this one, unless another worker made the claim for
+    /// the same command), and the command is recorded applied.
+    async fn resume_landed(
+        self: &Rc<Self>,
+        bus: &Bus,
+        session_id: &str,
+        key: &str,
+        claimed: &Value,
+    ) -> Result<Value, ErrorBody> {
+        let epoch = claimed["epoch"].as_u64().unwrap_or(0);
+        if claimed["status"] == json!("running") && claimed[super::DRIVEN_BY] == json!(self.env.host) {
+            self.note(
+                "turn_resumed_by_command",
+                json!({ "session_id": session_id, "turn_id": claimed["turn_id"], "epoch": epoch }),
+            );
+            self.drive_resumed(bus, claimed);
+        }
+        match self.record_resume_applied(bus, session_id, key, epoch).await {
+            Ok(applied) => Ok(Self::answer(session_id, key, &applied)),
+            Err(error) => {
+                // The claim stands; the command must not stay `accepted` for it.
+                self.settle_command_later(bus, session_id, "resume", key, false);
+                Err(error)
+            }
+        }
     }
 
     /// The turn a resume claimed goes on, in the background: the press is answered as soon as
@@ -585,29 +737,6 @@ impl Worker {
             c["settled_at_ms"] = json!(now);
         })
         .await
-    }
-
-    /// A claim whose outcome could not be read back: once the store answers, a claim that
-    /// landed is driven on and recorded applied, one that did not is recorded rejected. Tried a
-    /// bounded number of times; a command still `accepted` when the turn ends is settled then.
-    fn settle_resume_later(self: &Rc<Self>, bus: &Bus, session_id: &str, key: &str, epoch: u64) {
-        let (worker, bus, session_id, key) = (Rc::clone(self), bus.clone(), session_id.to_string(), key.to_string());
-        tokio::task::spawn_local(async move {
-            for attempt in 1..=worker.env.config.terminalize_attempts {
-                worker.env.clock.sleep(worker.deferred_backoff(attempt)).await;
-                let Ok(found) = worker.get_turn(&bus, &session_id).await else { continue };
-                let lock = worker.control_lock(&session_id);
-                let _guard = lock.lock().await;
-                let found = found.unwrap_or_default();
-                if is_claim(&found, &key, epoch) {
-                    worker.drive_resumed(&bus, &found);
-                    let _ = worker.record_resume_applied(&bus, &session_id, &key, epoch).await;
-                } else {
-                    let _ = worker.record_resume_rejected(&bus, &session_id, &key, &found).await;
-                }
-                return;
-            }
-        });
     }
 
     /// A cancel, stop or pause of `turn_id` accepted and not yet applied: the one this worker
@@ -688,9 +817,4 @@ impl Worker {
         }
         let _ = self.accepted_command(bus, session_id, turn_id).await;
     }
-}
-
-/// Whether a turn record is the claim of resume `key` at `epoch`.
-fn is_claim(record: &Value, key: &str, epoch: u64) -> bool {
-    record["resumed_by"] == json!(key) && record["epoch"] == json!(epoch)
 }

@@ -19,10 +19,26 @@ const DEFERRED_BACKOFF_MS_MAX: u64 = 5_000;
 /// this many checks, this far apart.
 const RECOVERY_CONNECT_CHECKS: u32 = 100;
 const RECOVERY_CONNECT_CHECK_MS: u64 = 10;
-/// How long a background retry waits for a worker cut off from the engine to be connected again
-/// before it tries (a try while cut off fails at once and proves nothing), checking this often.
-const RECONNECT_WAIT_MS_MAX: u64 = 60_000;
+/// How often a background retry checks whether a worker cut off from the engine is connected
+/// again, before it tries (a try while cut off fails at once and proves nothing).
 const RECONNECT_CHECK_MS: u64 = 100;
+
+/// The schedule of one piece of background settlement: tries a backoff apart (doubling from
+/// `terminalize_backoff_ms`, at most [`DEFERRED_BACKOFF_MS_MAX`]), each once the worker is
+/// connected to the engine, until it is settled or `settle_within_ms` has passed since it began.
+/// Never a fixed number of tries: a second fault on the way, or an outage longer than the tries
+/// add up to, must not leave a command `accepted` or a turn running with nobody on it.
+pub(super) struct Retry {
+    began_ms: u64,
+    attempt: u32,
+}
+
+impl Retry {
+    /// How many tries it has waited for.
+    pub(super) fn attempt(&self) -> u32 {
+        self.attempt
+    }
+}
 
 /// The terminal state a deferred terminalisation must record.
 #[derive(Debug, Clone)]
@@ -208,8 +224,21 @@ impl Worker {
         self: &Rc<Self>,
         bus: &Bus,
         request: &TurnRequest,
+        record: Value,
+        reason: &str,
+    ) -> Result<Value, InvokeError> {
+        self.write_hold_over(bus, request, record, reason, None).await
+    }
+
+    /// [`Self::write_hold`], over the record's stored `version` when one is given (a parked
+    /// turn, which a rival may claim meanwhile): a write that finds another version refused.
+    pub(super) async fn write_hold_over(
+        self: &Rc<Self>,
+        bus: &Bus,
+        request: &TurnRequest,
         mut record: Value,
         reason: &str,
+        version: Option<u64>,
     ) -> Result<Value, InvokeError> {
         // A cancellation accepted for this turn cannot be applied cleanly any more: it ends here,
         // with an effect that may have happened, for the person who resolves the hold.
@@ -223,7 +252,13 @@ impl Worker {
         record["status"] = json!("held");
         record["held_reason"] = json!(reason);
         record["updated_at"] = json!(self.now());
-        self.put_turn(bus, &record).await?;
+        match version {
+            None => self.put_turn(bus, &record).await?,
+            Some(version) if self.put_turn_over(bus, &record, version).await? => {}
+            Some(_) => {
+                return Err(InvokeError::Rejected(ErrorBody::new("contended", "the turn changed before the hold")));
+            }
+        }
         if command.is_some() {
             self.settle_commands_or_retry(bus, &request.session_id, Some(&record)).await;
         }
@@ -329,12 +364,18 @@ impl Worker {
     /// running, records the intended terminal state; if it finds it already recorded, finishes
     /// finalising it. Never re-runs the model or a tool.
     async fn terminalize_later(self: &Rc<Self>, bus: &Bus, request: &TurnRequest, intent: Intent) {
-        let attempts = self.env.config.terminalize_attempts;
         let mut outcome = None;
-        for attempt in 1..=attempts {
-            self.env.clock.sleep(self.deferred_backoff(attempt)).await;
+        let mut retry = self.retry();
+        while self.next_try(bus, &mut retry).await {
+            let attempt = retry.attempt();
             let lock = self.session_lock(&request.session_id);
             let _guard = lock.lock().await;
+            // Its lease may have been lost meanwhile (a renewal refused after a newer grant, which
+            // its holder may since have given back): the owed state is written under a lease of
+            // this worker's, or not at all.
+            if self.ensure_ownership(bus, &request.session_id).await.is_err() {
+                continue;
+            }
             let mut record = match self.get_turn(bus, &request.session_id).await {
                 Ok(Some(record)) => record,
                 Ok(None) => {
@@ -404,7 +445,9 @@ impl Worker {
                 "terminalization_abandoned",
                 json!({ "turn_id": request.turn_id, "attempts": attempt, "why": why }),
             ),
-            None => self.note("terminalization_gave_up", json!({ "turn_id": request.turn_id, "attempts": attempts })),
+            None => {
+                self.note("terminalization_gave_up", json!({ "turn_id": request.turn_id, "attempts": retry.attempt() }))
+            }
         }
     }
 
@@ -455,8 +498,8 @@ impl Worker {
 
     /// A turn whose record is written but which could be neither enqueued nor held (the worker
     /// was cut off from the engine: every try failed at once) has nobody to run it and nobody to
-    /// find it until a worker starts. It is admitted again in the background, after a backoff, a
-    /// bounded number of times, for as long as it is still running and not on the turn queue.
+    /// find it until a worker starts. It is admitted again in the background ([`Retry`]), for as
+    /// long as it is still running and not on the turn queue.
     fn admit_later_if_stranded(self: &Rc<Self>, bus: &Bus, admission: &Value) {
         if admission["admitted"] != json!(false) || admission["held"] != json!(false) {
             return;
@@ -468,10 +511,8 @@ impl Worker {
         let (worker, bus) = (Rc::clone(self), bus.clone());
         let (turn_id, session_id) = (turn_id.to_string(), session_id.to_string());
         tokio::task::spawn_local(async move {
-            let attempts = worker.env.config.terminalize_attempts;
-            for attempt in 1..=attempts {
-                worker.env.clock.sleep(worker.deferred_backoff(attempt)).await;
-                worker.until_connected(&bus).await;
+            let mut retry = worker.retry();
+            while worker.next_try(&bus, &mut retry).await {
                 let lock = worker.session_lock(&session_id);
                 let _guard = lock.lock().await;
                 let record = match worker.get_turn(&bus, &session_id).await {
@@ -486,11 +527,11 @@ impl Worker {
                 }
                 let again = worker.admit(&bus, record).await;
                 if again["admitted"] == json!(true) || again["held"] == json!(true) {
-                    worker.note("admission_recovered", json!({ "turn_id": turn_id, "attempt": attempt }));
+                    worker.note("admission_recovered", json!({ "turn_id": turn_id, "attempt": retry.attempt() }));
                     return;
                 }
             }
-            worker.note("admission_abandoned", json!({ "turn_id": turn_id, "attempts": attempts }));
+            worker.note("admission_abandoned", json!({ "turn_id": turn_id, "attempts": retry.attempt() }));
         });
     }
 
@@ -722,8 +763,8 @@ impl Worker {
     /// soon as another turn of the session is running (its own finalisation reseeds).
     async fn reseed_later(self: &Rc<Self>, bus: &Bus, predecessor: &Value) {
         let session_id = predecessor["session_id"].as_str().unwrap_or_default().to_string();
-        for attempt in 1..=self.env.config.terminalize_attempts {
-            self.env.clock.sleep(self.deferred_backoff(attempt)).await;
+        let mut retry = self.retry();
+        while self.next_try(bus, &mut retry).await {
             let lock = self.session_lock(&session_id);
             let _guard = lock.lock().await;
             match self.get_turn(bus, &session_id).await {
@@ -743,7 +784,7 @@ impl Worker {
             match self.reseed_queued_input(bus, predecessor).await {
                 Some(reseed) if reseed["admitted"] == json!(false) && reseed["turn_id"].is_null() => continue,
                 reseed => {
-                    self.note("reseed_recovered", json!({ "session_id": session_id, "attempt": attempt }));
+                    self.note("reseed_recovered", json!({ "session_id": session_id, "attempt": retry.attempt() }));
                     if let Some(reseed) = reseed {
                         self.admit_later_if_stranded(bus, &reseed);
                     }
@@ -756,59 +797,74 @@ impl Worker {
 
     /// Commands an earlier worker accepted and died before settling: a turn that has since
     /// ended, been held or paused settles them now (only such turns can, so the control records
-    /// are read only when there is one).
+    /// are read only when there is one). A parked turn reaches no safe point: a cancel or stop
+    /// waiting on it is applied, and a resume recorded and never claimed makes its claim, each
+    /// settled in the background until it is; so is a cancel or stop whose own application
+    /// ended the turn before its worker died (the rest of that ending has not run).
     async fn settle_orphaned_commands(self: &Rc<Self>, bus: &Bus, turns: &[Value]) {
-        let settled_states =
-            |t: &&Value| is_terminal(&t["value"]) || matches!(t["value"]["status"].as_str(), Some("held" | "paused"));
+        // A resumed turn names the resume whose claim it is, which may never have been recorded
+        // applied (its worker died first).
+        let settled_states = |t: &&Value| {
+            is_terminal(&t["value"])
+                || matches!(t["value"]["status"].as_str(), Some("held" | "paused"))
+                || !t["value"]["resumed_by"].is_null()
+        };
         if !turns.iter().any(|t| settled_states(&t)) {
             return;
         }
         let Some(controls) = self.list_for_recovery(bus, crate::layout::CONTROL_SCOPE).await else { return };
         for control in &controls {
-            let commands = control["value"]["commands"].as_object();
-            let waiting = commands.is_some_and(|c| c.values().any(|c| c["state"] == json!("accepted")));
-            let (true, Some(session_id)) = (waiting, control["key"].as_str()) else { continue };
-            let turn = turns.iter().find(|t| t["key"] == json!(session_id)).map(|t| &t["value"]);
-            // A resume recorded but never claimed (its worker died in between): claimed now.
-            let resume = commands
+            let Some(session_id) = control["key"].as_str() else { continue };
+            let waiting: Vec<(&String, &Value)> = control["value"]["commands"]
+                .as_object()
                 .into_iter()
                 .flatten()
-                .find(|(_, c)| c["command"] == json!("resume") && c["state"] == json!("accepted"));
-            if let (Some((key, _)), true) = (resume, turn.is_some_and(|t| t["status"] == json!("paused"))) {
-                self.claim_recorded_resume(bus, session_id, key).await;
+                .filter(|(_, c)| c["state"] == json!("accepted"))
+                .collect();
+            if waiting.is_empty() {
                 continue;
             }
-            if turn.is_some_and(|t| matches!(t["status"].as_str(), Some("held" | "paused"))) {
-                // A held or paused turn reaches no safe point: a cancel or stop waiting on it is
-                // applied here.
-                let lock = self.session_lock(session_id);
-                let _guard = lock.lock().await;
-                if self.ensure_ownership(bus, session_id).await.is_ok() {
-                    let _ = self.apply_waiting_cancellations(bus, session_id).await;
-                    self.hand_back(bus, session_id).await;
-                    continue;
+            let turn = turns.iter().find(|t| t["key"] == json!(session_id)).map(|t| &t["value"]);
+            let status = turn.and_then(|t| t["status"].as_str()).unwrap_or_default();
+            let mut left = false;
+            for (key, command) in waiting {
+                let kind = command["command"].as_str().unwrap_or_default();
+                let applies = match kind {
+                    "resume" => status == "paused" || turn.is_some_and(|t| t["resumed_by"] == json!(key)),
+                    "cancel" | "stop" => {
+                        matches!(status, "held" | "paused")
+                            || turn.is_some_and(|t| is_terminal(t) && t["control"]["idempotency_key"] == json!(key))
+                    }
+                    _ => false,
+                };
+                if applies {
+                    self.settle_command_later(bus, session_id, kind, key, false);
+                } else {
+                    left = true;
                 }
             }
-            self.settle_commands_or_retry(bus, session_id, turn).await;
+            if left {
+                self.settle_commands_or_retry(bus, session_id, turn).await;
+            }
         }
     }
 
     /// Settles a session's waiting commands; when the store does not let it, again in the
-    /// background after a backoff, a bounded number of times: a command left `accepted` after
-    /// its turn ended waits for ever, as nobody else settles it while this worker lives.
+    /// background ([`Retry`]): a command left `accepted` after its turn ended waits for ever, as
+    /// nobody else settles it while this worker lives.
     pub(super) async fn settle_commands_or_retry(self: &Rc<Self>, bus: &Bus, session_id: &str, turn: Option<&Value>) {
         if self.settle_commands(bus, session_id, turn).await.is_ok() {
             return;
         }
         let (worker, bus, session_id, turn) = (Rc::clone(self), bus.clone(), session_id.to_string(), turn.cloned());
         tokio::task::spawn_local(async move {
-            let attempts = worker.env.config.terminalize_attempts;
-            for attempt in 1..=attempts {
-                worker.env.clock.sleep(worker.deferred_backoff(attempt)).await;
+            let mut retry = worker.retry();
+            while worker.next_try(&bus, &mut retry).await {
                 if worker.settle_commands(&bus, &session_id, turn.as_ref()).await.is_ok() {
                     return;
                 }
             }
+            let attempts = retry.attempt();
             worker.note("command_settling_abandoned", json!({ "session_id": session_id, "attempts": attempts }));
         });
     }
@@ -899,6 +955,7 @@ impl Worker {
             self.watch_approvals(&bus, held);
         }
         self.resume_terminal_pending(&bus, &turns).await;
+        self.watch_exported(&bus, &turns);
         // Sessions with input still queued, and sessions whose running turn was admitted from
         // input (it names its predecessor) or delegated by another turn (it names its parent),
         // and may never have reached the turn queue.
@@ -953,51 +1010,75 @@ impl Worker {
             let step = record["step"].as_u64().unwrap_or_default();
             self.note("turn_driven_on", json!({ "session_id": session_id, "turn_id": turn_id, "step": step }));
             let request = TurnRequest { session_id: session_id.to_string(), turn_id: turn_id.to_string(), step };
-            self.drive_on(bus, request).await;
+            let (worker, bus) = (Rc::clone(self), bus.clone());
+            tokio::task::spawn_local(async move { worker.drive_on(&bus, request).await });
         }
     }
 
-    /// Waits, up to [`RECONNECT_WAIT_MS_MAX`], until this worker is connected to the engine: a
-    /// background retry made while it is cut off fails at once, and a cut longer than all of
-    /// its backoffs together would leave the work to nobody.
-    async fn until_connected(&self, bus: &Bus) {
-        let mut waited = 0;
-        while !bus.is_connected() && waited < RECONNECT_WAIT_MS_MAX {
+    /// A background settlement's schedule, beginning now.
+    pub(super) fn retry(&self) -> Retry {
+        Retry { began_ms: self.now(), attempt: 0 }
+    }
+
+    /// Waits for the next try of `retry`: its backoff, then until this worker is connected to the
+    /// engine (a try made while it is cut off fails at once). False once `settle_within_ms` has
+    /// passed since the settlement began: the caller notes that it gave up, and after how many
+    /// tries ([`Retry::attempt`]).
+    pub(super) async fn next_try(&self, bus: &Bus, retry: &mut Retry) -> bool {
+        let until_ms = retry.began_ms.saturating_add(self.env.config.settle_within_ms);
+        if self.now() >= until_ms {
+            return false;
+        }
+        retry.attempt += 1;
+        self.env.clock.sleep(self.deferred_backoff(retry.attempt).min(until_ms - self.now())).await;
+        while !bus.is_connected() && self.now() < until_ms {
             self.env.clock.sleep(RECONNECT_CHECK_MS).await;
-            waited += RECONNECT_CHECK_MS;
         }
+        bus.is_connected() && self.now() <= until_ms
     }
 
-    /// Runs a turn no queue delivers, which this worker drives (`DRIVEN_BY`): an error (the
-    /// store or the lease did not let it) leaves the turn as it was, so it is tried again after
-    /// a backoff, a bounded number of times, while the turn is still running and this worker's
-    /// to drive.
+    /// Runs a turn no queue delivers, which this worker drives (`DRIVEN_BY`): a try that could not
+    /// run it (another worker holds the session's lease for now, or the store or the lease did
+    /// not answer) leaves the turn as it was, so it is tried again in the background ([`Retry`])
+    /// while the turn is still running and this worker's to drive.
     pub(super) async fn drive_on(self: &Rc<Self>, bus: &Bus, request: TurnRequest) {
+        if self.drive_once(bus, &request).await {
+            return;
+        }
         let host = json!(self.env.host);
-        let attempts = self.env.config.terminalize_attempts;
-        for attempt in 1..=attempts {
-            if attempt > 1 {
-                self.env.clock.sleep(self.deferred_backoff(attempt - 1)).await;
-                self.until_connected(bus).await;
-                let still_ours = |r: &Value| {
-                    r["status"] == json!("running")
-                        && r["turn_id"] == json!(request.turn_id)
-                        && r[super::DRIVEN_BY] == host
-                };
-                match self.get_turn(bus, &request.session_id).await {
-                    Ok(Some(record)) if still_ours(&record) => {}
-                    Ok(_) => return,
-                    Err(_) => continue,
-                }
+        let still_ours = |r: &Value| {
+            r["status"] == json!("running") && r["turn_id"] == json!(request.turn_id) && r[super::DRIVEN_BY] == host
+        };
+        let mut retry = self.retry();
+        while self.next_try(bus, &mut retry).await {
+            match self.get_turn(bus, &request.session_id).await {
+                Ok(Some(record)) if still_ours(&record) => {}
+                Ok(_) => return,
+                Err(_) => continue,
             }
-            if self.turn(bus, request.clone()).await.is_ok() {
+            if self.drive_once(bus, &request).await {
                 return;
             }
         }
         self.note(
             "drive_on_abandoned",
-            json!({ "session_id": request.session_id, "turn_id": request.turn_id, "attempts": attempts }),
+            json!({ "session_id": request.session_id, "turn_id": request.turn_id, "attempts": retry.attempt() + 1 }),
         );
+    }
+
+    /// One try of [`Self::drive_on`]: whether this worker took the session and ran the turn's
+    /// delivery to an answer. A refusal of the lease is no answer: the worker holding it now may
+    /// be doing something else with the session (applying a command, handling a dead letter),
+    /// and nobody but this worker will run the turn once it lets go.
+    async fn drive_once(self: &Rc<Self>, bus: &Bus, request: &TurnRequest) -> bool {
+        let lock = self.session_lock(&request.session_id);
+        let _guard = if self.policy.locks_sessions() { Some(lock.lock().await) } else { None };
+        if self.ensure_ownership(bus, &request.session_id).await.is_err() {
+            return false;
+        }
+        let result = self.owned_turn(bus, request.clone()).await;
+        self.hand_back(bus, &request.session_id).await;
+        result.is_ok()
     }
 }
 

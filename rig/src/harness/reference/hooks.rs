@@ -291,8 +291,8 @@ impl Worker {
     /// the store answers again, if it says the write landed (the turn running, the call settled
     /// so), the turn is driven on, as nothing else delivers it; if it says the call is still
     /// held, the settlement never happened (a release's caller was told so; an expiry is found
-    /// again by the next release, or a worker that starts). Tried a bounded number of times,
-    /// after a backoff each.
+    /// again by the next release, or a worker that starts). Tried in the background until the
+    /// store answers ([`super::finalize::Retry`]).
     pub(super) fn finish_settlement_later(
         self: &Rc<Self>,
         bus: &Bus,
@@ -303,8 +303,8 @@ impl Worker {
         let (worker, bus, request, action_id) = (Rc::clone(self), bus.clone(), request.clone(), action_id.to_string());
         let (confirmed, unconfirmed) = settlement.notes();
         tokio::task::spawn_local(async move {
-            for attempt in 1..=worker.env.config.terminalize_attempts {
-                worker.env.clock.sleep(worker.deferred_backoff(attempt)).await;
+            let mut retry = worker.retry();
+            while worker.next_try(&bus, &mut retry).await {
                 let record = match worker.get_turn(&bus, &request.session_id).await {
                     Ok(Some(record)) => record,
                     Ok(None) => return,
@@ -314,8 +314,8 @@ impl Worker {
                     && record["status"] == json!("running")
                     && record["calls"][&action_id]["status"] == json!(settlement.landed_status());
                 if landed {
-                    worker.note(confirmed, json!({ "action_id": action_id, "attempt": attempt }));
-                    let _ = worker.turn(&bus, request).await;
+                    worker.note(confirmed, json!({ "action_id": action_id, "attempt": retry.attempt() }));
+                    worker.drive_on(&bus, request).await;
                 }
                 return;
             }

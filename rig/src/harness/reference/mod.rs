@@ -387,6 +387,15 @@ struct Worker {
     expiries: RefCell<BTreeMap<String, u64>>,
     /// The last `status` answer per session, by session (only under `status-from-memory`).
     status_memory: RefCell<BTreeMap<String, Value>>,
+    /// Commands being settled in the background, by session and idempotency key: one settlement
+    /// each, however many paths find it waiting.
+    settling: RefCell<std::collections::BTreeSet<(String, String)>>,
+    /// One lock per `send` idempotency key: two copies of one send (the network delivers at
+    /// least once) are answered one after the other, the second from what the first recorded.
+    send_locks: RefCell<BTreeMap<String, Rc<tokio::sync::Mutex<()>>>>,
+    /// Sessions this worker exported whose hand-over it is watching: taken back if no import
+    /// takes their turn over within `handover_ms`.
+    handing_over: RefCell<std::collections::BTreeSet<String>>,
 }
 
 impl Worker {
@@ -406,6 +415,9 @@ impl Worker {
             manifests: RefCell::default(),
             expiries: RefCell::default(),
             status_memory: RefCell::default(),
+            settling: RefCell::default(),
+            send_locks: RefCell::default(),
+            handing_over: RefCell::default(),
         })
     }
 
@@ -419,6 +431,10 @@ impl Worker {
 
     fn session_lock(&self, session_id: &str) -> Rc<tokio::sync::Mutex<()>> {
         Rc::clone(self.session_locks.borrow_mut().entry(session_id.to_string()).or_default())
+    }
+
+    fn send_lock(&self, key: &str) -> Rc<tokio::sync::Mutex<()>> {
+        Rc::clone(self.send_locks.borrow_mut().entry(key.to_string()).or_default())
     }
 
     fn control_lock(&self, session_id: &str) -> Rc<tokio::sync::Mutex<()>> {
@@ -436,6 +452,15 @@ impl Worker {
     async fn turn(self: &Rc<Self>, bus: &Bus, request: TurnRequest) -> Result<Value, ErrorBody> {
         let lock = self.session_lock(&request.session_id);
         let _guard = if self.policy.locks_sessions() { Some(lock.lock().await) } else { None };
+        if self.policy.recovers() && self.exported.borrow().contains(&request.session_id) {
+            // Handed over: this worker takes nothing of the session any more, its lease included
+            // (one it could not give back would keep the importing worker out until it ran out).
+            self.note(
+                "handed_over_skipped",
+                json!({ "session_id": request.session_id, "turn_id": request.turn_id, "to": "the harness that imports it" }),
+            );
+            return Ok(self.skipped(&request, "the session was handed over to the harness that imports it"));
+        }
         if let Err(not_owner) = self.ensure_ownership(bus, &request.session_id).await {
             return not_owner.answer(&request.session_id);
         }
@@ -595,6 +620,23 @@ impl Worker {
         }
     }
 
+    /// Writes a turn record over its stored `version` (a compare-and-set, guarded and fenced as
+    /// [`Self::put_turn`]): whether it landed. After an unknown outcome the store is asked: the
+    /// record stored as written landed; anything else did not.
+    pub(super) async fn put_turn_over(&self, bus: &Bus, record: &Value, version: u64) -> Result<bool, InvokeError> {
+        let mut write = self.turn_write(record);
+        write["expected_version"] = json!(version);
+        let session_id = record["session_id"].as_str().unwrap_or_default();
+        match bus.invoke("state::compare-and-set", write, self.env.config.session_timeout_ms).await {
+            Ok(answer) => Ok(answer["swapped"] == json!(true)),
+            Err(error) if error.outcome_unknown() => match self.get_turn(bus, session_id).await {
+                Ok(stored) => Ok(stored.as_ref() == Some(record)),
+                Err(_) => Err(error),
+            },
+            Err(error) => Err(error),
+        }
+    }
+
     /// The store request that writes `record`: guarded against reopening an ended turn, and
     /// under this worker's fence when it holds one.
     fn turn_write(&self, record: &Value) -> Value {
@@ -686,6 +728,38 @@ impl Worker {
             return Err(ErrorBody::new("bad_request", "a dead letter must carry `data.session_id`"));
         };
         let turn_id = data["turn_id"].as_str();
+        if self.exported.borrow().contains(session_id) {
+            // A session this worker exported and nobody has imported yet. An import the queue
+            // gave up on leaves the switch half done: the session is taken back now, and its
+            // turn driven on here (an error until that is done, so the queue offers it again).
+            // Anything else the session's new harness holds as it must, once it imports it.
+            if !letter["function_id"].as_str().is_some_and(|f| f.ends_with("::import")) {
+                return Ok(
+                    json!({ "held": false, "reason": "the session was handed over to the harness that imports it" }),
+                );
+            }
+            return match self.take_back(bus, session_id).await {
+                true => Ok(json!({ "held": false, "session_id": session_id,
+                                   "reason": "the import was given up on: the switch is undone" })),
+                false => Err(ErrorBody::new("unavailable", "the session could not be taken back yet")),
+            };
+        }
+        if let Ok(Some(record)) = self.get_turn(bus, session_id).await {
+            // A session handed over to another harness is that harness's to deal with: taking its
+            // lease here, even for a moment, would only fence its worker's writes out.
+            if let Some(to) = self.handed_to(session_id, Some(&record)) {
+                return Ok(json!({ "held": false, "reason": format!("the session was handed over to {to}") }));
+            }
+            // A dead letter of a turn that has ended, or that another turn has followed, holds
+            // nothing: it is answered without waiting for the session, whose worker may be busy
+            // with the turn after it for as long as a model call takes (the queue would offer it
+            // again later and later, until after nobody is listening).
+            // (The known-bad `blind-dead-letter` keeps its wrong answer, given further down.)
+            let moved_on = turn_id.is_some_and(|turn_id| record["turn_id"] != json!(turn_id) || is_terminal(&record));
+            if moved_on && self.policy != Policy::BlindDeadLetter {
+                return Ok(json!({ "held": false, "reason": "the turn it carried is no longer running" }));
+            }
+        }
         let lock = self.session_lock(session_id);
         let _guard = lock.lock().await;
         if let Err(not_owner) = self.ensure_ownership(bus, session_id).await {

@@ -98,6 +98,13 @@ impl Worker {
         }
         let timeout = self.env.config.session_timeout_ms;
         let remembered = data["idempotency_key"].as_str().map(|key| format!("{session_id}/{key}"));
+        // Copies of one send (the network delivers at least once) one after the other: the
+        // second finds what the first recorded, instead of both finding nothing.
+        let key_lock = remembered.as_ref().map(|key| self.send_lock(key));
+        let _sending = match &key_lock {
+            Some(lock) => Some(lock.lock().await),
+            None => None,
+        };
         if let Some(key) = &remembered {
             let earlier = bus.invoke("state::get", json!({ "scope": SEND_SCOPE, "key": key }), timeout).await;
             let mut earlier = earlier.map_err(|e| error_body("state::get", &e))?;
