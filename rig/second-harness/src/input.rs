@@ -78,6 +78,9 @@ impl Worker {
         for round in 0..ENQUEUE_ROUNDS {
             self.back_off(round + 3).await;
             self.connected(&bus).await;
+            // One admission of the session at a time: a delivery ending a turn admits too.
+            let lock = self.session_lock(&session);
+            let _working = lock.lock().await;
             let Ok(record) = self.get(&bus, TURN_SCOPE, &session).await else { continue };
             let mine = record["created_by"]["host"] == self.env.host.as_str();
             if record["status"] == "running" && record["step"] == 0 && record["plan"].is_null() && mine {
