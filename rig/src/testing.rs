@@ -562,3 +562,58 @@ macro_rules! scenario_tests {
         }
     };
 }
+
+/// The explorer's abstract state is read through the record layout and what the services saw,
+/// so it means the same for `harness` as for the reference. Panics (for a test of the harness's
+/// crate) unless the any-harness workloads in `workloads` that `harness` serves (at least one)
+/// end in the abstract state they end in under the reference, and a guided exploration of one
+/// makes the same runs again.
+pub fn check_abstract_state(harness: &Arc<dyn HarnessFactory>, workloads: &Path) {
+    use crate::explore::{self, Abstraction, Campaign, Runs};
+    let workload =
+        |name: &str| explore::workload(&Scenario::load(&workloads.join(name)).expect("a shipped workload"), false);
+    let last_state = |harness: &Arc<dyn HarnessFactory>, scenario: &Scenario| {
+        let outcome = Runs::run(harness, scenario, &explore::bare_run("reference"), 0);
+        Abstraction::new(scenario, Runs::layout(harness)).last_state(outcome.trace.events())
+    };
+    let mut served = 0;
+    for name in ["rounds-any-harness.toml", "input-queued-any-harness.toml", "lease-taken-over-any-harness.toml"] {
+        let scenario = workload(name);
+        if Runs::skip(harness, &scenario, "reference").is_some() {
+            continue;
+        }
+        served += 1;
+        let theirs = last_state(harness, &scenario);
+        if name == "rounds-any-harness.toml" {
+            assert!(theirs.contains("action 1: intent"), "the actions are read through the layout: {theirs}");
+        }
+        // How many grants a takeover took is each harness's own way with leases; what became of
+        // the actions, turns, messages and inputs is the same.
+        let outcome =
+            |state: &str| state.split("; ").filter(|part| !part.starts_with("lease ")).collect::<Vec<_>>().join("; ");
+        assert_eq!(outcome(&theirs), outcome(&last_state(&crate::reference(), &scenario)), "{name}");
+    }
+    assert!(served > 0, "the harness serves none of the any-harness workloads");
+
+    let scenario = workload("rounds-any-harness.toml");
+    let explore = || {
+        let mut campaign = Campaign::new(harness, &scenario, "reference", 7..55, false).expect("a campaign");
+        let mut runs = Vec::new();
+        loop {
+            let trials = campaign.batch();
+            if trials.is_empty() {
+                break;
+            }
+            for trial in &trials {
+                let tried = campaign.try_mix(trial);
+                runs.push((tried.mix.iter().map(|p| p.id()).collect::<Vec<_>>(), tried.fired.clone()));
+                campaign.fold(tried);
+            }
+        }
+        (runs, campaign.coverage.states(), campaign.corpus().count())
+    };
+    let (runs, states, corpus) = explore();
+    assert_eq!(runs.len(), 48);
+    assert!(corpus > 1, "some run reached a state the uncut run did not");
+    assert_eq!(explore(), (runs, states, corpus), "a guided exploration makes the same runs again");
+}
