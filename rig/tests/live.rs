@@ -828,3 +828,66 @@ fn a_slow_restart_is_measured_and_the_setting_that_reproduces_it_is_named() {
     );
     assert!(!slow.passed, "{:#?}", slow.failures);
 }
+
+/// The restarts a live run measured (`served again N ms later`), in real milliseconds.
+fn measured_restarts(run: &serde_json::Value) -> Vec<u64> {
+    let notes = run["notes"].as_array().into_iter().flatten().filter_map(|note| note.as_str());
+    notes.filter_map(|note| note.split_once(" ms, served again ")?.1.split_once(" ms later")?.0.parse().ok()).collect()
+}
+
+/// Issue 38, item 6: the Python worker on the real iii SDK serves tool rounds (planned in the
+/// turn record, each action's intent recorded before its effect, resumed from the record after
+/// a crash), so it runs `regressions/crash-mid-turn-redelivered.toml` as shipped: killed after
+/// its first round, started again by the rig. An interpreter loading the SDK takes most of a
+/// second to serve again; meanwhile the file's queue redelivers three times, 100 ms apart, into
+/// nothing, and gives the turn up. The report gives the restart's measured time and, as the
+/// verdict differs from the instant restart's, names `harness_restart_ms` set to it; the
+/// simulation with that setting gives the live verdict. With a queue patient enough to outlast
+/// the restart (2 s backoff, 5 redeliveries: the same file otherwise), the worker resumes the
+/// turn at its second round and passes, as the simulation with its measured restart does: no
+/// round asked of the model twice, no ticket opened twice.
+#[test]
+fn the_python_worker_killed_mid_turn_gives_the_verdict_simulated_with_its_measured_restart() {
+    sdk();
+    let shipped = "scenarios/regressions/crash-mid-turn-redelivered.toml";
+    let source = std::fs::read_to_string(workspace().join(shipped)).expect("the shipped file");
+    assert!(source.contains("\nbackoff_ms = 100\n"), "the shipped file's queue changed: update this test");
+    let patient = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("patient-queue-{}.toml", std::process::id()));
+    std::fs::write(&patient, source.replace("\nbackoff_ms = 100\n", "\nbackoff_ms = 2_000\nmax_retries = 5\n"))
+        .expect("a copy");
+    let patient = patient.to_str().expect("a path").to_string();
+    let runs = live_python(&[shipped, &patient], &["--policy", "reference"], false);
+    for run in &runs {
+        eprintln!("{} [python worker]: passed {}, notes {}", run["scenario"], run["passed"], run["notes"]);
+        let file = run["scenario"].as_str().expect("a scenario");
+        let [took] = measured_restarts(run)[..] else { panic!("one restart measured: {run}") };
+        let scale = run["live"]["time_scale"].as_f64().expect("a time scale");
+        // The file's own milliseconds, as the report names them.
+        let setting = (took as f64 / scale).round() as u64;
+        let mut scenario = rig::Scenario::load(&workspace().join(file)).expect("a valid scenario");
+        let policy = scenario.run_of("reference").expect("reference").clone();
+        let instant = rig::run(&scenario, &policy, 0);
+        assert!(instant.passed, "a correct harness restarted at once passes {file}: {:#?}", instant.failures);
+        scenario.world.network.harness_restart_ms = setting;
+        let slow = rig::run(&scenario, &policy, 0);
+        let fired: BTreeSet<String> = slow.violations.iter().map(|v| v.oracle.name().to_string()).collect();
+        let simulated = Verdict {
+            scenario: file.into(),
+            policy: "reference".into(),
+            passed: slow.passed,
+            oracles: fired.into_iter().collect(),
+        };
+        assert_eq!(verdict(run), simulated, "live (left) and simulated with `harness_restart_ms = {setting}` (right)");
+        let notes = run["notes"].to_string();
+        if file == shipped {
+            // Most of a second to serve again: past the queue's three redeliveries 100 ms apart.
+            assert!(!slow.passed && setting > 300, "restarted in {took} ms: {notes}");
+            assert!(notes.contains(&format!("harness_restart_ms = {setting}` the run gives FAIL")), "{notes}");
+            assert!(notes.contains(", as live"), "{notes}");
+        } else {
+            assert!(slow.passed, "a queue patient for 10 s outlasts a restart of {took} ms: {notes}");
+            let actions = run["actions"].as_array().expect("the run's actions");
+            assert!(actions.len() == 2 && actions.iter().all(|a| a["status"] == "complete"), "two tickets: {run}");
+        }
+    }
+}

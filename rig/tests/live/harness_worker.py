@@ -1,12 +1,22 @@
 """A harness worker in Python, on the real iii SDK from PyPI (iii-sdk==0.25.0), for `rig live`.
 
-It serves `harness::turn` as the rig's smoke and finalisation scenarios judge a harness: read
-the turn record, read the session's messages, ask the model, and finalise. Finalising records
-the terminal state (a write whose outcome is unknown is sent once more, then confirmed by one
-exact readback), presents it on the session (best effort), and reseeds input queued meanwhile
-as a new turn, held when it cannot be enqueued. A finalisation that cannot be recorded now is
-retried in the background, as terminalisation only. Tool calls are not implemented: the model's
-reply is taken as the turn's result.
+It serves `harness::turn` as the contract (rig/docs/contract.md) asks of a harness serving turns:
+read the turn record, and run model rounds from it until the model answers. A round of tool
+calls is planned in the turn record (its actions, under ids of this worker's own, in the
+record's `calls`) before any of them runs; each action's intent is recorded before its effect
+is requested, its outcome after; an effect whose outcome is unknown is reconciled with its
+service (by idempotency key, then by client reference) before it is sent again, and held for a
+person when that cannot say; each result goes into the transcript under a key of its action's
+own, and the record's `step` advances once the round is settled. A redelivery after a crash
+resumes from the record: a round already planned is settled, never asked of the model again,
+and a settled action is never sent again.
+
+Finalising records the terminal state (a write whose outcome is unknown is sent once more, then
+confirmed by one exact readback), presents it on the session (best effort), and reseeds input
+queued meanwhile as a new turn, held when it cannot be enqueued. A finalisation that cannot be
+recorded now is retried in the background, as terminalisation only. A write of the record that
+fails mid-round ends the delivery with an error: the queue delivers the turn again, and the
+redelivery resumes it from what was recorded.
 
 `--swallow` plants incident 001's bug: an error while finalising turns into "running, skipped"
 and nothing retries it, so the turn never ends. The rig's `liveness` oracle must catch it.
@@ -23,6 +33,7 @@ else the SDK's default; the harness host it serves is `RIG_HOST`, else `harness`
 """
 
 import argparse
+import json
 import os
 import threading
 import time
@@ -39,6 +50,12 @@ RIG_CONFIG_TIMEOUT_MS = 5_000
 QUIET_SLACK_MS = 250
 # Error codes after which a call may still have taken effect.
 OUTCOME_UNKNOWN = ("TIMEOUT", "invocation_stopped")
+# An action's statuses: planned (surely not sent), requested (intent recorded, perhaps sent), and
+# the record layout's settled ones (rig/docs/contract.md, "The record layout").
+PLANNED, REQUESTED, DONE, NOT_DONE, HELD = "planned", "requested", "complete", "failed", "held"
+# How often one delivery sends an effect, reconciled in between; how many model rounds a turn may take.
+SENDS_MAX = 2
+ROUNDS_MAX = 32
 
 
 def now_ms():
@@ -109,19 +126,171 @@ class Harness:
         if record is None or not is_current(record, request):
             return self.skipped(request, "stale")
         session_id = request["session_id"]
-        try:
-            messages = self.call("session::messages", {"session_id": session_id}, cfg["session_timeout_ms"])
-        except InvocationError as error:
-            return self.fail_turn(request, cfg, f"session::messages: {error}")
-        prompt = {"session_id": session_id, "turn_id": record["turn_id"], "step": record["step"],
-                  "messages": (messages or {}).get("entries")}
-        try:
-            reply = self.call("model::generate", prompt, cfg["model_timeout_ms"])
-        except InvocationError as error:
-            return self.fail_turn(request, cfg, f"model::generate: {error}")
-        record.update(status="completed", turn_count=record.get("turn_count", 0) + 1, result=reply,
-                      updated_at=now_ms())
-        return self.close(request, cfg, record)
+        for _ in range(ROUNDS_MAX):
+            # A round planned before (by a delivery that died mid-round) is settled first.
+            if planned_round(record):
+                held = self.settle_round(cfg, record)
+                if held:
+                    return self.hold_turn(request, cfg, record, "; ".join(held))
+                record.update(step=record["step"] + 1, updated_at=now_ms())
+                self.put_turn(record, cfg)
+            try:
+                messages = self.call("session::messages", {"session_id": session_id}, cfg["session_timeout_ms"])
+            except InvocationError as error:
+                return self.fail_turn(request, cfg, f"session::messages: {error}")
+            prompt = {"session_id": session_id, "turn_id": record["turn_id"], "step": record["step"],
+                      "messages": (messages or {}).get("entries"), "system_prompt": cfg.get("system_prompt", ""),
+                      "tools": [{"name": tool["name"], "description": tool.get("description"),
+                                 "parameters": tool.get("parameters")} for tool in cfg.get("tools") or []]}
+            try:
+                reply = self.call("model::generate", prompt, cfg["model_timeout_ms"])
+            except InvocationError as error:
+                return self.fail_turn(request, cfg, f"model::generate: {error}")
+            tool_calls = (reply or {}).get("tool_calls") or []
+            if not tool_calls:
+                record.update(status="completed", turn_count=record.get("turn_count", 0) + 1, result=reply,
+                              updated_at=now_ms())
+                return self.close(request, cfg, record)
+            self.plan_round(cfg, record, tool_calls)
+        return self.fail_turn(request, cfg, f"more than {ROUNDS_MAX} model rounds")
+
+    # Actions: each tool call of a round, kept in the turn record's `calls` under its action id.
+
+    def plan_round(self, cfg, record, tool_calls):
+        """Records the round's calls (none sent yet) before any of them runs (settled next, as a resumed round is)."""
+        calls = record.setdefault("calls", {})
+        for index, call in enumerate(tool_calls):
+            action_id = f"py-{uuid.uuid4()}"
+            calls[action_id] = {"tool": call.get("tool"), "args": call.get("args") or {}, "call_id": call.get("id"),
+                                "step": record["step"], "index": index, "status": PLANNED, "owner": self.host,
+                                "idempotency_key": f"key-{uuid.uuid4()}", "client_reference": action_id}
+        record["updated_at"] = now_ms()
+        self.put_turn(record, cfg)
+
+    def transcribe_calls(self, cfg, record):
+        """The round's calls as one assistant entry, keyed: a resumed round's repeat is kept once."""
+        content = [{"type": "function_call", "id": action.get("call_id") or action_id,
+                    "function_id": action["tool"], "arguments": action["args"]}
+                   for action_id, action in planned_round(record)]
+        key = f"{record['turn_id']}:{record['step']}:calls"
+        self.append(cfg, record, {"role": "assistant", "content": content, "entry_key": key})
+
+    def settle_round(self, cfg, record):
+        """Shows the round's calls in the transcript, then brings each to an outcome or a hold; the holds' reasons."""
+        self.transcribe_calls(cfg, record)
+        held = []
+        for action_id, action in planned_round(record):
+            self.settle(cfg, record, action_id, action)
+            if action["status"] == HELD:
+                held.append(f"{action['tool']} ({action_id}): {action['held_reason']}")
+        return held
+
+    def settle(self, cfg, record, action_id, action):
+        if action["status"] in (DONE, NOT_DONE):
+            # Settled by a delivery that may have died before its result reached the transcript.
+            return self.transcribe_result(cfg, record, action_id, action)
+        if action["status"] == HELD:
+            return None
+        tool = next((t for t in cfg.get("tools") or [] if t["name"] == action["tool"]), None)
+        if tool is None:
+            return self.record_outcome(cfg, record, action_id, action, NOT_DONE,
+                                       {"error": f"no tool named {action['tool']} is offered"})
+        if action["status"] == REQUESTED:
+            # Sent before, by a delivery that never recorded the outcome: ask before sending again.
+            found, answer = self.reconcile(cfg, tool, action)
+            if found is True:
+                return self.record_outcome(cfg, record, action_id, action, DONE, answer)
+            if found is None:
+                return self.hold_action(cfg, record, action, answer)
+        return self.request(cfg, record, action_id, action, tool)
+
+    def request(self, cfg, record, action_id, action, tool):
+        """Records the intent, then sends the effect; an unanswered request is reconciled before one more try."""
+        for _ in range(SENDS_MAX):
+            action.update(status=REQUESTED, requested_at_ms=now_ms())
+            action.setdefault("first_requested_at_ms", action["requested_at_ms"])
+            self.put_turn(record, cfg)
+            effect = {"action_id": action_id, "idempotency_key": action["idempotency_key"],
+                      "client_reference": action["client_reference"], "args": action["args"]}
+            if "title" in action["args"]:
+                effect["title"] = action["args"]["title"]
+            try:
+                answer = self.call(tool["function"], effect, cfg["tool_timeout_ms"])
+                return self.record_outcome(cfg, record, action_id, action, DONE, answer)
+            except InvocationError as error:
+                unknown = error.code in OUTCOME_UNKNOWN
+                # A refusal answers one copy of a request the network may deliver twice: the
+                # service is asked before the action is taken as not done.
+                found, answer = self.reconcile(cfg, tool, action)
+                if found is True:
+                    return self.record_outcome(cfg, record, action_id, action, DONE, answer)
+                if not unknown:
+                    return self.record_outcome(cfg, record, action_id, action, NOT_DONE,
+                                               {"error": {"code": error.code, "message": str(error)}})
+                if found is None:
+                    return self.hold_action(cfg, record, action, f"{tool['name']} got no answer ({error}); {answer}")
+        return self.hold_action(cfg, record, action, f"{tool['name']} was sent {SENDS_MAX} times without an answer")
+
+    def reconcile(self, cfg, tool, action):
+        """Whether the action's effect happened: (True, effect), (False, None), or (None, why not known)."""
+        service, why = tool.get("service"), "its service can be asked neither by key nor by reference"
+        if tool.get("idempotency"):
+            try:
+                answer = self.call(f"{service}::status", {"idempotency_key": action["idempotency_key"]},
+                                   cfg["tool_timeout_ms"])
+                if (answer or {}).get("known"):
+                    return True, answer
+                first = action.get("first_requested_at_ms") or action.get("requested_at_ms") or 0
+                if now_ms() - first < tool.get("idempotency_window_ms", 0):
+                    return False, None
+                why = f"{service} may have forgotten the key"
+            except InvocationError as error:
+                why = f"{service}::status: {error}"
+        if tool.get("lookup"):
+            try:
+                answer = self.call(f"{service}::lookup", {"client_reference": action["client_reference"]},
+                                   cfg["tool_timeout_ms"])
+                return (True, answer) if (answer or {}).get("found") else (False, None)
+            except InvocationError as error:
+                why = f"{service}::lookup: {error}"
+        return None, f"its outcome is unknown: {why}"
+
+    def record_outcome(self, cfg, record, action_id, action, status, answer):
+        action.update(status=status, outcome=answer)
+        record["updated_at"] = now_ms()
+        self.put_turn(record, cfg)
+        self.transcribe_result(cfg, record, action_id, action)
+
+    def transcribe_result(self, cfg, record, action_id, action):
+        answer = action.get("outcome")
+        answer = answer if isinstance(answer, dict) else {"answer": answer}
+        # The service's own content when it gives one, else its whole answer as one text block.
+        content = answer.get("content") or [{"type": "text", "text": json.dumps(answer, sort_keys=True)}]
+        self.append(cfg, record, {"role": "function_result", "function_call_id": action.get("call_id") or action_id,
+                                  "function_id": action["tool"], "content": content,
+                                  "is_error": action["status"] != DONE or answer.get("is_error") is True,
+                                  "entry_key": f"{action_id}:result"})
+
+    def hold_action(self, cfg, record, action, why):
+        action.update(status=HELD, held_reason=why)
+        record["updated_at"] = now_ms()
+        self.put_turn(record, cfg)
+
+    def hold_turn(self, request, cfg, record, why):
+        """A turn held for a person: recorded so, and the session's queued input admitted behind it."""
+        record.update(status="held", held_reason=why, updated_at=now_ms())
+        self.put_turn(record, cfg)
+        result = {"session_id": request["session_id"], "turn_id": record["turn_id"], "status": "held",
+                  "skipped": False, "next_step": None}
+        reseed = self.reseed(cfg, record)
+        if reseed is not None:
+            result["reseed"] = reseed
+        return result
+
+    def append(self, cfg, record, entry):
+        """A transcript entry under its key; one the transcript cannot take ends the delivery (raises)."""
+        self.call("session::append", {"session_id": record["session_id"], "entry": entry},
+                  cfg["session_timeout_ms"])
 
     def fail_turn(self, request, cfg, cause):
         try:
@@ -185,7 +354,9 @@ class Harness:
         """Presentation (best effort: the durable record already says what happened), then reseeding."""
         session_id, timeout = terminal["session_id"], cfg["session_timeout_ms"]
         if terminal["status"] == "completed":
-            entry, session_status = {"role": "assistant", "text": (terminal.get("result") or {}).get("text")}, "idle"
+            entry = {"role": "assistant", "text": (terminal.get("result") or {}).get("text"),
+                     "entry_key": f"{terminal['turn_id']}:answer"}
+            session_status = "idle"
         else:
             entry, session_status = {"role": "system", "kind": "error", "text": terminal.get("result_error")}, "error"
         for function_id, payload in (("session::append", {"session_id": session_id, "entry": entry}),
@@ -249,6 +420,13 @@ def quiet_after_ms(cfg):
     (Waiting for a call's answer does not count: the rig sees the call in flight.)"""
     attempts = max(cfg["terminalize_attempts"] - 1, 0)
     return min(cfg["terminalize_backoff_ms"] * 2 ** attempts, DEFERRED_BACKOFF_MS_MAX) + QUIET_SLACK_MS
+
+
+def planned_round(record):
+    """The actions planned at the record's step, in the model's order."""
+    at_step = [(action_id, action) for action_id, action in (record.get("calls") or {}).items()
+               if isinstance(action, dict) and action.get("step") == record.get("step")]
+    return sorted(at_step, key=lambda item: item[1].get("index", 0))
 
 
 def is_current(record, request):
