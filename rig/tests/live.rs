@@ -51,6 +51,25 @@ impl Drop for Running {
     }
 }
 
+/// Makes `command` start a session of its own. The checks run side by side, and beside them this
+/// binary simulates (the verdicts to compare with, a whole sweep): where Linux shares the CPU
+/// between sessions (autogroup scheduling), every process of one session shares one share, so
+/// on a loaded machine that work and the other checks' runs made each live run's timers late
+/// (issue 35: 17 of 59 runs void after every retry at load 12 to 16, all in this binary's one
+/// session). A session of its own gives each live run its own share, as a user's `rig live`
+/// started from a terminal of its own has.
+fn own_session(command: &mut Command) -> &mut Command {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: setsid is async-signal-safe and touches no memory of ours; it runs in the child
+    // between fork and exec.
+    unsafe {
+        command.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        })
+    }
+}
+
 /// Reads a stream's lines on a thread, so waiting for one can time out.
 fn lines(stream: impl std::io::Read + Send + 'static) -> mpsc::Receiver<String> {
     let (sender, receiver) = mpsc::channel();
@@ -87,7 +106,7 @@ fn start_live(paths: &[&str], extra: &[&str]) -> Live {
 
 /// [`start_live`] with `envs` set for `rig live`, and so for the processes it starts.
 fn start_live_with(paths: &[&str], extra: &[&str], envs: &[(&str, PathBuf)]) -> Live {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_rig"))
+    let mut child = own_session(&mut Command::new(env!("CARGO_BIN_EXE_rig")))
         .current_dir(workspace())
         .arg("live")
         .args(paths)
@@ -278,7 +297,7 @@ fn live_against(paths: &[&str], extra: &[&str], harness: impl FnOnce(&str) -> Ru
 
 /// `rig harness` connected to `url`, as `policy`.
 fn rig_harness(url: &str, policy: &str) -> Running {
-    let child = Command::new(env!("CARGO_BIN_EXE_rig"))
+    let child = own_session(&mut Command::new(env!("CARGO_BIN_EXE_rig")))
         .args(["harness", "--connect", url, "--policy", policy])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -643,7 +662,9 @@ fn a_live_sweep_of_the_swallowing_python_worker_finds_what_the_simulated_sweep_f
     let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("live-sweep-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&out);
     let mut command = Command::new(env!("CARGO_BIN_EXE_rig"));
-    command.current_dir(workspace()).args(["sweep", file, "--policy", "swallow", "--live", "--spawn", &spawn]);
+    own_session(&mut command)
+        .current_dir(workspace())
+        .args(["sweep", file, "--policy", "swallow", "--live", "--spawn", &spawn]);
     command.args(["--time-scale", TIME_SCALE, "--budget", "7", "--jobs", "2", "--out", out.to_str().unwrap()]);
     let output = bounded(command.envs(envs.iter().map(|(name, value)| (*name, value))));
     let stdout = String::from_utf8_lossy(&output.stdout);

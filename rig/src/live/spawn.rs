@@ -1,7 +1,7 @@
 //! Live runs that own the harness process: `rig live --spawn CMD`.
 //!
 //! The rig starts one process per external harness host of a run: the command, through
-//! `sh -c`, in a process group of its own, told where the engine is (`III_URL`, which the iii
+//! `sh -c`, in a session (and so a process group) of its own, told where the engine is (`III_URL`, which the iii
 //! SDKs read) and which host it is (`RIG_HOST`). Then it does to that process what the
 //! simulation does to a host: a crash is a SIGKILL of the whole group, a restart runs the
 //! command again, as a supervisor would, and a pause is SIGSTOP, then SIGCONT when it ends.
@@ -87,8 +87,8 @@ impl Supervisor {
             .env(HOST_VARIABLE, host)
             .stdin(Stdio::null())
             .stdout(stdout)
-            .stderr(stderr)
-            .process_group(0);
+            .stderr(stderr);
+        in_a_session_of_its_own(&mut command);
         let child = spawn_guarded(&mut command)
             .map_err(|e| format!("cannot start `{}` for `{host}`: {e}", self.options.command))?;
         let pid = child.id();
@@ -208,6 +208,25 @@ fn spawn_guarded(command: &mut Command) -> std::io::Result<Child> {
     let child = command.spawn()?;
     groups.insert(child.id(), std::thread::current().id());
     Ok(child)
+}
+
+/// Starts `command` as the leader of a session of its own, and so of a process group of its own
+/// (its pid), which a crash kills whole. A session, not only a group: where the kernel shares
+/// the CPU between sessions (Linux's autogroup scheduling, on by default in desktop and many
+/// server kernels), the harness's own work (an interpreter loading its SDK after each restart
+/// takes a second of CPU) then takes its own share rather than the rig's, whose timers the run
+/// depends on; on a loaded machine that work, beside the rig's, made the rig's timers late and
+/// the run void.
+fn in_a_session_of_its_own(command: &mut Command) {
+    // SAFETY: setsid is async-signal-safe, takes nothing and touches no memory of ours; it runs
+    // in the child between fork and exec. It cannot fail there: a child just forked leads no
+    // process group.
+    unsafe {
+        command.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
 }
 
 fn forget_group(leader: u32) {
