@@ -25,7 +25,7 @@ const PYTHON_PACKAGES: [&str; 2] = ["iii-sdk==0.25.0", "websockets==17.4"];
 /// The node worker's SDK: the newest `iii-sdk` on npm.
 const NODE_SDK: &str = "0.22.1";
 /// The most one `rig live` command may take: its runs wait out liveness bounds in real time, and
-/// a void run is made again slower (up to three times).
+/// a void run is made again slower (up to five times).
 const LIVE_RUN_MAX: Duration = Duration::from_secs(900);
 const STARTUP_MAX: Duration = Duration::from_secs(30);
 /// The time scale of the runs that wait out a liveness bound: a 60 s bound becomes 30 s, and the
@@ -530,17 +530,27 @@ fn a_spawned_harness_is_killed_restarted_and_paused_as_a_host_is() {
         .map(|line| serde_json::from_str::<serde_json::Value>(line).expect("a JSON line"))
         .filter(|line| line["event"]["what"].as_str().is_some_and(|what| what.starts_with("process_")))
         .collect();
-    let count = |scenario: &str, what: &str| {
-        notes.iter().filter(|n| n["scenario"].as_str() == Some(scenario) && n["event"]["what"] == what).count()
+    // The notes of a file's last attempt, the one that gave its verdict: a void run made again
+    // (rig/docs/live.md) starts its process afresh at 0 ms, and a void attempt stops as soon as it
+    // is void, perhaps before its crash or its pause (one at load 15 had started its process and
+    // killed nothing). None for a file void after every retry: no verdict, nothing to check.
+    let voided = VOID.with(|voided| voided.borrow().clone());
+    let last_attempt = |scenario: &str| {
+        if voided.contains(&(scenario.to_string(), "reference".to_string())) {
+            return None;
+        }
+        let mine: Vec<&serde_json::Value> = notes.iter().filter(|n| n["scenario"].as_str() == Some(scenario)).collect();
+        let first_start = |n: &&serde_json::Value| n["event"]["what"] == "process_started" && n["event"]["at_ms"] == 0;
+        let begun = mine.iter().rposition(first_start).expect("the process started");
+        Some(mine[begun..].to_vec())
     };
-    // Per attempt: a void run made again (rig/docs/live.md) does it all again.
-    let attempts = |scenario: &str| count(scenario, "process_started") - count(scenario, "process_killed");
-    let redelivered = "scenarios/regressions/crash-mid-turn-redelivered.toml";
-    let tries = attempts(redelivered);
-    assert_eq!((count(redelivered, "process_killed"), count(redelivered, "process_started")), (tries, 2 * tries));
-    let paused = "scenarios/restarts/paused-worker-does-nothing.toml";
-    let tries = attempts(paused);
-    assert_eq!((count(paused, "process_stopped"), count(paused, "process_continued")), (tries, tries));
+    let count = |notes: &[&serde_json::Value], what: &str| notes.iter().filter(|n| n["event"]["what"] == what).count();
+    if let Some(last) = last_attempt("scenarios/regressions/crash-mid-turn-redelivered.toml") {
+        assert_eq!((count(&last, "process_killed"), count(&last, "process_started")), (1, 2), "{last:#?}");
+    }
+    if let Some(last) = last_attempt("scenarios/restarts/paused-worker-does-nothing.toml") {
+        assert_eq!((count(&last, "process_stopped"), count(&last, "process_continued")), (1, 1), "{last:#?}");
+    }
     for started in notes.iter().filter(|n| n["event"]["what"] == "process_started") {
         let detail = &started["event"]["detail"];
         let output = detail["output"].as_str().expect("an output file");
@@ -774,8 +784,11 @@ fn a_run_the_machine_did_not_keep_time_for_is_void_and_made_again_slower() {
         (status.code(), lines)
     };
     assert_eq!(code, Some(0), "{lines:#?}");
+    // The retry waited for the machine to keep time again, rather than start in the stall.
+    let stderr: Vec<String> = live.stderr.try_iter().collect();
+    assert!(stderr.iter().any(|line| line.contains("(the machine kept time again after ")), "{stderr:#?}");
     // (On a loaded machine the slower attempt may be void too, and is made again slower still.)
-    assert!((2..=4).contains(&lines.len()), "a void attempt, then the run made again: {lines:#?}");
+    assert!((2..=6).contains(&lines.len()), "a void attempt, then the run made again: {lines:#?}");
     let (void, again) = (&lines[0], &lines[lines.len() - 1]);
     assert!(lines[1..lines.len() - 1].iter().all(|line| !line["void"].is_null()), "{lines:#?}");
     let why = void["void"].as_str().unwrap_or_default();

@@ -6,12 +6,12 @@ use super::{
 };
 use crate::baseline::Failures;
 use crate::capability::{Capabilities, Skip};
-use crate::live::check_time_scale;
+use crate::live::{check_time_scale, wait_for_time_kept};
 use crate::report::{self, SkippedRun};
 use crate::run::RunOutcome;
 use crate::{
-    prepare_live, run_live, slower, LiveListener, LiveOptions, LiveRuns, LiveSweepOptions, Processes, SpawnOptions,
-    VOID_RETRIES,
+    late_ms_max, prepare_live, run_live, slower, LiveListener, LiveOptions, LiveRuns, LiveSweepOptions, Processes,
+    SpawnOptions, VOID_RETRIES,
 };
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -215,9 +215,14 @@ pub fn command(args: LiveArgs, rig: &Harness) -> ExitCode {
             if outcome.void.is_none() || crate::interrupt::requested() || attempt > VOID_RETRIES {
                 break outcome;
             }
-            let (next, ready) = slower(original, &run.policy, attempt_scale, processes);
+            let (next, ready) = slower(original, &run.policy, (scale, attempt_scale), processes);
             let Some(ready) = ready else { break outcome };
-            err!("rig live: {path} [{}] was void; making it again at time scale {next}", run.policy);
+            let waited = wait_for_time_kept(late_ms_max(&ready.scenario));
+            err!(
+                "rig live: {path} [{}] was void; making it again at time scale {next} (the machine kept time again \
+                 after {waited} ms)",
+                run.policy
+            );
             again += 1;
             (attempt_scale, slower_ready) = (next, Some(ready));
         };

@@ -320,21 +320,59 @@ fn verdict_text(outcome: &RunOutcome) -> String {
     }
 }
 
-/// How many times a void live run is made again, each time [`RETRY_SLOWER`] times slower (or
-/// at the same scale when its timings cannot be slowed further). Three: on a machine loaded to
-/// 17 on two cores, one live run in three was void at its first attempt and one in twenty was
-/// still void after two retries, mostly at a scale it could not be slowed past (a stall of the
-/// whole machine, 150 to 550 ms); a third retry, as likely to be kept time for as the second,
-/// leaves about one in a hundred.
-pub const VOID_RETRIES: u32 = 3;
+/// How many times a void live run is made again, each time [`RETRY_SLOWER`] times slower, at
+/// most [`SLOWER_MAX`] times slower than asked (or at the same scale when its timings cannot be
+/// slowed further), each retry once the machine keeps time again ([`wait_for_time_kept`]).
+/// Five: on a machine loaded to 17 on two cores, one live run in three was void at its first
+/// attempt and one in twenty was still void after two retries, mostly at a scale it could not
+/// be slowed past (a stall of the whole machine, 150 to 550 ms); at load 13 to 14, a file the
+/// tests run at half speed (its first attempts at scales 0.5 and 1, only the last two at 2, as
+/// far as its liveness bound lets it be slowed) was still void after three retries in one run
+/// in two of a check: the retries came in the very stall that voided the run.
+pub const VOID_RETRIES: u32 = 5;
 /// What each retry of a void live run multiplies its time scale by.
 pub const RETRY_SLOWER: f64 = 2.0;
+/// How much slower than asked a retry may be made.
+pub const SLOWER_MAX: f64 = 8.0;
+/// How long the machine must keep time before a void run is made again, and how long a retry
+/// waits for that at most (then it is made anyway).
+const TIME_KEPT_FOR_MS: u64 = 1_000;
+const TIME_KEPT_WAIT_MS_MAX: u64 = 20_000;
+
+/// Waits until this process's millisecond timer has woken within half of `late_ms_max` of its
+/// time for [`TIME_KEPT_FOR_MS`] in a row, at most [`TIME_KEPT_WAIT_MS_MAX`] (or until a signal
+/// asks the rig to stop): a void run made again at once, in the stall of the machine that
+/// voided it, is void again. How long it waited, in milliseconds.
+pub fn wait_for_time_kept(late_ms_max: u64) -> u64 {
+    let tick = std::time::Duration::from_millis(1);
+    let tolerance = std::time::Duration::from_millis((late_ms_max / 2).max(1));
+    let (started, mut kept_since) = (Instant::now(), Instant::now());
+    while started.elapsed().as_millis() < u128::from(TIME_KEPT_WAIT_MS_MAX) && !crate::interrupt::requested() {
+        let asleep = Instant::now();
+        std::thread::sleep(tick);
+        if asleep.elapsed().saturating_sub(tick) > tolerance {
+            kept_since = Instant::now();
+        } else if kept_since.elapsed().as_millis() >= u128::from(TIME_KEPT_FOR_MS) {
+            break;
+        }
+    }
+    u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX)
+}
 
 /// The time scale to make a void run again at, and the scenario at that scale: [`RETRY_SLOWER`]
-/// times slower, or as it was when its timings cannot be slowed (one would be longer than live
-/// mode waits out, or the scenario tests the time of an event).
-pub fn slower(scenario: &Scenario, policy: &str, time_scale: f64, processes: Processes) -> (f64, Option<LiveScenario>) {
+/// times slower, or as it was when it is already [`SLOWER_MAX`] times slower than `asked` or its
+/// timings cannot be slowed (one would be longer than live mode waits out, or the scenario
+/// tests the time of an event).
+pub fn slower(
+    scenario: &Scenario,
+    policy: &str,
+    (asked, time_scale): (f64, f64),
+    processes: Processes,
+) -> (f64, Option<LiveScenario>) {
     let slower = time_scale * RETRY_SLOWER;
+    if slower > asked * SLOWER_MAX {
+        return (time_scale, prepare_live(scenario, Some(policy), Some(time_scale), processes).ok());
+    }
     match prepare_live(scenario, Some(policy), Some(slower), processes) {
         Ok(ready) => (slower, Some(ready)),
         Err(_) => (time_scale, prepare_live(scenario, Some(policy), Some(time_scale), processes).ok()),

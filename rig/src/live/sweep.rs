@@ -127,11 +127,15 @@ impl Runs for LiveRuns {
                 outcome.passed = outcome.failures.is_empty();
                 return outcome;
             }
-            let (next, ready) = super::slower(scenario, &run.policy, scale, Processes::Owned);
-            if ready.is_none() {
-                return outcome;
-            }
-            eprintln!("rig: live: {path} [{}] void ({why}); making it again at time scale {next}", run.policy);
+            let asked = self.options.time_scale.unwrap_or(1.0);
+            let (next, ready) = super::slower(scenario, &run.policy, (asked, scale), Processes::Owned);
+            let Some(ready) = ready else { return outcome };
+            let waited = super::wait_for_time_kept(super::late_ms_max(&ready.scenario));
+            eprintln!(
+                "rig: live: {path} [{}] void ({why}); making it again at time scale {next} (the machine kept time \
+                 again after {waited} ms)",
+                run.policy
+            );
             scale = next;
         }
         unreachable!("the attempts end by returning")
