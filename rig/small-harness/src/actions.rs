@@ -151,7 +151,13 @@ impl Worker {
                 let question = json!({ "client_reference": action["client_reference"] });
                 match bus.invoke(&format!("{}::lookup", tool.service), question, self.env.config.tool_timeout_ms).await
                 {
-                    Ok(answer) if answer["found"] == true => return Asked::Happened(answer),
+                    // (The planted bug: the lookup's answer read by the status answer's field.)
+                    Ok(answer)
+                        if answer[if rig::planted!("small-lookup-read-as-status") { "known" } else { "found" }]
+                            == true =>
+                    {
+                        return Asked::Happened(answer)
+                    }
                     Ok(_) => return Asked::NotHappened,
                     Err(error) => (answered, last) = (false, format!("{}::lookup: {error}", tool.service)),
                 }

@@ -99,7 +99,12 @@ impl Worker {
         if self.env.config.lease_ttl_ms == 0 {
             return Ok(None);
         }
-        self.leases.borrow().get(session).map(|lease| Some(lease.token)).ok_or(Unwritten::Fenced)
+        match self.leases.borrow().get(session) {
+            Some(lease) => Ok(Some(lease.token)),
+            // (The planted bug: a worker that lost its lease writes unfenced, "nothing to fence with".)
+            None if rig::planted!("small-unfenced-without-a-lease") => Ok(None),
+            None => Err(Unwritten::Fenced),
+        }
     }
 
     /// Writes the turn record whole, `tries` times at most: guarded (it never reopens an

@@ -236,7 +236,11 @@ impl Worker {
         }
         record["status"] = json!(status);
         match status.as_str() {
-            "held" => record["held_reason"] = json!(why),
+            // (The planted bug: the reason under a misspelt field, so the record says held with no reason.)
+            "held" => {
+                record[if rig::planted!("small-hold-reason-misnamed") { "hold_reason" } else { "held_reason" }] =
+                    json!(why)
+            }
             "failed" => record["error"] = json!(why),
             _ => {}
         }

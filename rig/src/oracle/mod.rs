@@ -244,7 +244,12 @@ fn effects(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
     let mut per_action: BTreeMap<(&str, &str), u64> = BTreeMap::new();
     let mut requests: BTreeSet<&str> = BTreeSet::new();
     for event in evidence.events {
-        if let EventKind::Effect { effect, action, accepted: true, invocation_id, .. } = &event.kind {
+        if let EventKind::Effect { effect, action, idempotency_key, accepted: true, invocation_id, .. } = &event.kind {
+            // (The planted bug: effects counted per idempotency key, "one key, one effect".)
+            let action = match (crate::planted!("effects-counted-per-key"), idempotency_key) {
+                (true, Some(key)) => key,
+                _ => action,
+            };
             if evidence.effect_functions.replay_safe.contains(effect) {
                 continue;
             }
@@ -834,7 +839,12 @@ fn calls_closed(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
             ));
         }
         for (action_id, entry) in layout.turn_actions(evidence.store, key, record) {
-            if layout.classify(entry) != ActionClass::Complete {
+            // (The planted bug: a held action taken as closed, "a person settles it later".)
+            let open = match crate::planted!("calls-closed-held-counts-as-closed") {
+                true => layout.classify(entry) == ActionClass::Unsettled,
+                false => layout.classify(entry) != ActionClass::Complete,
+            };
+            if open {
                 violations.push(violation(
                     Oracle::CallsClosed,
                     format!(

@@ -204,7 +204,13 @@ impl Queues {
             let mut heads_seen = BTreeSet::new();
             for message in &mut queue.messages {
                 // Only the oldest message of a group may be delivered.
-                if !heads_seen.insert(message.group.clone()) || message.stage != Stage::Claimed {
+                // (The planted bug: the two tests the other way round, so a head that waits out
+                // its backoff is never seen, and the message behind it is delivered first.)
+                let blocked = match crate::planted!("queue-group-head-waiting-not-seen") {
+                    true => message.stage != Stage::Claimed || !heads_seen.insert(message.group.clone()),
+                    false => !heads_seen.insert(message.group.clone()) || message.stage != Stage::Claimed,
+                };
+                if blocked {
                     continue;
                 }
                 message.deliveries += 1;

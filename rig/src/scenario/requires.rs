@@ -294,6 +294,10 @@ fn bindings(file: &Value, needs: &mut Requirements) {
         let trigger = binding.get("trigger").and_then(Value::as_str).unwrap_or("");
         let capability = match BindingPoint::ALL.into_iter().find(|point| point.name() == trigger) {
             Some(BindingPoint::PreTrigger) => Capability::Hooks,
+            // (The planted bug: every binding taken for a hook.)
+            Some(BindingPoint::TurnCompleted) if crate::planted!("requires-every-binding-is-a-hook") => {
+                Capability::Hooks
+            }
             Some(BindingPoint::TurnCompleted) => Capability::Lifecycle,
             None => continue,
         };

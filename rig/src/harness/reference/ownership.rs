@@ -107,6 +107,11 @@ impl Worker {
                     self.forget_lease(&session_id);
                     return;
                 }
+                // (The planted bug: a renewal that got no answer taken as a lost lease: renewing stops.)
+                Err(_) if crate::planted!("ref-renewal-error-taken-as-lost") => {
+                    self.forget_lease(&session_id);
+                    return;
+                }
                 _ => {}
             }
         }
