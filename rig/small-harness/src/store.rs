@@ -192,7 +192,9 @@ impl Worker {
             let request = json!({ "scope": OWNER_SCOPE, "key": session, "owner": self.env.host, "token": token, "ttl_ms": ttl_ms });
             if let Ok(reply) = self.call(&bus, "state::renew-lease", request).await {
                 if reply["renewed"] != true {
-                    self.lose(&session);
+                    // Only this grant's lease: a newer one this worker took meanwhile (its own
+                    // request delivered twice, then asked again) is not lost with it.
+                    self.lose_grant(&session, token);
                     return;
                 }
             }
@@ -210,6 +212,14 @@ impl Worker {
         if let Some(lease) = self.leases.borrow_mut().remove(session) {
             // This may be the renewal task itself: let it end by itself rather than abort it.
             std::mem::forget(lease);
+        }
+    }
+
+    /// Forgets the session's lease only if it is still the grant of `token`.
+    fn lose_grant(&self, session: &str, token: u64) {
+        let held = self.leases.borrow().get(session).map(|lease| lease.token);
+        if held == Some(token) {
+            self.lose(session);
         }
     }
 
