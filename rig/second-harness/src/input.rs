@@ -6,12 +6,10 @@ use crate::turn::TURN_SCOPE;
 use crate::{text, Worker, SENT_SCOPE};
 use rig::{Action, Bus, ErrorBody};
 use serde_json::{json, Value};
+use std::collections::BTreeSet;
 use std::rc::Rc;
 
 pub(crate) const INPUT_SCOPE: &str = "harness_queue";
-/// How many more times, in the background, a new turn is offered to the turn queue (each time
-/// with the settings' enqueue attempts) after neither it nor its hold could be recorded.
-const ENQUEUE_ROUNDS: u32 = 6;
 
 impl Worker {
     /// `{host}::send`: the message starts a turn, or waits behind the one under way.
@@ -75,9 +73,8 @@ impl Worker {
     /// whose answer it never heard, is put on the turn queue (a second delivery of a turn that
     /// did reach it finds it under way or over, and runs nothing again).
     async fn admit_later(self: Rc<Self>, bus: Bus, session: String) {
-        for round in 0..ENQUEUE_ROUNDS {
-            self.back_off(round + 3).await;
-            self.connected(&bus).await;
+        let mut settling = self.settling(3);
+        while self.next_try(&bus, &mut settling).await {
             // One admission of the session at a time: a delivery ending a turn admits too.
             let lock = self.session_lock(&session);
             let _working = lock.lock().await;
@@ -147,7 +144,7 @@ impl Worker {
     /// nothing): once the record exists, whoever takes the turn up finds them there, even if
     /// this worker dies before enqueueing it. The record names the worker that wrote it
     /// (`created_by`: its host and that host's start), so that host, if it dies before the
-    /// turn reaches the queue, enqueues it when it starts again ([`Worker::enqueue_unqueued`]).
+    /// turn reaches the queue, enqueues it when it starts again ([`Worker::recover_on_start`]).
     async fn start_turn(
         self: &Rc<Self>,
         bus: &Bus,
@@ -178,32 +175,71 @@ impl Worker {
         Ok(turn_id)
     }
 
-    /// At a worker's start: a new turn an earlier start of this host recorded, and may have
-    /// died before putting on the turn queue (running at step 0, no round planned yet), is put
-    /// there now, or held with why. One that did reach the queue is then delivered twice, and
-    /// the later delivery finds the turn under way or over and runs nothing of it again.
-    pub(crate) async fn enqueue_unqueued(self: Rc<Self>) {
+    /// At a worker's start, what an earlier start of this host may have died doing, that no
+    /// delivery would finish:
+    /// - a new turn it recorded and may not have put on the turn queue (running at step 0, no
+    ///   round planned yet) is put there now, or held with why; one that did reach the queue is
+    ///   then delivered twice, and the later delivery finds the turn under way or over and runs
+    ///   nothing of it again;
+    /// - input still queued behind a session's ended turn (the worker admitting it died, or was
+    ///   cut off, between the transcript and the new turn's record) is admitted.
+    ///
+    /// The listings ride out a store that is down as the worker starts.
+    pub(crate) async fn recover_on_start(self: Rc<Self>) {
         let bus = self.env.bus.clone();
         self.connected(&bus).await;
-        let mut listed = None;
-        for attempt in 0..3 {
-            if let Ok(Value::Array(entries)) = self.call(&bus, "state::list", json!({ "scope": TURN_SCOPE })).await {
-                listed = Some(entries);
-                break;
-            }
-            self.back_off(attempt).await;
-        }
+        let Some(turns) = self.list_settling(&bus, TURN_SCOPE).await else { return };
         let by_a_predecessor = |created_by: &Value| {
             created_by["host"] == self.env.host.as_str() && created_by["incarnation"] != self.incarnation.as_str()
         };
-        let unqueued = listed.into_iter().flatten().map(|entry| entry["value"].clone()).filter(|record| {
+        let records: Vec<Value> = turns.into_iter().map(|entry| entry["value"].clone()).collect();
+        let unqueued = records.iter().filter(|record| {
             record["status"] == "running"
                 && record["step"] == 0
                 && record["plan"].is_null()
                 && by_a_predecessor(&record["created_by"])
         });
         for record in unqueued {
-            self.enqueue_new_turn(&bus, record).await;
+            self.enqueue_new_turn(&bus, record.clone()).await;
+        }
+        // Input behind a running or held turn is admitted when that turn ends.
+        let ended: BTreeSet<&str> = records
+            .iter()
+            .filter(|record| record["status"].as_str().is_some_and(|s| FINAL.contains(&s)))
+            .filter_map(|record| record["session_id"].as_str())
+            .collect();
+        if ended.is_empty() {
+            return;
+        }
+        let Some(queued) = self.list_settling(&bus, INPUT_SCOPE).await else { return };
+        let waiting: BTreeSet<&str> = queued
+            .iter()
+            .filter_map(|entry| entry["value"]["session_id"].as_str())
+            .filter(|session| ended.contains(session))
+            .collect();
+        for session in waiting {
+            let lock = self.session_lock(session);
+            let _working = lock.lock().await;
+            // Owned by another worker, which admits it itself.
+            if self.own(&bus, session, false).await.is_err() {
+                continue;
+            }
+            self.admit(&bus, session).await;
+            self.release(&bus, session).await;
+        }
+    }
+
+    /// Every entry at `scope`, asked for again on the settling schedule while the store does
+    /// not answer.
+    async fn list_settling(&self, bus: &Bus, scope: &str) -> Option<Vec<Value>> {
+        let mut settling = self.settling(0);
+        loop {
+            if let Ok(Value::Array(entries)) = self.call(bus, "state::list", json!({ "scope": scope })).await {
+                return Some(entries);
+            }
+            if !self.next_try(bus, &mut settling).await {
+                return None;
+            }
         }
     }
 
@@ -226,11 +262,10 @@ impl Worker {
     }
 
     async fn enqueue_later(self: Rc<Self>, bus: Bus, record: Value) {
-        for round in 0..ENQUEUE_ROUNDS {
-            self.back_off(round + 3).await;
-            // A round tried while this worker is cut off from the engine fails at once: an
-            // outage longer than every backoff together would leave the turn to nobody.
-            self.connected(&bus).await;
+        // Each round once this worker is connected to the engine: a round tried while it is cut
+        // off fails at once.
+        let mut settling = self.settling(3);
+        while self.next_try(&bus, &mut settling).await {
             let Ok(stored) = self.get(&bus, TURN_SCOPE, record["session_id"].as_str().unwrap_or_default()).await else {
                 continue;
             };

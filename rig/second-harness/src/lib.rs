@@ -77,7 +77,7 @@ impl HarnessFactory for SecondHarness {
             working: RefCell::default(),
             sending: RefCell::default(),
         });
-        tokio::task::spawn_local(Rc::clone(&worker).enqueue_unqueued());
+        tokio::task::spawn_local(Rc::clone(&worker).recover_on_start());
         worker
     }
 }

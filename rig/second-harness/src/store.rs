@@ -26,6 +26,12 @@ impl Drop for Lease {
     }
 }
 
+/// Where a piece of background work is on its schedule ([`Worker::settling`]).
+pub(crate) struct Settling {
+    round: u32,
+    give_up_at: u64,
+}
+
 /// Why a write did not land.
 #[derive(Debug)]
 pub(crate) enum WriteError {
@@ -74,6 +80,26 @@ impl Worker {
             }
             self.env.clock.sleep(100).await;
         }
+    }
+
+    /// The schedule of work this worker settles in the background (an end the store has not
+    /// taken, queued input to admit, a new turn to enqueue, what a start finds left over):
+    /// tries further apart from the `first` step of the settings' backoff on, each once the
+    /// worker is connected to the engine, until `settle_within_ms` has passed (rig::config).
+    /// However many tries a long outage refuses, the work is done once the service is back.
+    pub(crate) fn settling(&self, first: u32) -> Settling {
+        Settling { round: first, give_up_at: self.env.clock.now_ms().saturating_add(self.env.config.settle_within_ms) }
+    }
+
+    /// Waits for the next try of `settling`: false once its time is over.
+    pub(crate) async fn next_try(&self, bus: &Bus, settling: &mut Settling) -> bool {
+        if self.env.clock.now_ms() >= settling.give_up_at {
+            return false;
+        }
+        self.back_off(settling.round).await;
+        settling.round = settling.round.saturating_add(1);
+        self.connected(bus).await;
+        true
     }
 
     pub(crate) async fn back_off(&self, attempt: u32) {

@@ -248,12 +248,13 @@ struct OwedEnd {
 }
 
 impl OwedEnd {
-    /// Tries again, further apart; once it lands, the session's queued input is admitted and
-    /// its lease handed back, as after any recorded end.
+    /// Tries again, further apart, for as long as the worker settles background work; once it
+    /// lands, the session's queued input is admitted and its lease handed back, as after any
+    /// recorded end.
     async fn write(self, worker: Rc<Worker>, bus: Bus) {
         let session = self.record["session_id"].as_str().unwrap_or_default().to_string();
-        for round in 1..=self.tries {
-            worker.back_off(self.tries + round).await;
+        let mut settling = worker.settling(self.tries + 1);
+        while worker.next_try(&bus, &mut settling).await {
             match worker.put_turn(&bus, &self.record, 1).await {
                 Ok(()) => {
                     worker.tell_completed(&bus, &self.record).await;

@@ -3,10 +3,11 @@
 //! then its messages into the transcript, the entries removed, and the turn on the turn queue.
 //! Each step is safe to do again, so whoever finds a new turn half admitted finishes it.
 
-use crate::store::{ended, TRIES};
+use crate::store::{ended, TRIES, TURN_SCOPE};
 use crate::Worker;
 use rig::{Action, Bus};
 use serde_json::{json, Value};
+use std::collections::BTreeSet;
 use std::rc::Rc;
 
 const INPUT_SCOPE: &str = "harness_queue";
@@ -80,6 +81,61 @@ impl Worker {
             Admitted::Done
         } else {
             Admitted::Unfinished
+        }
+    }
+
+    /// At a worker's start: input still queued for a session whose worker died admitting it is
+    /// admitted now, since no delivery would do it again: behind an ended turn, or named by a
+    /// new turn this harness recorded (`after` its predecessor) that may never have reached the
+    /// turn queue. Input behind a turn under way waits for that turn's end, so the queued input
+    /// is listed only when some session's turn is in one of those two states. The listings
+    /// ride out a store that is down as the worker starts, for `settle_within_ms`.
+    pub(crate) async fn recover_on_start(self: Rc<Self>) {
+        let bus = self.env.bus.clone();
+        self.connected(&bus).await;
+        let give_up_at = self.env.clock.now_ms().saturating_add(self.env.config.settle_within_ms);
+        let Some(turns) = self.list_until(&bus, TURN_SCOPE, give_up_at).await else { return };
+        let admitting =
+            |record: &Value| record["status"] == "running" && record["step"] == 0 && !record["after"].is_null();
+        let sessions: BTreeSet<String> = turns
+            .iter()
+            .map(|entry| &entry["value"])
+            .filter(|record| ended(record) || admitting(record))
+            .filter_map(|record| record["session_id"].as_str().map(str::to_string))
+            .collect();
+        if sessions.is_empty() {
+            return;
+        }
+        let Some(queued) = self.list_until(&bus, INPUT_SCOPE, give_up_at).await else { return };
+        let waiting = sessions
+            .into_iter()
+            .filter(|session| queued.iter().any(|entry| entry["value"]["session_id"] == session.as_str()));
+        for session in waiting {
+            let lock = self.session_lock(&session);
+            let _working = lock.lock().await;
+            // Owned by another worker, which admits it itself.
+            if self.own(&bus, &session).await.is_err() {
+                continue;
+            }
+            self.admit(&bus, &session).await;
+            self.release(&bus, &session).await;
+        }
+    }
+
+    /// Every entry at `scope`, asked for again, further apart, while the store does not answer,
+    /// until `give_up_at`.
+    async fn list_until(&self, bus: &Bus, scope: &str, give_up_at: u64) -> Option<Vec<Value>> {
+        let mut attempt = 0;
+        loop {
+            if let Ok(Value::Array(entries)) = self.call(bus, "state::list", json!({ "scope": scope })).await {
+                return Some(entries);
+            }
+            if self.env.clock.now_ms() >= give_up_at {
+                return None;
+            }
+            self.back_off(attempt).await;
+            attempt += 1;
+            self.connected(bus).await;
         }
     }
 
