@@ -26,7 +26,7 @@
 //! close frame `1009` (message too big), as RFC 6455 says, not a dropped connection.
 
 use super::protocol::{codes, Action, ErrorBody, Frame};
-use super::{websocket, BusObserver, FrameDirection, OUTBOX_CAPACITY};
+use super::{websocket, wire, BusObserver, FrameDirection, OUTBOX_CAPACITY};
 use futures_util::{SinkExt, StreamExt};
 use serde_json::json;
 use std::cell::RefCell;
@@ -153,7 +153,7 @@ impl Engine {
         let reading = async {
             loop {
                 match stream.next().await {
-                    Some(Ok(Message::Text(text))) => match Frame::from_wire(&text) {
+                    Some(Ok(Message::Text(text))) => match wire::decode(&text) {
                         Ok(frame) => self.receive(id, frame),
                         Err(error) => {
                             self.observer.note("engine", "unreadable_frame", json!({ "error": error.to_string() }))
@@ -193,13 +193,12 @@ impl Engine {
     fn send(&self, to: u64, frame: Frame) {
         let name = self.peer_name(to);
         self.observer.frame(FrameDirection::Out, &name, &frame);
-        let text = serde_json::to_string(&frame).expect("frames serialize");
         let full = {
             let state = self.state.borrow();
             let Some(peer) = state.connections.get(&to) else {
                 return;
             };
-            peer.outbox.try_send(Message::text(text)).is_err()
+            peer.outbox.try_send(wire::encode(frame)).is_err()
         };
         if full {
             // A worker that cannot keep up is cut off rather than buffered without bound.

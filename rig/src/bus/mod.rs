@@ -6,6 +6,7 @@
 mod engine;
 pub mod protocol;
 pub mod websocket;
+mod wire;
 mod worker;
 
 pub use engine::{Engine, QUEUE_ENQUEUE, WORKERS_REGISTER};

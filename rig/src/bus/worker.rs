@@ -3,6 +3,7 @@
 
 use super::engine::WORKERS_REGISTER;
 use super::protocol::{codes, Action, ErrorBody, Frame};
+use super::wire;
 use super::OUTBOX_CAPACITY;
 use crate::clock::{within, Clock};
 use crate::streams::uuid;
@@ -91,9 +92,8 @@ pub struct Connection {
 }
 
 impl Connection {
-    fn send(&self, frame: &Frame) -> bool {
-        !self.closed.get()
-            && self.outbox.try_send(Message::text(serde_json::to_string(frame).expect("frames serialize"))).is_ok()
+    fn send(&self, frame: Frame) -> bool {
+        !self.closed.get() && self.outbox.try_send(wire::encode(frame)).is_ok()
     }
 
     async fn invoke(
@@ -112,7 +112,7 @@ impl Connection {
             data,
             action,
         };
-        if !self.send(&frame) {
+        if !self.send(frame) {
             self.pending.borrow_mut().remove(&invocation_id);
             return Err(InvokeError::Disconnected);
         }
@@ -160,9 +160,9 @@ impl Connection {
         // Functions first, then the worker's name as a fire-and-forget call, as the iii SDKs do:
         // nothing waits on an answer, so a lost reply cannot hold registration up.
         for id in functions {
-            connection.send(&Frame::RegisterFunction { id, description: None });
+            connection.send(Frame::RegisterFunction { id, description: None });
         }
-        connection.send(&Frame::InvokeFunction {
+        connection.send(Frame::InvokeFunction {
             invocation_id: None,
             function_id: WORKERS_REGISTER.to_string(),
             data: json!({ "name": name }),
@@ -173,7 +173,7 @@ impl Connection {
                 let Message::Text(text) = message else {
                     continue;
                 };
-                match Frame::from_wire(&text) {
+                match wire::decode(&text) {
                     Ok(Frame::InvokeFunction { invocation_id, function_id, data, .. }) => {
                         let call =
                             Invocation { invocation_id: invocation_id.clone().unwrap_or_default(), function_id, data };
@@ -187,7 +187,7 @@ impl Connection {
                                     Ok(result) => (Some(result), None),
                                     Err(error) => (None, Some(error)),
                                 };
-                                connection.send(&Frame::InvocationResult { invocation_id, function_id, result, error });
+                                connection.send(Frame::InvocationResult { invocation_id, function_id, result, error });
                             }
                         });
                     }
@@ -257,7 +257,7 @@ impl Bus {
             data,
             action: Some(Action::Void),
         };
-        self.current.borrow().as_ref().is_some_and(|connection| connection.send(&frame))
+        self.current.borrow().as_ref().is_some_and(|connection| connection.send(frame))
     }
 
     /// Invokes with an engine action (`void`, `enqueue`).
