@@ -19,12 +19,49 @@
 /// The environment variable naming the one planted bug to turn on.
 pub const VARIABLE: &str = "RIG_PLANTED";
 
-/// Whether the planted bug `id` is on: `RIG_PLANTED` names it (read once per process).
+#[cfg(feature = "planted")]
+thread_local! {
+    /// The bug this thread's code runs with while [`scoped`] says so (`Some(None)`: none),
+    /// whatever `RIG_PLANTED` names.
+    static SCOPED: std::cell::RefCell<Option<Option<String>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Whether the planted bug `id` is on: the bug of the innermost [`scoped`] call on this thread,
+/// else the one `RIG_PLANTED` names (read once per process).
 #[cfg(feature = "planted")]
 pub fn active(id: &str) -> bool {
     use std::sync::OnceLock;
     static ACTIVE: OnceLock<Option<String>> = OnceLock::new();
+    if let Some(on) = SCOPED.with(|scoped| scoped.borrow().as_ref().map(|bug| bug.as_deref() == Some(id))) {
+        return on;
+    }
     ACTIVE.get_or_init(|| std::env::var(VARIABLE).ok().filter(|id| !id.is_empty())).as_deref() == Some(id)
+}
+
+/// Runs `f` with the planted bug `bug` on (`None`: with none) on this thread, whatever
+/// `RIG_PLANTED` names, then puts back what was on before. A run happens entirely on one thread
+/// (rig/src/cli/parallel.rs), so `rig explore-bench` hunts one bug with it and checks each
+/// finding against the same run with no bug, in one process.
+#[cfg(feature = "planted")]
+pub fn scoped<R>(bug: Option<&str>, f: impl FnOnce() -> R) -> R {
+    /// Puts the thread's previous bug back, on a panic too.
+    struct Restore(Option<Option<String>>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let previous = self.0.take();
+            SCOPED.with(|scoped| *scoped.borrow_mut() = previous);
+        }
+    }
+    let previous = SCOPED.with(|scoped| scoped.borrow_mut().replace(bug.map(str::to_string)));
+    let _restore = Restore(previous);
+    f()
+}
+
+/// Runs `f`: a build without the `planted` feature has no bug to turn on or off ([`BUILT_IN`]
+/// says so; `rig explore-bench` refuses a planted bug then).
+#[cfg(not(feature = "planted"))]
+pub fn scoped<R>(_bug: Option<&str>, f: impl FnOnce() -> R) -> R {
+    f()
 }
 
 /// Whether the planted bug `id` is on: never, in a build without the `planted` feature.
@@ -44,4 +81,24 @@ macro_rules! planted {
     ($id:literal) => {
         $crate::planted::active($id)
     };
+}
+
+#[cfg(all(test, feature = "planted"))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_scoped_bug_is_on_for_its_thread_only_and_what_was_on_before_comes_back() {
+        assert!(!active("a-bug"), "no bug is named (the tests run without RIG_PLANTED)");
+        scoped(Some("a-bug"), || {
+            assert!(active("a-bug") && !active("another"));
+            std::thread::spawn(|| assert!(!active("a-bug"), "another thread")).join().unwrap();
+            scoped(None, || assert!(!active("a-bug"), "turned off inside"));
+            assert!(active("a-bug"), "back on once the inner scope is over");
+        });
+        assert!(!active("a-bug"));
+        let caught = std::panic::catch_unwind(|| scoped(Some("a-bug"), || panic!("a run that panics")));
+        assert!(caught.is_err());
+        assert!(!active("a-bug"), "put back on a panic too");
+    }
 }

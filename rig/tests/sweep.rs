@@ -619,14 +619,14 @@ fn the_benchmark_finds_a_bug_where_the_reference_is_clean_and_the_reference_neve
     use explore::bench::{hunt, Searcher};
     let harness = rig::reference();
     let scenario = workload("streamed-replies.toml");
-    let found = hunt(&harness, &scenario, "arrival-order-stream", Searcher::Depth1, 0, 10_000).unwrap();
+    let found = hunt(&harness, &scenario, "arrival-order-stream", None, Searcher::Depth1, 0, 10_000).unwrap();
     let first = found.first.expect("a reorder of a streamed frame is among the sweep's placements");
     assert_eq!(found.runs, first, "the hunt stops at its first finding");
     assert_eq!(found.oracle.as_deref(), Some("whole-replies"));
     assert!(found.cuts[0].starts_with("reorder @"), "{:?}", found.cuts);
-    let again = hunt(&harness, &scenario, "arrival-order-stream", Searcher::Guided, 0, 64).unwrap();
-    assert_eq!(again, hunt(&harness, &scenario, "arrival-order-stream", Searcher::Guided, 0, 64).unwrap());
-    let reference = hunt(&harness, &scenario, "reference", Searcher::Swarm, 0, 30).unwrap();
+    let again = hunt(&harness, &scenario, "arrival-order-stream", None, Searcher::Guided, 0, 64).unwrap();
+    assert_eq!(again, hunt(&harness, &scenario, "arrival-order-stream", None, Searcher::Guided, 0, 64).unwrap());
+    let reference = hunt(&harness, &scenario, "reference", None, Searcher::Swarm, 0, 30).unwrap();
     assert_eq!((reference.first, reference.runs), (None, 30));
 }
 

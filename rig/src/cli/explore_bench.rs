@@ -6,11 +6,11 @@
 use super::parallel::{map_ordered, Jobs};
 use super::progress::Progress;
 use super::{bad_input, Harness, EXIT_BAD_INPUT, EXIT_FAILED};
-use crate::explore::bench::{hunt, median, Hunt, Searcher, REFERENCE_BUGS};
+use crate::explore::bench::{hunt, median, Hunt, Searcher, REFERENCE_BUGS, SMALL_HARNESS_BUGS};
 use crate::explore::Runs;
 use crate::Scenario;
-use std::path::PathBuf;
-use std::process::ExitCode;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
 
 #[derive(clap::Args)]
 pub struct ExploreBenchArgs {
@@ -19,9 +19,28 @@ pub struct ExploreBenchArgs {
     pub workloads: PathBuf,
     /// A bug to hunt, `POLICY@WORKLOAD` (a file of the workloads folder); repeat for several.
     /// Default: the reference harness's known-bad policies that take a cut to show, each on its
-    /// workload (with another harness, say which).
+    /// workload, and the small harness's planted bugs (with another harness, say which).
     #[arg(long = "bug", value_name = "POLICY@WORKLOAD")]
     pub bugs: Vec<String>,
+    /// A planted bug of this binary's harness to hunt, `ID@WORKLOAD` (`.cargo/planted.toml`;
+    /// the binary must be built with the `planted` feature); repeat for several.
+    #[arg(long = "planted", value_name = "ID@WORKLOAD")]
+    pub planted: Vec<String>,
+    /// The small harness's binary built with its planted bugs, which hunts them for the default
+    /// set (`cargo build --release -p small-harness --features planted`). Default: the
+    /// `small-harness` beside this binary.
+    #[arg(long, value_name = "PATH")]
+    pub small_harness: Option<PathBuf>,
+    /// The default set without the small harness's planted bugs.
+    #[arg(long, conflicts_with = "small_harness")]
+    pub without_small_harness: bool,
+    /// Run only this searcher (`depth-1`, `depth-2`, `swarm`, `guided`); repeat for several.
+    /// Default: all four. The targets are judged only with `swarm` and `guided` both run.
+    #[arg(long = "searcher", value_name = "NAME", value_parser = parse_searcher)]
+    pub searchers: Vec<Searcher>,
+    /// The table as Markdown (the README's), instead of text.
+    #[arg(long, conflicts_with = "json")]
+    pub markdown: bool,
     /// The most runs with cuts a swarm or guided search makes for one bug from one seed.
     #[arg(long, default_value_t = 2_000)]
     pub cap: u64,
@@ -36,13 +55,48 @@ pub struct ExploreBenchArgs {
     pub jobs: Jobs,
 }
 
+fn parse_searcher(name: &str) -> Result<Searcher, String> {
+    Searcher::ALL.into_iter().find(|s| s.name() == name).ok_or_else(|| {
+        let names: Vec<&str> = Searcher::ALL.iter().map(|s| s.name()).collect();
+        format!("expected one of {}", names.join(", "))
+    })
+}
+
 /// How far apart the starting seeds are: far enough that no two searches share a run.
 const SEED_STRIDE: u64 = 100_000;
+
+/// A bug of the set: a known-bad policy, or a planted bug under the harness's `reference`.
+#[derive(Clone)]
+struct Bug {
+    policy: String,
+    planted: Option<String>,
+    workload: String,
+}
+
+impl Bug {
+    /// `ID@WORKLOAD` or `POLICY@WORKLOAD`, as the option takes it.
+    fn parse(option: &str, text: &str, planted: bool) -> Result<Self, String> {
+        let Some((name, workload)) = text.split_once('@').filter(|(n, w)| !n.is_empty() && !w.is_empty()) else {
+            let shape = if planted { "ID@WORKLOAD" } else { "POLICY@WORKLOAD" };
+            return Err(format!("`{option} {text}`: expected {shape}"));
+        };
+        Ok(match planted {
+            true => Bug { policy: "reference".into(), planted: Some(name.into()), workload: workload.into() },
+            false => Bug { policy: name.into(), planted: None, workload: workload.into() },
+        })
+    }
+
+    fn name(&self) -> &str {
+        self.planted.as_deref().unwrap_or(&self.policy)
+    }
+}
 
 /// The bug's row: its searches' results, in [`Searcher::ALL`] order, each a list (one per
 /// starting seed; a sweep has one).
 struct Row {
-    policy: String,
+    /// The harness it is planted in, or whose policy it is.
+    harness: String,
+    bug: String,
     workload: String,
     hunts: Vec<Vec<Hunt>>,
 }
@@ -59,38 +113,62 @@ impl Row {
     /// Needs two faults on one action or record: no single cut finds it, a depth-2 sweep's
     /// pair on one subject does.
     fn needs_two_on_one(&self) -> bool {
-        let depth1 = &self.hunts[Searcher::Depth1 as usize][0];
-        let depth2 = &self.hunts[Searcher::Depth2 as usize][0];
+        let (Some(depth1), Some(depth2)) =
+            (self.hunts[Searcher::Depth1 as usize].first(), self.hunts[Searcher::Depth2 as usize].first())
+        else {
+            return false;
+        };
         depth1.first.is_none() && depth2.same_subject
     }
 }
 
 pub(crate) fn command(args: ExploreBenchArgs, harness: &Harness) -> ExitCode {
-    let bugs: Vec<(String, String)> = if args.bugs.is_empty() {
+    let default_set = args.bugs.is_empty() && args.planted.is_empty();
+    let mut bugs: Vec<Bug> = Vec::new();
+    if default_set {
         if harness.name() != "reference" {
-            return bad_input("name the bugs of this harness to hunt: `--bug POLICY@WORKLOAD`");
+            return bad_input(
+                "name the bugs of this harness to hunt: `--bug POLICY@WORKLOAD` or `--planted ID@WORKLOAD`",
+            );
         }
-        REFERENCE_BUGS.iter().map(|(policy, workload)| (policy.to_string(), workload.to_string())).collect()
-    } else {
-        let mut bugs = Vec::new();
-        for bug in &args.bugs {
-            let Some((policy, workload)) = bug.split_once('@') else {
-                return bad_input(&format!("`--bug {bug}`: expected POLICY@WORKLOAD"));
-            };
-            bugs.push((policy.to_string(), workload.to_string()));
+        bugs.extend(REFERENCE_BUGS.iter().map(|(policy, workload)| Bug {
+            policy: policy.to_string(),
+            planted: None,
+            workload: workload.to_string(),
+        }));
+    }
+    for (option, texts, planted) in [("--bug", &args.bugs, false), ("--planted", &args.planted, true)] {
+        for text in texts {
+            match Bug::parse(option, text, planted) {
+                Ok(bug) => bugs.push(bug),
+                Err(message) => return bad_input(&message),
+            }
         }
-        bugs
-    };
+    }
     if args.explorer_seeds == 0 || args.cap == 0 {
         return bad_input("`--explorer-seeds` and `--cap` must be at least 1");
     }
+    if bugs.iter().any(|bug| bug.planted.is_some()) && !crate::planted::BUILT_IN {
+        return bad_input(
+            "this binary has no planted bugs: build it with the `planted` feature (`--features rig/planted`)",
+        );
+    }
+    // The small harness's planted bugs are hunted by its own binary: found before any run.
+    let small = if default_set && !args.without_small_harness {
+        match small_harness_binary(args.small_harness.as_deref()) {
+            Ok(path) => Some(path),
+            Err(message) => return bad_input(&message),
+        }
+    } else {
+        None
+    };
     let policies = harness.factory.policies();
     let mut scenarios = Vec::new();
-    for (policy, workload) in &bugs {
-        if !policies.contains(policy) {
-            return bad_input(&format!("harness `{}` has no policy `{policy}`", harness.name()));
+    for bug in &bugs {
+        if !policies.contains(&bug.policy) {
+            return bad_input(&format!("harness `{}` has no policy `{}`", harness.name(), bug.policy));
         }
-        let path = args.workloads.join(workload);
+        let path = args.workloads.join(&bug.workload);
         match Scenario::load(&path) {
             Ok(scenario) => scenarios.push(scenario),
             Err(error) => {
@@ -102,8 +180,10 @@ pub(crate) fn command(args: ExploreBenchArgs, harness: &Harness) -> ExitCode {
     let starts: Vec<u64> = (0..args.explorer_seeds).map(|k| k * SEED_STRIDE).collect();
     // Every search is its own job: a bug, a searcher, a starting seed.
     let mut jobs = Vec::new();
+    let searchers: Vec<Searcher> =
+        Searcher::ALL.into_iter().filter(|s| args.searchers.is_empty() || args.searchers.contains(s)).collect();
     for bug in 0..bugs.len() {
-        for searcher in Searcher::ALL {
+        for &searcher in &searchers {
             let seeds: &[u64] = if searcher.seeded() { &starts } else { &[0] };
             jobs.extend(seeds.iter().map(|start| (bug, searcher, *start)));
         }
@@ -113,15 +193,19 @@ pub(crate) fn command(args: ExploreBenchArgs, harness: &Harness) -> ExitCode {
     let results = map_ordered(
         jobs.clone(),
         args.jobs.workers(jobs.len() as u64),
-        |(bug, searcher, start)| hunt(made_by, &scenarios[bug], &bugs[bug].0, searcher, start, args.cap),
+        |(bug, searcher, start)| {
+            let Bug { policy, planted, .. } = &bugs[bug];
+            hunt(made_by, &scenarios[bug], policy, planted.as_deref(), searcher, start, args.cap)
+        },
         |_, result| progress.completed(result.as_ref().is_ok_and(|hunt| hunt.first.is_none()), None),
     );
     progress.finish();
     let mut rows: Vec<Row> = bugs
         .iter()
-        .map(|(policy, workload)| Row {
-            policy: policy.clone(),
-            workload: workload.clone(),
+        .map(|bug| Row {
+            harness: harness.name().to_string(),
+            bug: bug.name().to_string(),
+            workload: bug.workload.clone(),
             hunts: vec![Vec::new(); Searcher::ALL.len()],
         })
         .collect();
@@ -129,7 +213,16 @@ pub(crate) fn command(args: ExploreBenchArgs, harness: &Harness) -> ExitCode {
         match result {
             Ok(hunt) => rows[*bug].hunts[*searcher as usize].push(hunt),
             Err(skip) => {
-                err!("error: {}: {skip}", bugs[*bug].1);
+                err!("error: {}: {skip}", bugs[*bug].workload);
+                return ExitCode::from(EXIT_BAD_INPUT);
+            }
+        }
+    }
+    if let Some(binary) = small {
+        match small_harness_rows(&binary, &args) {
+            Ok(more) => rows.extend(more),
+            Err(message) => {
+                err!("error: {message}");
                 return ExitCode::from(EXIT_BAD_INPUT);
             }
         }
@@ -140,6 +233,14 @@ pub(crate) fn command(args: ExploreBenchArgs, harness: &Harness) -> ExitCode {
             out!("{}", row_json(row));
         }
         out!("{}", summary.json(harness.name(), &args, &starts));
+    } else if args.markdown {
+        print_markdown(&rows);
+        out!("");
+        out!("```text");
+        for line in summary.lines() {
+            out!("{line}");
+        }
+        out!("```");
     } else {
         print_table(&rows, &args, harness.name(), &starts);
         for line in summary.lines() {
@@ -158,10 +259,129 @@ fn cell(first: Option<u64>) -> String {
     first.map_or_else(|| "-".to_string(), |n| n.to_string())
 }
 
-/// A seeded searcher's cell: the median, with each seed's figure.
+/// A sweep's cell: its one search's figure (`n/a`: not run).
+fn sweep_cell(row: &Row, searcher: Searcher) -> String {
+    row.hunts[searcher as usize].first().map_or_else(|| "n/a".to_string(), |hunt| cell(hunt.first))
+}
+
+/// A seeded searcher's cell: the median, with each seed's figure (`n/a`: not run).
 fn seeded_cell(row: &Row, searcher: Searcher) -> String {
+    if row.hunts[searcher as usize].is_empty() {
+        return "n/a".to_string();
+    }
     let each: Vec<String> = row.firsts(searcher).into_iter().map(cell).collect();
     format!("{} ({})", cell(row.median(searcher)), each.join(" "))
+}
+
+/// The small harness's binary: as given, or beside this one; it must have the planted bugs in.
+fn small_harness_binary(given: Option<&Path>) -> Result<PathBuf, String> {
+    let hint = "the default set's planted bugs are hunted by the small harness's binary built with them \
+                (`cargo build --release -p small-harness --features planted`, then `--small-harness PATH` \
+                unless it is beside this binary), or leave them out with `--without-small-harness`";
+    let path = match given {
+        Some(path) => path.to_path_buf(),
+        None => std::env::current_exe()
+            .ok()
+            .and_then(|exe| Some(exe.parent()?.join(format!("small-harness{}", std::env::consts::EXE_SUFFIX))))
+            .ok_or_else(|| format!("cannot tell where this binary is: {hint}"))?,
+    };
+    if !path.is_file() {
+        return Err(format!("{}: no such binary: {hint}", path.display()));
+    }
+    Ok(path)
+}
+
+/// The small harness's planted bugs hunted by its binary (`small-harness explore-bench
+/// --planted ... --json`: each bug on in the runs that hunt it, off in the runs that judge a
+/// finding), as rows of this table. Its progress goes to standard error, as this one's does.
+fn small_harness_rows(binary: &Path, args: &ExploreBenchArgs) -> Result<Vec<Row>, String> {
+    let mut command = Command::new(binary);
+    command
+        .arg("explore-bench")
+        .arg("--workloads")
+        .arg(&args.workloads)
+        .args(["--cap", &args.cap.to_string(), "--explorer-seeds", &args.explorer_seeds.to_string(), "--json"])
+        .env_remove(crate::planted::VARIABLE)
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit());
+    if let Some(jobs) = args.jobs.jobs {
+        command.args(["--jobs", &jobs.to_string()]);
+    }
+    for searcher in &args.searchers {
+        command.args(["--searcher", searcher.name()]);
+    }
+    for (id, workload) in SMALL_HARNESS_BUGS {
+        command.arg("--planted").arg(format!("{id}@{workload}"));
+    }
+    let shown = binary.display();
+    let output = command.output().map_err(|error| format!("{shown}: {error}"))?;
+    // 0: every target met, 1: one not met; anything else is the child's error (said on stderr).
+    if !matches!(output.status.code(), Some(0 | 1)) {
+        return Err(format!("{shown} explore-bench: {}", output.status));
+    }
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let rows: Vec<Row> = stdout
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|value| value.get("bug").is_some())
+        .map(|value| row_from_json(&value))
+        .collect::<Option<_>>()
+        .ok_or_else(|| format!("{shown} explore-bench: a row of its `--json` is not one this binary reads"))?;
+    if rows.len() != SMALL_HARNESS_BUGS.len() {
+        return Err(format!("{shown} explore-bench: {} rows for {} bugs", rows.len(), SMALL_HARNESS_BUGS.len()));
+    }
+    Ok(rows)
+}
+
+/// A row read back from [`row_json`].
+fn row_from_json(value: &serde_json::Value) -> Option<Row> {
+    let text = |value: &serde_json::Value, key: &str| value.get(key)?.as_str().map(str::to_string);
+    let searches = value.get("searches")?;
+    let mut hunts = Vec::new();
+    for searcher in Searcher::ALL {
+        let each = searches.get(searcher.name())?.get("each")?.as_array()?;
+        let mut found = Vec::new();
+        for hunt in each {
+            found.push(Hunt {
+                first: hunt.get("first")?.as_u64(),
+                runs: hunt.get("runs")?.as_u64()?,
+                oracle: text(hunt, "oracle"),
+                cuts: hunt
+                    .get("cuts")?
+                    .as_array()?
+                    .iter()
+                    .map(|c| c.as_str().map(str::to_string))
+                    .collect::<Option<_>>()?,
+                same_subject: hunt.get("same_subject")?.as_bool()?,
+            });
+        }
+        hunts.push(found);
+    }
+    Some(Row { harness: text(value, "harness")?, bug: text(value, "bug")?, workload: text(value, "workload")?, hunts })
+}
+
+/// The oracle of the row's first finding, by any searcher.
+fn oracle(row: &Row) -> String {
+    row.hunts.iter().flatten().find_map(|hunt| hunt.oracle.clone()).unwrap_or_default()
+}
+
+fn print_markdown(rows: &[Row]) {
+    out!("| bug | harness | workload | depth-1 | depth-2 | swarm (each seed) | guided (each seed) | oracle |");
+    out!("|---|---|---|---|---|---|---|---|");
+    for row in rows {
+        let two = if row.needs_two_on_one() { " (two faults on one action)" } else { "" };
+        out!(
+            "| `{}`{two} | {} | `{}` | {} | {} | {} | {} | `{}` |",
+            row.bug,
+            row.harness,
+            row.workload,
+            sweep_cell(row, Searcher::Depth1),
+            sweep_cell(row, Searcher::Depth2),
+            seeded_cell(row, Searcher::Swarm),
+            seeded_cell(row, Searcher::Guided),
+            oracle(row),
+        );
+    }
 }
 
 fn print_table(rows: &[Row], args: &ExploreBenchArgs, harness: &str, starts: &[u64]) {
@@ -173,7 +393,7 @@ fn print_table(rows: &[Row], args: &ExploreBenchArgs, harness: &str, starts: &[u
         starts.iter().map(u64::to_string).collect::<Vec<_>>().join(", ")
     );
     out!(
-        "{:<28} {:<44} {:>8} {:>8} {:<34} {:<34} oracle",
+        "{:<44} {:<44} {:>8} {:>8} {:<34} {:<34} oracle",
         "bug",
         "workload",
         "depth-1",
@@ -182,13 +402,14 @@ fn print_table(rows: &[Row], args: &ExploreBenchArgs, harness: &str, starts: &[u
         "guided (each seed)"
     );
     for row in rows {
-        let oracle = row.hunts.iter().flatten().find_map(|hunt| hunt.oracle.clone()).unwrap_or_default();
+        let oracle = oracle(row);
+        let bug = if row.harness == harness { row.bug.clone() } else { format!("{}: {}", row.harness, row.bug) };
         out!(
-            "{:<28} {:<44} {:>8} {:>8} {:<34} {:<34} {oracle}",
-            row.policy,
+            "{:<44} {:<44} {:>8} {:>8} {:<34} {:<34} {oracle}",
+            bug,
             row.workload,
-            cell(row.hunts[Searcher::Depth1 as usize][0].first),
-            cell(row.hunts[Searcher::Depth2 as usize][0].first),
+            sweep_cell(row, Searcher::Depth1),
+            sweep_cell(row, Searcher::Depth2),
             seeded_cell(row, Searcher::Swarm),
             seeded_cell(row, Searcher::Guided),
         );
@@ -208,6 +429,7 @@ fn row_json(row: &Row) -> serde_json::Value {
                         "runs": hunt.runs,
                         "oracle": hunt.oracle,
                         "cuts": hunt.cuts,
+                        "same_subject": hunt.same_subject,
                     })
                 })
                 .collect();
@@ -215,7 +437,8 @@ fn row_json(row: &Row) -> serde_json::Value {
         })
         .collect();
     serde_json::json!({
-        "bug": row.policy,
+        "bug": row.bug,
+        "harness": row.harness,
         "workload": row.workload,
         "needs_two_faults_on_one_action": row.needs_two_on_one(),
         "searches": searches,
@@ -234,6 +457,8 @@ struct Summary {
     two_on_one: Vec<(String, Option<u64>)>,
     /// Bugs the swarm finds within 2,000 runs (by its median) that the guided explorer does not.
     lost: Vec<String>,
+    /// Every searcher ran on every bug (`--searcher` leaves some out: no target is met then).
+    complete: bool,
 }
 
 /// What "the swarm finds it" means for the no-loss target.
@@ -247,6 +472,7 @@ impl Summary {
     fn of(rows: &[Row], cap: u64) -> Self {
         let per = |searcher: Searcher| rows.iter().map(|row| row.median(searcher)).collect::<Vec<_>>();
         Summary {
+            complete: rows.iter().all(|row| row.hunts.iter().all(|hunts| !hunts.is_empty())),
             bugs: rows.len(),
             cap,
             found: Searcher::ALL.iter().map(|s| per(*s).iter().filter(|m| m.is_some()).count()).collect(),
@@ -258,13 +484,13 @@ impl Summary {
             two_on_one: rows
                 .iter()
                 .filter(|row| row.needs_two_on_one())
-                .map(|row| (row.policy.clone(), row.median(Searcher::Guided)))
+                .map(|row| (row.bug.clone(), row.median(Searcher::Guided)))
                 .collect(),
             lost: rows
                 .iter()
                 .filter(|row| row.median(Searcher::Swarm).is_some_and(|m| m <= SWARM_FINDS_WITHIN))
                 .filter(|row| row.median(Searcher::Guided).is_none())
-                .map(|row| row.policy.clone())
+                .map(|row| row.bug.clone())
                 .collect(),
         }
     }
@@ -282,7 +508,7 @@ impl Summary {
     }
 
     fn met(&self) -> bool {
-        self.ratio() >= RATIO_TARGET && self.two_on_one_met() && self.lost.is_empty()
+        self.complete && self.ratio() >= RATIO_TARGET && self.two_on_one_met() && self.lost.is_empty()
     }
 
     fn lines(&self) -> Vec<String> {
@@ -291,7 +517,7 @@ impl Summary {
             Searcher::ALL.iter().map(|s| format!("{} {}", s.name(), f(*s as usize))).collect::<Vec<_>>().join(", ")
         };
         let two: Vec<String> = self.two_on_one.iter().map(|(bug, m)| format!("{bug} {}", cell(*m))).collect();
-        vec![
+        let mut lines = vec![
             format!("found: {} (of {} bugs)", each(&|i| self.found[i].to_string()), self.bugs),
             format!("median runs to the first finding over the set: {}", each(&|i| cell(self.medians[i]))),
             format!("runs made: {}", each(&|i| self.runs[i].to_string())),
@@ -310,7 +536,11 @@ impl Summary {
                 if self.lost.is_empty() { "none lost".to_string() } else { format!("lost {}", self.lost.join(", ")) },
                 verdict(self.lost.is_empty())
             ),
-        ]
+        ];
+        if !self.complete {
+            lines.push("targets NOT judged: `--searcher` left a searcher out".to_string());
+        }
+        lines
     }
 
     fn json(&self, harness: &str, args: &ExploreBenchArgs, starts: &[u64]) -> serde_json::Value {
