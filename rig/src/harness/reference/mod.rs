@@ -393,6 +393,10 @@ struct Worker {
     /// One lock per `send` idempotency key: two copies of one send (the network delivers at
     /// least once) are answered one after the other, the second from what the first recorded.
     send_locks: RefCell<BTreeMap<String, Rc<tokio::sync::Mutex<()>>>>,
+    /// The answers of the last [`public::ANSWERED_SENDS_MAX`] sends by invocation id, oldest
+    /// first: a copy of one invocation the network delivered again gets the first copy's answer,
+    /// whether or not the send carried an idempotency key.
+    answered_sends: RefCell<std::collections::VecDeque<(String, Result<Value, ErrorBody>)>>,
     /// Sessions this worker exported whose hand-over it is watching: taken back if no import
     /// takes their turn over within `handover_ms`.
     handing_over: RefCell<std::collections::BTreeSet<String>>,
@@ -417,6 +421,7 @@ impl Worker {
             status_memory: RefCell::default(),
             settling: RefCell::default(),
             send_locks: RefCell::default(),
+            answered_sends: RefCell::default(),
             handing_over: RefCell::default(),
         })
     }
@@ -865,7 +870,7 @@ impl Provider for Worker {
                 }
                 "dead-letter" => self.dead_letter(&bus, &call.data).await,
                 "status" => self.status(&bus, &call.data).await,
-                "send" => self.send(&bus, &call.data).await,
+                "send" => self.send_once(&bus, &call.invocation_id, &call.data).await,
                 "resolve" => self.resolve(&bus, &call.data).await,
                 "stream" => self.take_frame(&call.data),
                 _ => Err(ErrorBody::new("function_not_found", call.function_id)),

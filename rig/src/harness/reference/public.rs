@@ -11,6 +11,9 @@ use std::rc::Rc;
 
 /// Where `send` remembers what it answered for an idempotency key.
 const SEND_SCOPE: &str = "harness_send";
+/// How many sends' answers a worker keeps by invocation id: copies of one invocation arrive
+/// together (the network delivers at least once), not after hundreds of later sends.
+pub(super) const ANSWERED_SENDS_MAX: usize = 256;
 
 /// The flags of a `send` reply.
 fn sent(session_id: &str, turn_id: &Value, queued: bool) -> Value {
@@ -83,6 +86,34 @@ impl Worker {
             self.status_memory.borrow_mut().insert(session_id.to_string(), answer.clone());
         }
         Ok(answer)
+    }
+
+    /// One invocation of `send`, however many copies of it the network delivers: the copies are
+    /// taken one after the other, and a later copy gets the first one's answer without doing
+    /// anything. The idempotency key cannot catch this on its own: a send may carry none, and
+    /// its copies are still one message.
+    pub(super) async fn send_once(
+        self: &Rc<Self>,
+        bus: &Bus,
+        invocation_id: &str,
+        data: &Value,
+    ) -> Result<Value, ErrorBody> {
+        let lock = self.send_lock(&format!("invocation/{invocation_id}"));
+        let _copies = lock.lock().await;
+        let answered = self.answered_sends.borrow().iter().find(|(id, _)| id == invocation_id).map(|(_, a)| a.clone());
+        if let Some(answer) = answered {
+            self.note("send_copy_answered", json!({ "invocation_id": invocation_id }));
+            return answer;
+        }
+        let answer = self.send(bus, data).await;
+        let mut answered = self.answered_sends.borrow_mut();
+        if answered.len() >= ANSWERED_SENDS_MAX {
+            answered.pop_front();
+        }
+        answered.push_back((invocation_id.to_string(), answer.clone()));
+        drop(answered);
+        self.send_locks.borrow_mut().remove(&format!("invocation/{invocation_id}"));
+        answer
     }
 
     /// `{host}::send {session_id, message, idempotency_key?}`: starts a turn on the message, or
