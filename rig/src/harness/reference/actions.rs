@@ -88,7 +88,12 @@ impl Worker {
     /// Runs the turn from its durable record: a recorded model reply is reused, completed
     /// actions never run again, and the record is written after every round.
     pub(super) async fn drive(self: &Rc<Self>, bus: &Bus, mut record: Value) -> Result<(Value, Value), Stop> {
-        self.transcribe_input(bus, &record).await;
+        // The model is never asked from a transcript that lacks what the turn put into it (the
+        // entries left to the background land later): a session refusing appends past their
+        // tries fails the step.
+        if !self.transcribe_input(bus, &record).await {
+            return Err(untranscribed("the turn's input"));
+        }
         self.ensure_pin(bus, &mut record).await?;
         for _ in 0..ROUNDS_MAX {
             let session_id = record["session_id"].as_str().unwrap_or_default().to_string();
@@ -110,12 +115,16 @@ impl Worker {
                 record["reply"] = reply.clone();
                 self.write(bus, &record).await?;
             }
-            self.transcribe_calls(bus, &record).await;
+            if !self.transcribe_calls(bus, &record).await {
+                return Err(untranscribed("the round's function calls"));
+            }
             for (index, call) in calls.iter().enumerate() {
                 let action_id = action_id(&record, index);
                 self.run_action(bus, &mut record, &action_id, call).await?;
             }
-            self.transcribe_results(bus, &record, false).await;
+            if !self.transcribe_results(bus, &record, false).await {
+                return Err(untranscribed("the round's function results"));
+            }
             record["step"] = json!(record["step"].as_u64().unwrap_or(0) + 1);
             record["reply"] = Value::Null;
             self.write(bus, &record).await?;
@@ -526,4 +535,11 @@ mod tests {
         let expected: BTreeMap<String, String> = expected.iter().map(|(a, c)| (a.to_string(), c.to_string())).collect();
         assert_eq!(classes, expected);
     }
+}
+
+/// The failure of a step whose transcript entries the session refused past their tries.
+fn untranscribed(what: &str) -> Stop {
+    let error =
+        ErrorBody::new("transcript_unwritten", format!("{what} could not be written to the session's transcript"));
+    Stop::Failed(StepFailure { during: "session::append".into(), error: InvokeError::Rejected(error) })
 }

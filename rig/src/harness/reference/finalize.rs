@@ -34,9 +34,33 @@ pub(super) struct Retry {
 }
 
 impl Retry {
+    /// A schedule beginning now.
+    pub(super) fn begin(env: &crate::harness::HarnessEnv) -> Self {
+        Retry { began_ms: env.clock.now_ms(), attempt: 0 }
+    }
+
     /// How many tries it has waited for.
     pub(super) fn attempt(&self) -> u32 {
         self.attempt
+    }
+
+    /// Waits for the next try: its backoff, then until the worker is connected to the engine (a
+    /// try made while it is cut off fails at once). False once `settle_within_ms` has passed
+    /// since the settlement began: the caller notes that it gave up, and after how many tries.
+    /// (A free-standing schedule, so work that outlives the call that began it, such as a
+    /// transcript entry, can ride it without its worker.)
+    pub(super) async fn next(&mut self, env: &crate::harness::HarnessEnv, bus: &Bus) -> bool {
+        let until_ms = self.began_ms.saturating_add(env.config.settle_within_ms);
+        let now = || env.clock.now_ms();
+        if now() >= until_ms {
+            return false;
+        }
+        self.attempt += 1;
+        env.clock.sleep(deferred_backoff(&env.config, self.attempt).min(until_ms - now())).await;
+        while !bus.is_connected() && now() < until_ms {
+            env.clock.sleep(RECONNECT_CHECK_MS).await;
+        }
+        bus.is_connected() && now() <= until_ms
     }
 }
 
@@ -457,13 +481,16 @@ impl Worker {
         Ok(self.after_terminal(bus, terminal).await)
     }
 
-    /// Everything after the terminal state is durable: presentation (best effort; the durable
-    /// record already says what happened) and reseeding queued input.
+    /// Everything after the terminal state is durable: presentation (tried once now, since the
+    /// durable record already says what happened, and the answer's entry in the background until
+    /// the transcript has it) and reseeding queued input.
     pub(super) async fn after_terminal(self: &Rc<Self>, bus: &Bus, terminal: &Value) -> Value {
         let session_id = &terminal["session_id"];
         let timeout = self.env.config.session_timeout_ms;
-        let (entry, session_status) = presentation(terminal);
-        let _ = bus.invoke("session::append", json!({ "session_id": session_id, "entry": entry }), timeout).await;
+        let (mut entry, session_status) = presentation(terminal);
+        let key =
+            entry.as_object_mut().and_then(|e| e.remove("entry_key")).and_then(|k| k.as_str().map(str::to_string));
+        self.append_entry_tried(bus, session_id, key, entry, 1).await;
         let _ = bus
             .invoke("session::set-status", json!({ "session_id": session_id, "status": session_status }), timeout)
             .await;
@@ -902,36 +929,40 @@ impl Worker {
         }
     }
 
-    /// Lists a scope for the recovery sweep, again after a backoff when the store does not
-    /// answer: a sweep that gave up on its first failed read would leave what it recovers (owed
-    /// terminal states, queued input) for ever.
+    /// Lists a scope for the recovery sweep, again on the settlement schedule ([`Retry`]) while
+    /// the store does not answer: a sweep that gave up after a few failed reads (an outage
+    /// outlasts them) would leave what it recovers (owed terminal states, queued input) for ever.
     async fn list_for_recovery(&self, bus: &Bus, scope: &str) -> Option<Vec<Value>> {
         let timeout = self.env.config.session_timeout_ms;
-        let attempts = self.env.config.terminalize_attempts;
-        for attempt in 1..=attempts {
+        let mut retry = self.retry();
+        loop {
             if let Ok(Value::Array(entries)) = bus.invoke("state::list", json!({ "scope": scope }), timeout).await {
                 return Some(entries);
             }
-            if attempt < attempts {
-                self.env.clock.sleep(self.deferred_backoff(attempt)).await;
+            if !self.next_try(bus, &mut retry).await {
+                break;
             }
         }
-        self.note("recovery_abandoned", json!({ "scope": scope, "attempts": attempts }));
+        self.note("recovery_abandoned", json!({ "scope": scope, "attempts": retry.attempt() + 1 }));
         None
     }
 
-    /// Reads a session's turn record for the recovery sweep, again after a backoff when the
-    /// store does not answer, as [`Self::list_for_recovery`] lists.
+    /// Reads a session's turn record for the recovery sweep, again on the settlement schedule
+    /// while the store does not answer, as [`Self::list_for_recovery`] lists.
     async fn get_turn_for_recovery(&self, bus: &Bus, session_id: &str) -> Option<Value> {
-        let attempts = self.env.config.terminalize_attempts;
-        for attempt in 1..=attempts {
-            match self.get_turn(bus, session_id).await {
-                Ok(record) => return record,
-                Err(_) if attempt < attempts => self.env.clock.sleep(self.deferred_backoff(attempt)).await,
-                Err(_) => {}
+        let mut retry = self.retry();
+        loop {
+            if let Ok(record) = self.get_turn(bus, session_id).await {
+                return record;
+            }
+            if !self.next_try(bus, &mut retry).await {
+                break;
             }
         }
-        self.note("recovery_abandoned", json!({ "scope": super::TURN_SCOPE, "key": session_id, "attempts": attempts }));
+        self.note(
+            "recovery_abandoned",
+            json!({ "scope": super::TURN_SCOPE, "key": session_id, "attempts": retry.attempt() + 1 }),
+        );
         None
     }
 
@@ -1017,7 +1048,7 @@ impl Worker {
 
     /// A background settlement's schedule, beginning now.
     pub(super) fn retry(&self) -> Retry {
-        Retry { began_ms: self.now(), attempt: 0 }
+        Retry::begin(&self.env)
     }
 
     /// Waits for the next try of `retry`: its backoff, then until this worker is connected to the
@@ -1025,16 +1056,7 @@ impl Worker {
     /// passed since the settlement began: the caller notes that it gave up, and after how many
     /// tries ([`Retry::attempt`]).
     pub(super) async fn next_try(&self, bus: &Bus, retry: &mut Retry) -> bool {
-        let until_ms = retry.began_ms.saturating_add(self.env.config.settle_within_ms);
-        if self.now() >= until_ms {
-            return false;
-        }
-        retry.attempt += 1;
-        self.env.clock.sleep(self.deferred_backoff(retry.attempt).min(until_ms - self.now())).await;
-        while !bus.is_connected() && self.now() < until_ms {
-            self.env.clock.sleep(RECONNECT_CHECK_MS).await;
-        }
-        bus.is_connected() && self.now() <= until_ms
+        retry.next(&self.env, bus).await
     }
 
     /// Runs a turn no queue delivers, which this worker drives (`DRIVEN_BY`): a try that could not

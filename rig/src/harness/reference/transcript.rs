@@ -10,6 +10,7 @@
 
 use super::{Policy, Worker};
 use crate::bus::Bus;
+use crate::harness::HarnessEnv;
 use serde_json::{json, Value};
 
 /// The id of the `index`-th tool call of the record's current round: its action id, and the
@@ -43,20 +44,32 @@ fn result_content(result: &Value) -> (Value, bool) {
 }
 
 impl Worker {
-    /// Appends `entry` to the session's transcript, under `key` when given. A keyed append is
-    /// retried while it fails (the session keeps one entry per key); whether it got through.
-    pub(super) async fn append_entry(
+    /// Appends `entry` to the session's transcript, under `key` when given; whether it got
+    /// through now. A keyed append (the session keeps one entry per key) is tried
+    /// `terminalize_attempts` times at once; if none got through, it goes on in the background on
+    /// the settlement schedule ([`super::finalize::Retry`]) until it lands or `settle_within_ms`
+    /// has passed, like any other settlement: a session down longer than a few tries must not
+    /// leave a call the turn made, or its result, out of the transcript for good.
+    pub(super) async fn append_entry(&self, bus: &Bus, session_id: &Value, key: Option<String>, entry: Value) -> bool {
+        let attempts = if key.is_some() { self.env.config.terminalize_attempts.max(1) } else { 1 };
+        self.append_entry_tried(bus, session_id, key, entry, attempts).await
+    }
+
+    /// [`Self::append_entry`], tried `attempts` times at once before the background takes a keyed
+    /// entry over.
+    pub(super) async fn append_entry_tried(
         &self,
         bus: &Bus,
         session_id: &Value,
         key: Option<String>,
         mut entry: Value,
+        attempts: u32,
     ) -> bool {
         let keyed = key.is_some();
         if let Some(key) = key {
             entry["entry_key"] = json!(key);
         }
-        let attempts = if keyed { self.env.config.terminalize_attempts.max(1) } else { 1 };
+        let attempts = attempts.max(1);
         let append = json!({ "session_id": session_id, "entry": entry });
         let mut last_error = String::new();
         for attempt in 1..=attempts {
@@ -69,24 +82,32 @@ impl Worker {
             }
         }
         self.note("transcript_append_failed", json!({ "entry_key": entry["entry_key"], "error": last_error }));
+        if keyed {
+            let (env, bus) = (self.env.clone(), bus.clone());
+            tokio::task::spawn_local(append_later(env, bus, append));
+        }
         false
     }
 
-    /// Writes the input a turn was admitted from (queued messages) to the transcript.
-    pub(super) async fn transcribe_input(&self, bus: &Bus, record: &Value) {
+    /// Writes the input a turn was admitted from (queued messages) to the transcript; whether
+    /// all of it is there now.
+    pub(super) async fn transcribe_input(&self, bus: &Bus, record: &Value) -> bool {
         let inputs = record["input"].as_array().cloned().unwrap_or_default();
+        let mut written = true;
         for (index, message) in inputs.into_iter().enumerate() {
             let from = record["input_keys"][index].as_str().map_or_else(|| index.to_string(), str::to_string);
             let key = format!("{}:input:{from}", record["turn_id"].as_str().unwrap_or(""));
-            self.append_entry(bus, &record["session_id"], Some(key), message).await;
+            written &= self.append_entry(bus, &record["session_id"], Some(key), message).await;
         }
+        written
     }
 
-    /// Writes the current round's function calls to the transcript, as one assistant entry.
-    pub(super) async fn transcribe_calls(&self, bus: &Bus, record: &Value) {
+    /// Writes the current round's function calls to the transcript, as one assistant entry;
+    /// whether it is there now.
+    pub(super) async fn transcribe_calls(&self, bus: &Bus, record: &Value) -> bool {
         let calls = round_calls(record);
         if calls.is_empty() {
-            return;
+            return true;
         }
         let blocks: Vec<Value> = calls
             .iter()
@@ -97,12 +118,14 @@ impl Worker {
             .collect();
         let key = format!("{}:{}:calls", record["turn_id"].as_str().unwrap_or(""), record["step"]);
         self.append_entry(bus, &record["session_id"], Some(key), json!({ "role": "assistant", "content": blocks }))
-            .await;
+            .await
     }
 
     /// Writes a result for every call of the current round whose action has settled; when the
-    /// turn is `closing`, a call whose action never ran gets an error result instead.
-    pub(super) async fn transcribe_results(&self, bus: &Bus, record: &Value, closing: bool) {
+    /// turn is `closing`, a call whose action never ran gets an error result instead. Whether
+    /// every result is there now.
+    pub(super) async fn transcribe_results(&self, bus: &Bus, record: &Value, closing: bool) -> bool {
+        let mut written = true;
         for (index, call) in round_calls(record).iter().enumerate() {
             let id = action_id(record, index);
             let action = &record["calls"][&id];
@@ -124,7 +147,23 @@ impl Worker {
                 // A call of a tool the safety overlay took away: why, for the model to act on.
                 entry["error"] = action["unavailable"].clone();
             }
-            self.append_entry(bus, &record["session_id"], Some(format!("{id}:result")), entry).await;
+            written &= self.append_entry(bus, &record["session_id"], Some(format!("{id}:result")), entry).await;
+        }
+        written
+    }
+}
+
+/// A keyed transcript entry whose tries at once all failed, appended in the background on the
+/// settlement schedule until it lands (the session keeps one entry per key, so a try whose
+/// answer was lost and a later one leave one entry), or `settle_within_ms` has passed.
+async fn append_later(env: HarnessEnv, bus: Bus, append: Value) {
+    let key = append["entry"]["entry_key"].clone();
+    let mut retry = super::finalize::Retry::begin(&env);
+    while retry.next(&env, &bus).await {
+        if bus.invoke("session::append", append.clone(), env.config.session_timeout_ms).await.is_ok() {
+            env.note("transcript_append_settled", json!({ "entry_key": key, "attempt": retry.attempt() }));
+            return;
         }
     }
+    env.note("transcript_append_abandoned", json!({ "entry_key": key, "attempts": retry.attempt() }));
 }
