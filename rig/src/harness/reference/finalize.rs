@@ -12,6 +12,7 @@ use super::{
 };
 use crate::bus::{Action, Bus, ErrorBody, InvokeError};
 use serde_json::{json, Value};
+use std::collections::BTreeMap;
 use std::rc::Rc;
 
 const DEFERRED_BACKOFF_MS_MAX: u64 = 5_000;
@@ -123,6 +124,11 @@ impl Intent {
             Intent::Held { .. } => json!("held"),
         }
     }
+}
+
+/// Whether this process owes the turn `turn_id` of `session_id` a terminal state.
+fn in_memory_owed(pending: &BTreeMap<String, PendingTerminal>, session_id: &str, turn_id: &str) -> bool {
+    pending.get(session_id).is_some_and(|p| p.turn_id == turn_id)
 }
 
 /// What finalising a terminal record shows on the session.
@@ -358,6 +364,36 @@ impl Worker {
         self.put_turn(bus, &record).await.is_ok()
     }
 
+    /// Gives up a hold owed to the turn of `record` (`turn_id`), in memory or in the record,
+    /// because a release or an expiry of its held call came before the hold was durable: the
+    /// turn is driven on instead, and a hold written after that (by the background retry, or by
+    /// a worker resuming it after this one died) would hold it for a call no longer held, which
+    /// nothing can release. Err when the turn is owed a terminal state instead: it is ending, and
+    /// nothing may drive it on.
+    pub(super) fn supersede_owed_hold(&self, record: &mut Value, turn_id: &str) -> Result<(), ()> {
+        let session_id = record["session_id"].as_str().unwrap_or_default().to_string();
+        let in_memory =
+            self.pending_terminal.borrow().get(&session_id).filter(|p| p.turn_id == turn_id).map(|p| p.intent.clone());
+        let in_record = record.get(TERMINAL_PENDING).and_then(Intent::from_json);
+        match in_memory.or(in_record) {
+            None => Ok(()),
+            Some(Intent::Held { reason }) => {
+                if in_memory_owed(&self.pending_terminal.borrow(), &session_id, turn_id) {
+                    self.pending_terminal.borrow_mut().remove(&session_id);
+                }
+                if let Some(fields) = record.as_object_mut() {
+                    fields.remove(TERMINAL_PENDING);
+                }
+                self.note(
+                    "owed_hold_superseded",
+                    json!({ "session_id": session_id, "turn_id": turn_id, "reason": reason }),
+                );
+                Ok(())
+            }
+            Some(_) => Err(()),
+        }
+    }
+
     /// The answer to a delivery whose turn is owed a terminal state that only this process knows
     /// of: an error, so the queue delivers it again (after its backoff, not its deadline) and
     /// still holds it should this worker die.
@@ -394,6 +430,12 @@ impl Worker {
             let attempt = retry.attempt();
             let lock = self.session_lock(&request.session_id);
             let _guard = lock.lock().await;
+            if !in_memory_owed(&self.pending_terminal.borrow(), &request.session_id, &request.turn_id) {
+                // Superseded meanwhile: a release or an expiry drove the turn on instead of the
+                // hold it was owed (`supersede_owed_hold`).
+                outcome = Some((attempt, "superseded"));
+                break;
+            }
             // Its lease may have been lost meanwhile (a renewal refused after a newer grant, which
             // its holder may since have given back): the owed state is written under a lease of
             // this worker's, or not at all.

@@ -205,6 +205,11 @@ impl Worker {
         if entry["status"] != json!("held") || entry["hold"].is_null() {
             return Ok(json!({ "resolved": false, "reason": format!("call {id} is not held by a hook") }));
         }
+        // A hold of the turn still owed (its write was refused) is what this release or expiry
+        // ends: it must not land after the turn is driven on.
+        if self.supersede_owed_hold(&mut record, &request.turn_id).is_err() {
+            return Ok(json!({ "resolved": false, "reason": "the turn is ending" }));
+        }
         if self.approval_expired(&entry, id) {
             // Too late: the approval expired, so the call is denied (once) and nothing runs.
             let mut result = self.expire(bus, &request, record, id).await?;
