@@ -13,7 +13,7 @@
 //! mixes come from the corpus as the batches before left it, so the same runs are made for any
 //! number of threads, and `A..N+1` makes the first runs of `A..B` again.
 
-use super::space::{cut_space_at, Kind, Placement, Site, SpaceOptions};
+use super::space::{cut_space_at, outage_bound_ms, Kind, Placement, Site, SpaceOptions};
 use super::state::{Abstraction, Coverage, Novelty, Trajectory};
 use super::swarm::{draw, shrink, Target, MIX_CUTS_MAX};
 use super::{bare_run, fired, fired_beyond, run_placed_at, runnable_space, workload, Finding, Runs};
@@ -362,6 +362,10 @@ fn retime(mix: &mut [Placement], workload: &Scenario, rng: &mut ChaCha8Rng) -> b
     let ttl = workload.world.harness.lease_ttl_ms.max(1_000);
     mix[which].ms = Some(match mix[which].kind {
         Kind::Pause | Kind::PauseCaller => rng.random_range(ttl..=ttl.saturating_mul(4)),
+        // Never past what the world lets a harness survive (space.rs, `outage_bound_ms`).
+        Kind::Outage | Kind::OutageTimeout => {
+            rng.random_range(ms / 2..=ms.saturating_mul(2)).clamp(1, outage_bound_ms(workload).max(1))
+        }
         _ => rng.random_range(ms / 2..=ms.saturating_mul(2)).max(1),
     });
     true

@@ -421,15 +421,37 @@ impl Default for SpaceOptions {
 /// How long the cut space keeps a service down, for a call whose caller waits `deadline_ms` for
 /// it: three of its deadlines (a few tries refused), a quarter of the liveness window (past the
 /// retries a harness makes in the background), and the whole window; none longer than the
-/// window, each once, shortest first.
-pub fn outage_durations(deadline_ms: u64, liveness_ms: u64) -> Vec<u64> {
+/// window or than `longest_ms` (the workload's [`outage_bound_ms`]), each once, shortest first.
+pub fn outage_durations(deadline_ms: u64, liveness_ms: u64, longest_ms: u64) -> Vec<u64> {
+    let longest = liveness_ms.min(longest_ms).max(1);
     let mut durations: Vec<u64> = [deadline_ms.saturating_mul(3), liveness_ms / 4, liveness_ms]
         .iter()
-        .map(|ms| (*ms).clamp(1, liveness_ms.max(1)))
+        .map(|ms| (*ms).clamp(1, longest))
         .collect();
     durations.sort_unstable();
     durations.dedup();
     durations
+}
+
+/// The longest outage sweep and explore put in `workload`: the longest a correct harness can be
+/// held to ride out with the outcome of the run without it (rig/docs/contract.md, "Outages").
+/// It is the liveness window, or less where the world gives up first:
+/// - the harness's own `settle_within_ms`, how long it goes on settling in the background;
+/// - half the redelivery span of a queue that has no dead-letter function: `max_retries`
+///   deliveries `backoff_ms` apart, the least it gives a harness that answers each delivery with
+///   the store's error at once (the other half is left to the deliveries the mix's other cuts
+///   cost). Past that span the queue gives the message up and nobody holds its turn, whatever
+///   the harness does: the world lost it, no harness can save it. A queue with a dead-letter
+///   function bounds nothing: its letter reaches a harness, which must hold or fail the turn
+///   with a reason, so a longer outage there still judges the harness.
+pub fn outage_bound_ms(workload: &Scenario) -> u64 {
+    let world = &workload.world;
+    let redelivery = world
+        .queues
+        .iter()
+        .filter(|(_, queue)| queue.dead_letter_function.is_none())
+        .map(|(_, queue)| u64::from(queue.max_retries).saturating_mul(queue.backoff_ms) / 2);
+    redelivery.chain([world.liveness_ms, world.harness.settle_within_ms]).min().unwrap_or(u64::MAX).max(1)
 }
 
 /// Every placement the uncut `baseline` run of `scenario` offers, in a fixed order.
@@ -473,6 +495,7 @@ pub(crate) fn cut_space_at(
     };
     let pause_ms = (config.lease_ttl_ms * 3).max(5_000);
     let liveness_ms = scenario.world.liveness_ms;
+    let outage_longest_ms = outage_bound_ms(scenario);
     let is_worker = |name: &str| name == HARNESS || name == REPLACEMENT;
     let proxied_elsewhere = |worker: &str| scenario.proxy.as_ref().is_some_and(|p| p.worker != worker);
     let mut seen: BTreeMap<String, u64> = BTreeMap::new();
@@ -519,10 +542,11 @@ pub(crate) fn cut_space_at(
                 }
                 // A service down for a while, from the first call of each class on: a few
                 // refused calls, then past a harness's own retries, then up to the liveness
-                // window (healing ends an outage still under way).
+                // window (healing ends an outage still under way) or what the world lets a
+                // harness survive, if that is less.
                 if nth == 1 {
                     for kind in [Kind::Outage, Kind::OutageTimeout] {
-                        for ms in outage_durations(deadline_of(function), liveness_ms) {
+                        for ms in outage_durations(deadline_of(function), liveness_ms, outage_longest_ms) {
                             placements.push((at, Placement { site: site.clone(), kind, ms: Some(ms) }));
                         }
                     }
@@ -687,9 +711,32 @@ mod tests {
 
     #[test]
     fn outages_last_a_few_deadlines_past_background_retries_and_up_to_the_liveness_window() {
-        assert_eq!(outage_durations(500, 60_000), [1_500, 15_000, 60_000]);
-        assert_eq!(outage_durations(60_000, 60_000), [15_000, 60_000], "never past the window, each once");
-        assert_eq!(outage_durations(0, 0), [1], "at least a millisecond");
+        assert_eq!(outage_durations(500, 60_000, u64::MAX), [1_500, 15_000, 60_000]);
+        assert_eq!(outage_durations(60_000, 60_000, u64::MAX), [15_000, 60_000], "never past the window, each once");
+        assert_eq!(outage_durations(0, 0, 0), [1], "at least a millisecond");
+        assert_eq!(
+            outage_durations(500, 60_000, 15_000),
+            [1_500, 15_000],
+            "never past what the world lets a harness survive"
+        );
+    }
+
+    /// A queue with nobody to take its dead letters gives a turn up after its last delivery,
+    /// whatever the harness does: the outages drawn stay within half its redelivery span. A
+    /// dead-letter function, the liveness window and the harness's own settling bound the rest.
+    #[test]
+    fn outages_stay_within_what_the_world_lets_a_harness_survive() {
+        let bound = |world: &str| {
+            let source = format!("about = \"q\"\n{world}\n[[step]]\nwait_ms = 1\n\n[policy.reference]\n");
+            outage_bound_ms(&Scenario::parse(Path::new("q.toml"), &source).unwrap())
+        };
+        assert_eq!(bound(""), 60_000, "no queue: the liveness window");
+        assert_eq!(bound("[world]\nsettle_within_ms = 20000"), 20_000, "the harness's own settling");
+        let queue = "[world.queue.turns]\nbackoff_ms = 1000\nmax_retries = 30";
+        assert_eq!(bound(queue), 15_000, "30 deliveries a second apart, half of them");
+        let handled = format!("{queue}\ndead_letter_function = \"harness::dead-letter\"");
+        assert_eq!(bound(&handled), 60_000, "a dead letter reaches the harness");
+        assert_eq!(bound(&format!("{handled}\n[world.queue.other]\nbackoff_ms = 200")), 300, "the least of them");
     }
 
     /// The first cut that fires decides a call, and the cuts after it do not count it: a cut at

@@ -4,7 +4,7 @@
 //! time, then the workload's steps, while the same oracle still fires. The same seed always
 //! draws the same mix, so `rig explore FILE --seed N` replays it bit for bit.
 
-use super::space::{Kind, Placement, SpaceOptions};
+use super::space::{outage_bound_ms, Kind, Placement, SpaceOptions};
 use super::state::{Abstraction, Coverage, Novelty, Trajectory};
 use super::{
     bare_run, finding, fired, fired_beyond, run_placed, run_placed_at, runnable_space, without_steps, workload,
@@ -52,22 +52,23 @@ pub(super) fn draw(seed: u64, space: &[Placement], workload: &Scenario) -> Vec<P
     }
     let candidates: Vec<&Placement> = space.iter().filter(|p| enabled.contains(&p.kind)).collect();
     let mut mix = draw_from(&mut rng, &candidates, workload);
-    add_outage(seed, space, &mut mix);
+    add_outage(seed, space, outage_bound_ms(workload), &mut mix);
     mix
 }
 
 /// An outage, drawn from a stream of its own so that a seed that draws none keeps the mix it drew
 /// before outages were in the cut space: on for half the seeds, as any kind of cut, one outage
-/// at a call site of the space with its length drawn around the space's, added to the mix (in
-/// place of its last cut when the mix is full).
-fn add_outage(seed: u64, space: &[Placement], mix: &mut Vec<Placement>) {
+/// at a call site of the space with its length drawn around the space's (never past
+/// `longest_ms`, what the world lets a harness survive), added to the mix (in place of its last
+/// cut when the mix is full).
+fn add_outage(seed: u64, space: &[Placement], longest_ms: u64, mix: &mut Vec<Placement>) {
     let mut rng = component_stream(seed, "explore/outage");
     let outages: Vec<&Placement> = space.iter().filter(|p| p.kind.is_outage()).collect();
     if outages.is_empty() || !rng.random_bool(0.5) {
         return;
     }
     let mut outage = outages[rng.random_range(0..outages.len())].clone();
-    outage.ms = outage.ms.map(|ms| rng.random_range(ms / 2..=ms.saturating_add(ms / 2)).max(1));
+    outage.ms = outage.ms.map(|ms| rng.random_range(ms / 2..=ms.saturating_add(ms / 2)).clamp(1, longest_ms.max(1)));
     if mix.iter().any(|p| p.site == outage.site) {
         return;
     }
