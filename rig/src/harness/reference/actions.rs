@@ -490,6 +490,13 @@ impl Worker {
     }
 }
 
+/// The failure of a step whose transcript entries the session refused past their tries.
+fn untranscribed(what: &str) -> Stop {
+    let error =
+        ErrorBody::new("transcript_unwritten", format!("{what} could not be written to the session's transcript"));
+    Stop::Failed(StepFailure { during: "session::append".into(), error: InvokeError::Rejected(error) })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -535,11 +542,4 @@ mod tests {
         let expected: BTreeMap<String, String> = expected.iter().map(|(a, c)| (a.to_string(), c.to_string())).collect();
         assert_eq!(classes, expected);
     }
-}
-
-/// The failure of a step whose transcript entries the session refused past their tries.
-fn untranscribed(what: &str) -> Stop {
-    let error =
-        ErrorBody::new("transcript_unwritten", format!("{what} could not be written to the session's transcript"));
-    Stop::Failed(StepFailure { during: "session::append".into(), error: InvokeError::Rejected(error) })
 }
