@@ -114,16 +114,20 @@ fn table() -> Vec<Row> {
         row("no-renewal", "switch-with-lease.toml", Explore(116..117), "recovery-cost"),
         row("blind-dead-letter", "budget-across-a-retry.toml", Explore(0..1), "truthful-reply"),
         row("hold-turn-only", "hook-chain-held-and-released.toml", Uncut, "liveness"),
+        row("run-on-expiry", "approval-expires-before-a-late-release.toml", Uncut, "approval-expiry"),
+        row("unversioned-requests", "config-promoted-and-withdrawn.toml", Uncut, "pinned-config"),
+        row("hold-over-the-end", "budget-across-a-retry.toml", Explore(0..1), "monotonic"),
     ]
 }
 
 /// The known-bad policies no sweep or exploration of a workload finds, with why.
-const NOT_BY_ORACLES: [(&str, &str); 2] = [
+const NOT_BY_ORACLES: [(&str, &str); 3] = [
     (
         "remembered-commands",
         "no workload presses a pause on a worker other than the one running the turn, then resumes it there",
     ),
     ("dedupe-queued-only", "no workload sends a message again under its idempotency key"),
+    ("overlay-of-the-first-turn", "no workload with versioned configuration runs a second turn of a session"),
 ];
 
 fn root() -> PathBuf {

@@ -90,8 +90,13 @@ impl Worker {
     ) -> Result<Value, crate::bus::ErrorBody> {
         let at = self.expires_at(&record["calls"][id], id).unwrap_or_default();
         let entry = &mut record["calls"][id];
-        let error = format!("approval expired at {at} ms: the call was not run");
-        *entry = json!({ "tool": entry["tool"], "args": entry["args"], "status": "failed", "error": error, "expired": true });
+        if self.policy == Policy::RunOnExpiry {
+            // The known-bad: an approval nobody gave in time is taken as given, and the call runs.
+            *entry = json!({ "tool": entry["tool"], "args": entry["args"], "status": "released" });
+        } else {
+            let error = format!("approval expired at {at} ms: the call was not run");
+            *entry = json!({ "tool": entry["tool"], "args": entry["args"], "status": "failed", "error": error, "expired": true });
+        }
         record["status"] = json!("running");
         record["held_reason"] = Value::Null;
         // As after a release, no queue delivers the turn from here on: this worker drives it on,

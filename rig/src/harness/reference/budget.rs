@@ -126,7 +126,11 @@ impl Worker {
             return Ok(());
         }
         if self.policy == Policy::ResetOnRetry {
+            // Counts and clock alike: the time spent before the retry is forgotten too.
             record["budget"]["used"] = json!({});
+            if let Some(budget) = record["budget"].as_object_mut() {
+                budget.remove("started_at_ms");
+            }
             return Ok(());
         }
         self.spend(bus, record, Spend::Resumption).await

@@ -89,6 +89,16 @@
 //!   store says of it since: a pause applied elsewhere, then resumed, pauses the turn again.
 //! - `dedupe-queued-only`: `send` deduplicates a key only while its message waits in the queue:
 //!   a message sent again after its first copy started a turn starts another.
+//! - `run-on-expiry`: a held call whose approval expires is taken as approved when it does: it
+//!   runs at its expiry, with no release.
+//! - `unversioned-requests`: a generation request is assembled from the turn's pinned version
+//!   (its system prompt and model profile) but does not say which version that is.
+//! - `overlay-of-the-first-turn`: the worker reads the safety overlay naming the first turn of
+//!   the session it read it for (a turn id it keeps in memory), so a later turn of the session is
+//!   never looked at for itself.
+//! - `hold-over-the-end`: the dead-letter handler writes the turn a dead letter carried `held`
+//!   without looking at its status, and the worker's writes carry no guard against reopening an
+//!   ended turn: a turn that ended meanwhile is taken back from its end.
 
 mod actions;
 mod approvals;
@@ -172,10 +182,14 @@ pub enum Policy {
     HoldTurnOnly,
     RememberedCommands,
     DedupeQueuedOnly,
+    RunOnExpiry,
+    UnversionedRequests,
+    OverlayOfTheFirstTurn,
+    HoldOverTheEnd,
 }
 
 impl Policy {
-    pub const ALL: [Policy; 43] = [
+    pub const ALL: [Policy; 47] = [
         Policy::Swallow,
         Policy::Propagate,
         Policy::Reference,
@@ -219,6 +233,10 @@ impl Policy {
         Policy::HoldTurnOnly,
         Policy::RememberedCommands,
         Policy::DedupeQueuedOnly,
+        Policy::RunOnExpiry,
+        Policy::UnversionedRequests,
+        Policy::OverlayOfTheFirstTurn,
+        Policy::HoldOverTheEnd,
     ];
 
     pub fn name(self) -> &'static str {
@@ -266,6 +284,10 @@ impl Policy {
             Policy::HoldTurnOnly => "hold-turn-only",
             Policy::RememberedCommands => "remembered-commands",
             Policy::DedupeQueuedOnly => "dedupe-queued-only",
+            Policy::RunOnExpiry => "run-on-expiry",
+            Policy::UnversionedRequests => "unversioned-requests",
+            Policy::OverlayOfTheFirstTurn => "overlay-of-the-first-turn",
+            Policy::HoldOverTheEnd => "hold-over-the-end",
         }
     }
 
@@ -385,6 +407,8 @@ struct Worker {
     manifests: RefCell<BTreeMap<String, Value>>,
     /// Approval expiries kept in memory, by action id (only under `in-memory-expiry`).
     expiries: RefCell<BTreeMap<String, u64>>,
+    /// The turn each session's overlay was first read for (only under `overlay-of-the-first-turn`).
+    overlay_turns: RefCell<BTreeMap<String, Value>>,
     /// The last `status` answer per session, by session (only under `status-from-memory`).
     status_memory: RefCell<BTreeMap<String, Value>>,
     /// Commands being settled in the background, by session and idempotency key: one settlement
@@ -418,6 +442,7 @@ impl Worker {
             exported: RefCell::default(),
             manifests: RefCell::default(),
             expiries: RefCell::default(),
+            overlay_turns: RefCell::default(),
             status_memory: RefCell::default(),
             settling: RefCell::default(),
             send_locks: RefCell::default(),
@@ -650,7 +675,7 @@ impl Worker {
             // The known-bad loop keeps its actions in memory: the record never names one.
             write["value"]["calls"] = json!({});
         }
-        if !matches!(self.policy, Policy::Unguarded | Policy::NoFencing) {
+        if !matches!(self.policy, Policy::Unguarded | Policy::NoFencing | Policy::HoldOverTheEnd) {
             // The store refuses to reopen an ended turn: a late or stale writer cannot undo it.
             write["guard"] = json!({ "key": "turn_id", "status": "status", "final": TERMINAL });
         }
@@ -761,7 +786,7 @@ impl Worker {
             // again later and later, until after nobody is listening).
             // (The known-bad `blind-dead-letter` keeps its wrong answer, given further down.)
             let moved_on = turn_id.is_some_and(|turn_id| record["turn_id"] != json!(turn_id) || is_terminal(&record));
-            if moved_on && self.policy != Policy::BlindDeadLetter {
+            if moved_on && !matches!(self.policy, Policy::BlindDeadLetter | Policy::HoldOverTheEnd) {
                 return Ok(json!({ "held": false, "reason": "the turn it carried is no longer running" }));
             }
         }
@@ -826,7 +851,8 @@ impl Worker {
                 json!({ "held": true, "session_id": session_id, "turn_id": record["turn_id"], "status": "held" }),
             );
         }
-        if !carried || record["status"] != json!("running") {
+        // (The known-bad `hold-over-the-end` holds the turn whatever it became.)
+        if !carried || (record["status"] != json!("running") && self.policy != Policy::HoldOverTheEnd) {
             return Ok(json!({ "held": false, "reason": "the turn it carried is no longer running" }));
         }
         let turn_id = record["turn_id"].as_str().unwrap_or_default().to_string();

@@ -127,7 +127,13 @@ impl Worker {
             return Ok(record["overlay"].clone());
         }
         let timeout = self.env.config.session_timeout_ms;
-        let turn = json!({ "session_id": record["session_id"], "turn_id": record["turn_id"] });
+        let mut turn_id = record["turn_id"].clone();
+        if self.policy == Policy::OverlayOfTheFirstTurn {
+            // The known-bad: the turn id kept from the session's first look names every later one.
+            let session = record["session_id"].as_str().unwrap_or_default().to_string();
+            turn_id = self.overlay_turns.borrow_mut().entry(session).or_insert(turn_id).clone();
+        }
+        let turn = json!({ "session_id": record["session_id"], "turn_id": turn_id });
         let overlay = bus.invoke("config::overlay", turn, timeout).await.map_err(|e| failure("config::overlay", e))?;
         if self.policy == Policy::OverlayPinned {
             record["overlay"] = overlay.clone();
@@ -157,7 +163,9 @@ impl Worker {
         };
         let tools = listed(&mut self.env.config.tools.iter().filter(offered));
         let mut versions = Map::new();
-        versions.insert("config_version".into(), json!(version));
+        if self.policy != Policy::UnversionedRequests {
+            versions.insert("config_version".into(), json!(version));
+        }
         versions.insert("model_profile".into(), manifest["model_profile"].clone());
         versions.insert("policy".into(), manifest["policy"].clone());
         versions.insert("catalogue_version".into(), json!(catalogue));
