@@ -13,6 +13,11 @@ pub struct ScenarioFile {
     /// What the scenario reproduces, in a sentence or two (shown in reports).
     #[serde(default)]
     pub about: Option<String>,
+    /// What the file's story needs of a harness, as the rig derives it: pinned, so that a
+    /// derivation that goes wrong (a harness silently skipping a file it could run, or running
+    /// one it cannot) is an error every run of the file shows, whatever the harness.
+    #[serde(default)]
+    pub needs: Option<Spanned<Vec<Spanned<String>>>>,
     #[serde(default)]
     pub world: WorldSpec,
     #[serde(default, rename = "cut")]

@@ -240,7 +240,8 @@ impl Scenario {
                  or drop `oracles_only`",
             ));
         }
-        Ok(Scenario {
+        let needs = parsed.needs;
+        let scenario = Scenario {
             path: path.to_path_buf(),
             about: parsed.about,
             world,
@@ -251,7 +252,11 @@ impl Scenario {
             interrupts,
             source: source.to_string(),
             oracles_only,
-        })
+        };
+        if let Some(needs) = needs {
+            check_needs(&at, &scenario, needs)?;
+        }
+        Ok(scenario)
     }
 
     /// The scenario's name: its file name without the extension.
@@ -336,6 +341,50 @@ fn key_before(source: &str, at: usize) -> Option<&str> {
     }
     let start = before.rfind(|c: char| !(c.is_ascii_alphanumeric() || "_-.".contains(c))).map_or(0, |i| i + 1);
     Some(&before[start..]).filter(|key| !key.is_empty())
+}
+
+/// Holds the rig's derivation of what the file needs of a harness (for a harness not held to
+/// the reference's particulars) to the file's `needs`: a file skipped by a harness that could run
+/// it is otherwise seen by nobody, since a skip is never a failure.
+fn check_needs(
+    at: &Locator<'_>,
+    scenario: &Scenario,
+    needs: toml::Spanned<Vec<toml::Spanned<String>>>,
+) -> Result<(), ScenarioError> {
+    use crate::capability::Capability;
+    let span = needs.span();
+    let mut pinned = BTreeSet::from([Capability::Turns]);
+    for name in needs.into_inner() {
+        let capability = Capability::from_name(name.get_ref()).ok_or_else(|| {
+            at.unknown(name.span(), "capability", name.get_ref(), Capability::ALL.map(Capability::name))
+        })?;
+        pinned.insert(capability);
+    }
+    let derived = scenario.requirements("reference", false);
+    let found: BTreeSet<Capability> = derived.iter().map(|(c, _)| c).chain([Capability::Turns]).collect();
+    if found == pinned {
+        return Ok(());
+    }
+    let names = |set: &BTreeSet<Capability>| set.iter().map(|c| c.name()).collect::<Vec<_>>().join(", ");
+    let extra: Vec<String> =
+        derived.iter().filter(|(c, _)| !pinned.contains(c)).map(|(c, why)| format!("{c} (from {why})")).collect();
+    let missing: Vec<&str> = pinned.difference(&found).map(|c| c.name()).collect();
+    let mut message = format!(
+        "`needs` pins what this file needs of a harness as [{}], and the rig derives [{}]",
+        names(&pinned),
+        names(&found)
+    );
+    if !extra.is_empty() {
+        message.push_str(&format!("; derived beyond the pin: {}", extra.join(", ")));
+    }
+    if !missing.is_empty() {
+        message.push_str(&format!("; pinned and not derived: {}", missing.join(", ")));
+    }
+    message.push_str(
+        ": a harness lacking one of them would skip a file it can run, or run one it cannot; \
+         the derivation is wrong, or the file's story changed and its pin did not",
+    );
+    Err(at.error(span, &message))
 }
 
 /// Turns byte spans into file, line and column.

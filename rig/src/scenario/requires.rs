@@ -52,6 +52,7 @@ pub(super) fn derive(source: &str, policy: &str, particulars: bool, scripted: Sc
     // A loaded scenario's text parses; anything else has nothing to derive from.
     let Ok(mut file) = toml::from_str::<toml::Table>(source) else { return needs };
     file.remove("about");
+    file.remove("needs");
     if !scripted.interrupts {
         file.remove("interrupt");
     }

@@ -411,3 +411,22 @@ fn a_file_judged_by_the_oracles_alone_has_no_expectations() {
         assert!(e.message.contains("oracles alone"), "{e}");
     }
 }
+
+#[test]
+fn a_pinned_need_the_derivation_disagrees_with_is_an_error_naming_both_and_why() {
+    let binding = "[world.service.observer]\nfunctions = { turn-completed = {} }\n[[world.binding]]\n\
+                   trigger = \"turn-completed\"\nfunction = \"observer::turn-completed\"\n";
+    // What the story uses, pinned as it is derived: it loads (`turns` is implied).
+    let pinned = format!("needs = [\"lifecycle\"]\n{binding}{TURN}[policy.reference]\n");
+    assert!(parse(&pinned).is_ok(), "{:?}", parse(&pinned).err());
+    // A pin short of the derivation names what was derived beyond it, and from where.
+    let e = error(&format!("needs = []\n{binding}{TURN}[policy.reference]\n"));
+    assert_eq!((e.line, e.column), (1, 9), "{e}");
+    assert!(e.message.contains("derived beyond the pin: lifecycle (from world.binding #1"), "{e}");
+    // One beyond the derivation names what is pinned and not derived.
+    let e = error(&format!("needs = [\"lifecycle\", \"hooks\"]\n{binding}{TURN}[policy.reference]\n"));
+    assert!(e.message.contains("pinned and not derived: hooks"), "{e}");
+    // An unknown capability is an error with the known ones.
+    let e = error(&format!("needs = [\"lifecycel\"]\n{TURN}[policy.reference]\n"));
+    assert!(e.message.contains("lifecycel") && e.message.contains("lifecycle"), "{e}");
+}
