@@ -612,6 +612,63 @@ fn a_guided_exploration_makes_the_same_runs_from_the_same_range_and_a_shorter_on
     assert_eq!(short.0[..], long.0[..32], "the first runs of a longer range");
 }
 
+/// A guided exploration opens with the uncut run's own placements, the most promising first (the
+/// caller crashed just after a write or an effect before anything else), four at distinct sites
+/// a run; and an opening run in which a call's outcome was left unknown (a timeout, a lost
+/// acknowledgement) is followed by runs that add a second fault on the same action or record,
+/// at a call the run made after the first fault fired.
+#[test]
+fn a_guided_exploration_opens_with_the_most_promising_single_cuts_and_follows_an_unknown_outcome() {
+    let (harness, scenario) = (rig::reference(), workload("multi-round.toml"));
+    let (_, _, space) = space_of("multi-round.toml");
+    let opening = explore::opening_order(&space);
+    assert_eq!(opening.len(), space.len(), "every placement of the uncut run, once");
+    assert_eq!(opening.iter().collect::<BTreeSet<_>>(), space.iter().collect::<BTreeSet<_>>());
+    let first = &opening[0];
+    assert_eq!(first.kind, Kind::CrashCallerAfter, "{}", first.id());
+    assert!(first.id().contains("ticket::create"), "an effect's site first: {}", first.id());
+    let rank = |p: &Placement| opening.iter().position(|q| q == p).unwrap();
+    let crashes_after = opening.iter().take_while(|p| matches!(p.kind, Kind::CrashCallerAfter | Kind::Crash)).count();
+    assert!(crashes_after > 8, "every write and point first crashes its caller: {crashes_after}");
+    let timeout = opening.iter().find(|p| p.kind == Kind::Timeout).unwrap();
+    let outage = opening.iter().find(|p| p.kind.is_outage()).unwrap();
+    assert!(rank(timeout) < rank(outage), "a call of unknown outcome before a service down for a while");
+
+    let mut campaign = explore::Campaign::new(&harness, &scenario, "reference", 0..96, false).unwrap();
+    let mut mixes = Vec::new();
+    loop {
+        let trials = campaign.batch();
+        if trials.is_empty() {
+            break;
+        }
+        for trial in &trials {
+            let tried = campaign.try_mix(trial);
+            mixes.push(tried.mix.clone());
+            campaign.fold(tried);
+        }
+    }
+    // The opening's first run: its first four placements at distinct sites.
+    let mut group: Vec<Placement> = Vec::new();
+    for placement in &opening {
+        if group.len() < 4 && !group.iter().any(|p| p.site == placement.site) {
+            group.push(placement.clone());
+        }
+    }
+    assert!(
+        mixes.contains(&group),
+        "the opening's first four: {:?}",
+        group.iter().map(Placement::id).collect::<Vec<_>>()
+    );
+    // Only a follow-up holds five cuts: an opening run holds four, a fresh draw at most four.
+    let followed = mixes.iter().filter(|mix| mix.len() == 5).find(|mix| {
+        let (last, rest) = mix.split_last().unwrap();
+        let subject = last.site.subject();
+        subject.is_some()
+            && rest.iter().any(|p| matches!(p.kind, Kind::Timeout | Kind::LostAck) && p.site.subject() == subject)
+    });
+    assert!(followed.is_some(), "a second fault on the subject of an unknown outcome");
+}
+
 /// The benchmark's judge: a run finds a bug only where the reference is clean with the same
 /// cuts, so the reference policy itself, hunted, is never found however much its runs trip.
 #[test]

@@ -28,9 +28,11 @@ pub struct ExploreArgs {
     /// Replay one seed's mix (a swarm's).
     #[arg(long, value_parser = super::parse_seed, allow_hyphen_values = true)]
     pub seed: Option<u64>,
-    /// `swarm`: every seed a fresh random mix, with no memory; `guided`: keep the mixes that
-    /// reached new abstract states and spend most runs changing them. The swarm stays the default
-    /// until `rig explore-bench` measures the guided explorer ahead of it (README).
+    /// `swarm`: every seed a fresh random mix, with no memory; `guided`: the uncut run's most
+    /// promising cuts first, a second fault after each unknown outcome, then the mixes that
+    /// reached new abstract states, changed (a quarter of the runs fresh mixes throughout). The
+    /// guided explorer finds the benchmark's bugs in a quarter of the swarm's runs (README); the
+    /// swarm stays the default, its seeds each a mix of their own (rig/docs/explore.md).
     #[arg(long, value_enum, default_value_t = Mode::Swarm)]
     pub mode: Mode,
     /// One JSON object per workload (its findings and coverage) and one for the summary,
@@ -67,7 +69,8 @@ pub struct ExploreArgs {
 pub enum Mode {
     /// A fresh random mix per seed, with no memory.
     Swarm,
-    /// Keep the mixes that reached new abstract states, and change them.
+    /// The most promising single cuts first, then the mixes that reached new abstract states,
+    /// changed.
     Guided,
 }
 

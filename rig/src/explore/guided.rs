@@ -1,11 +1,18 @@
-//! `rig explore` (its default mode): an explorer with memory. It keeps a corpus of the fault
-//! mixes whose runs reached an abstract state (or a transition) no earlier run reached
-//! ([`super::state`]), and spends most runs changing one of them a little: a second fault on the
-//! same action or record, after the first fired (where its retry, readback or reconciliation
-//! is); a cut moved to a neighbouring site; another kind of cut at the same site; another
-//! timing; one more cut anywhere in that mix's run; one cut fewer. The rest are the swarm's
-//! fresh draws (`--mode swarm` draws only those). Sites come from the run of the mix changed,
-//! not only the uncut run, so a fault can go at a call only an earlier fault caused.
+//! `rig explore --mode guided`: an explorer with memory. Most bugs of a durable harness show
+//! under one fault at the right place, so it opens with the uncut run's own placements, the most
+//! promising first (a crash of the caller just after or before a write or an effect, then a
+//! write of unknown outcome: a lost acknowledgement, a timeout; see [`opening_order`]), several
+//! at distinct sites in one run. Each opening run in which a fault of unknown outcome fired and
+//! nothing failed is followed by runs that add a second fault on the same action or record, at
+//! its next calls (where the retry, readback or reconciliation the first one caused is). Once
+//! the opening is done it keeps a corpus of the fault mixes whose runs reached an abstract state
+//! (or a transition) no earlier run reached ([`super::state`]), and spends its runs changing one
+//! of them a little: a second fault on the same action or record, after the first fired; a cut
+//! moved to a neighbouring site; another kind of cut at the same site; another timing; one more
+//! cut anywhere in that mix's run; one cut fewer. A fixed share of runs, from the first on, are
+//! the swarm's fresh draws (`--mode swarm` draws only those), so what the swarm's mixes find the
+//! guided explorer keeps drawing too. Sites come from the run of the
+//! mix changed, not only the uncut run, so a fault can go at a call only an earlier fault caused.
 //!
 //! A campaign over runs `A..B` of one workload is deterministic: every run uses simulation seed
 //! `A` (so a site seen in one run is where a cut lands in the next), run `i` draws its change
@@ -23,19 +30,78 @@ use crate::scenario::Scenario;
 use crate::streams::component_stream;
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, VecDeque};
 use std::ops::Range;
 
 /// How many runs are drawn from the corpus at once: the unit of determinism for any `--jobs`.
 pub const GUIDED_BATCH: usize = 16;
+
+/// The share of runs that are the swarm's fresh draws, from the first run on.
+const FRESH_SHARE: f64 = 0.25;
+
+/// How many of the opening's placements one run tries, each at a site of its own.
+const OPENING_CUTS: usize = 4;
+
+/// How many of the next sites on the same action or record a fault of unknown outcome is
+/// followed to by a second fault.
+const FOLLOW_SITES: usize = 3;
+
+/// Faults after which the caller cannot know whether its call took effect: what a retry, a
+/// readback or a reconciliation is for, and where a second fault on the same subject bites.
+const UNKNOWN_OUTCOME: [Kind; 3] = [Kind::Timeout, Kind::LostAck, Kind::Delay];
+
+/// The second faults an unknown outcome is followed by: the caller dying around its next call
+/// about the same thing, or that call's outcome unknown too.
+const FOLLOW_KINDS: [Kind; 4] = [Kind::CrashCallerBefore, Kind::CrashCallerAfter, Kind::Timeout, Kind::LostAck];
+
+/// How promising a kind of cut is alone, lower first: the crack between "the action happened"
+/// and "we recorded that it happened" opens widest when the caller dies right after (or before)
+/// a write or an effect; then a call whose outcome the caller cannot know; then a refused or
+/// late one; then a dead service, engine or link; then a frame lost, doubled or out of order;
+/// then a long outage or pause, which takes every call it covers.
+fn kind_rank(kind: Kind) -> u8 {
+    match kind {
+        Kind::CrashCallerAfter | Kind::Crash => 0,
+        Kind::CrashCallerBefore => 1,
+        Kind::LostAck | Kind::Timeout => 2,
+        Kind::Reject | Kind::Delay => 3,
+        Kind::CrashService | Kind::CrashEngine | Kind::IsolateCaller => 4,
+        Kind::Drop | Kind::Duplicate | Kind::Reorder => 5,
+        Kind::Outage | Kind::OutageTimeout | Kind::PauseCaller | Kind::Pause => 6,
+    }
+}
+
+/// The opening's order of the uncut run's placements (`space`, in the run's order): by the
+/// kind's promise ([`kind_rank`]), then the site's ([`Site::promise`]: effects, then commits
+/// and acknowledgements), then the run's order.
+pub fn opening_order(space: &[Placement]) -> Vec<Placement> {
+    let mut order: Vec<(usize, &Placement)> = space.iter().enumerate().collect();
+    order.sort_by_key(|(at, p)| (kind_rank(p.kind), std::cmp::Reverse(p.site.promise()), *at));
+    order.into_iter().map(|(_, p)| p.clone()).collect()
+}
 
 /// A run to make: its number, and the mix it tries.
 #[derive(Debug, Clone)]
 pub struct Trial {
     pub index: u64,
     pub mix: Vec<Placement>,
-    /// The corpus entry it changes (`None`: a fresh draw).
+    /// The corpus entry it changes (`None`: a fresh draw, the opening or a follow-up).
     parent: Option<usize>,
+    /// Where the mix comes from.
+    source: Source,
+}
+
+/// Where a trial's mix comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Source {
+    /// The swarm's fresh draw.
+    Fresh,
+    /// The opening's next placements.
+    Opening,
+    /// An opening run's mix with a second fault on the subject of one of its cuts.
+    FollowUp,
+    /// A change of a corpus entry.
+    Corpus,
 }
 
 /// A run made: what it tried, what fired, where it went.
@@ -53,6 +119,7 @@ pub struct Tried {
     /// Every placement the run offers, with its trace position: where the next changes go.
     sites: Vec<(usize, Placement)>,
     parent: Option<usize>,
+    source: Source,
 }
 
 /// A mix worth changing: it reached something new.
@@ -84,6 +151,12 @@ pub struct Campaign<'a> {
     abstraction: Abstraction,
     pub coverage: Coverage,
     corpus: Vec<Entry>,
+    /// The uncut run's placements not tried yet, in [`opening_order`].
+    opening: VecDeque<Placement>,
+    /// Opening placements that did not fire in their run, put back once.
+    put_back: BTreeSet<Placement>,
+    /// Mixes with a second fault after an unknown outcome, to try next.
+    follow_ups: VecDeque<Vec<Placement>>,
 }
 
 impl<'a> Campaign<'a> {
@@ -106,6 +179,7 @@ impl<'a> Campaign<'a> {
         let abstraction = Abstraction::new(&workload, harness.layout());
         let mut coverage = Coverage::default();
         coverage.add(&abstraction.trajectory(baseline.trace.events()));
+        let opening = opening_order(&space).into();
         let root = Entry {
             mix: Vec::new(),
             fired_at: Vec::new(),
@@ -126,6 +200,9 @@ impl<'a> Campaign<'a> {
             abstraction,
             coverage,
             corpus: vec![root],
+            opening,
+            put_back: BTreeSet::new(),
+            follow_ups: VecDeque::new(),
         })
     }
 
@@ -145,15 +222,43 @@ impl<'a> Campaign<'a> {
 
     fn trial(&mut self, index: u64) -> Trial {
         let mut rng = component_stream(index, "explore/guided");
-        // Fresh draws explore widely; the more the corpus holds, the more runs change it.
-        let fresh = if self.corpus.len() < 4 { 0.5 } else { 0.2 };
-        if rng.random_bool(fresh) {
-            return Trial { index, mix: draw(index, &self.space, &self.workload), parent: None };
+        if rng.random_bool(FRESH_SHARE) {
+            let mix = draw(index, &self.space, &self.workload);
+            return Trial { index, mix, parent: None, source: Source::Fresh };
+        }
+        // While both have runs to make, the opening and the follow-ups of its runs take turns.
+        let follow_first = index % 2 == 1 || self.opening.is_empty();
+        if follow_first {
+            if let Some(mix) = self.follow_ups.pop_front() {
+                return Trial { index, mix, parent: None, source: Source::FollowUp };
+            }
+        }
+        let mix = self.next_opening();
+        if !mix.is_empty() {
+            return Trial { index, mix, parent: None, source: Source::Opening };
+        }
+        if let Some(mix) = self.follow_ups.pop_front() {
+            return Trial { index, mix, parent: None, source: Source::FollowUp };
         }
         let parent = self.pick(&mut rng);
         self.corpus[parent].picks += 1;
         let mix = mutate(&self.corpus[parent], &self.workload, &mut rng);
-        Trial { index, mix, parent: Some(parent) }
+        Trial { index, mix, parent: Some(parent), source: Source::Corpus }
+    }
+
+    /// The opening's next placements, at most [`OPENING_CUTS`], each at a site of its own (a
+    /// placement at a site already taken waits for the next run).
+    fn next_opening(&mut self) -> Vec<Placement> {
+        let mut mix: Vec<Placement> = Vec::new();
+        let mut at = 0;
+        while mix.len() < OPENING_CUTS && at < self.opening.len() {
+            if mix.iter().any(|p| p.site == self.opening[at].site) {
+                at += 1;
+                continue;
+            }
+            mix.extend(self.opening.remove(at));
+        }
+        mix
     }
 
     /// A corpus entry: those that found more, were changed less and hold fewer cuts are likelier.
@@ -188,6 +293,7 @@ impl<'a> Campaign<'a> {
             fired_at,
             sites: cut_space_at(&self.workload, &outcome, &SpaceOptions::default(), true),
             parent: trial.parent,
+            source: trial.source,
         }
     }
 
@@ -195,6 +301,9 @@ impl<'a> Campaign<'a> {
     /// if it reached something new without failing (a failure is a finding, not a place to
     /// search from).
     pub fn fold(&mut self, tried: Tried) -> Novelty {
+        if tried.source == Source::Opening {
+            self.follow_opening(&tried);
+        }
         let novelty = self.coverage.add(&tried.trajectory);
         if novelty.is_new() && tried.fired.is_empty() && !tried.mix.is_empty() {
             if let Some(parent) = tried.parent {
@@ -210,6 +319,43 @@ impl<'a> Campaign<'a> {
             });
         }
         novelty
+    }
+
+    /// What an opening run leaves to do: its placements that did not fire go back to the end of
+    /// the opening (once: an earlier cut of the run may have taken their call); and if nothing
+    /// failed, each fault of unknown outcome that fired is followed by a second fault at each
+    /// of the next [`FOLLOW_SITES`] sites about the same action or record.
+    fn follow_opening(&mut self, tried: &Tried) {
+        for (placement, at) in tried.mix.iter().zip(&tried.fired_at) {
+            if at.is_none() && self.put_back.insert(placement.clone()) {
+                self.opening.push_back(placement.clone());
+            }
+        }
+        if !tried.fired.is_empty() {
+            return;
+        }
+        for (placement, at) in tried.mix.iter().zip(&tried.fired_at) {
+            let (Some(after), Some(subject)) = (*at, placement.site.subject()) else { continue };
+            if !UNKNOWN_OUTCOME.contains(&placement.kind) {
+                continue;
+            }
+            let mut sites: Vec<&Site> = Vec::new();
+            for (at, next) in &tried.sites {
+                let follows = *at > after && next.site.subject().as_ref() == Some(&subject);
+                if !follows || !FOLLOW_KINDS.contains(&next.kind) || holds(&tried.mix, next) {
+                    continue;
+                }
+                if !sites.contains(&&next.site) {
+                    if sites.len() == FOLLOW_SITES {
+                        break;
+                    }
+                    sites.push(&next.site);
+                }
+                let mut mix = tried.mix.clone();
+                mix.push(next.clone());
+                self.follow_ups.push_back(mix);
+            }
+        }
     }
 
     /// A failing run's mix shrunk to a finding (as an exploration's), with the runs it took.

@@ -51,7 +51,7 @@ mod state;
 mod swarm;
 mod sweep;
 
-pub use guided::{Campaign, Trial, Tried, GUIDED_BATCH};
+pub use guided::{opening_order, Campaign, Trial, Tried, GUIDED_BATCH};
 pub use space::follow_ups;
 pub use space::{cut_space, unminted, Kind, Placement, Site, SpaceOptions};
 pub use state::{Abstraction, Coverage, Novelty, Trajectory, CURVE_STRETCH};
