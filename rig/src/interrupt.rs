@@ -50,6 +50,11 @@ impl Signal {
         }
     }
 
+    /// Its number, to pass it on to a child process.
+    pub fn number(self) -> i32 {
+        self.0
+    }
+
     /// The exit status of a program this signal ended: 128 + its number.
     pub fn exit_status(self) -> u8 {
         u8::try_from(128 + self.0).unwrap_or(u8::MAX)

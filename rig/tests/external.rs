@@ -31,6 +31,10 @@ fn main() {
             "a_signal_leaves_a_valid_partial_junit_outputs_that_say_so_and_the_signals_exit_status",
             interrupted_outputs,
         ),
+        Trial::ignorable_test(
+            "a_signal_stops_explore_bench_and_its_child_and_the_table_says_what_was_made",
+            explore_bench_interrupted,
+        ),
     ];
     libtest_mimic::run(&args, trials).exit();
 }
@@ -515,6 +519,42 @@ fn interrupted_outputs() -> Result<Completion, Failed> {
     let lint = Command::new(&xmllint).arg("--noout").arg("--schema").arg(&schema).arg(&junit).output()?;
     if !lint.status.success() {
         return Err(format!("the partial JUnit does not validate: {}", String::from_utf8_lossy(&lint.stderr)).into());
+    }
+    Ok(Completion::Completed)
+}
+
+/// Issue 37, item 3: `rig explore-bench` took no notice of SIGTERM (every search ran to its end,
+/// and the small harness's binary it runs for the default set never heard of the signal). Now a
+/// signal stops its searches and is passed on to that child; the table of what was made is
+/// printed, saying it was interrupted and judging no target, and it exits with the signal's
+/// status. The child here stands in for the small harness's binary: a script that says on
+/// standard error that it is searching, and records the signal when it comes.
+fn explore_bench_interrupted() -> Result<Completion, Failed> {
+    use std::os::unix::fs::PermissionsExt;
+    let folder = scratch("explore-bench-interrupted");
+    let heard = folder.join("child-heard");
+    let child = folder.join("small-harness");
+    let script = format!(
+        "#!/bin/sh\ntrap 'echo TERM > \"{}\"; exit 143' TERM\necho 'child: searching' >&2\nwhile :; do sleep 0.05; done\n",
+        heard.display()
+    );
+    std::fs::write(&child, script)?;
+    std::fs::set_permissions(&child, std::fs::Permissions::from_mode(0o755))?;
+    let mut bench = Command::new(env!("CARGO_BIN_EXE_rig"));
+    bench.current_dir(workspace()).args(["explore-bench", "--searcher", "swarm", "--explorer-seeds", "1"]);
+    bench.args(["--cap", "1", "--jobs", "1", "--small-harness", child.to_str().unwrap()]);
+    let (code, stdout) = signalled(&mut bench, "TERM", |line: &str| line == "child: searching")?;
+    if code != Some(143) {
+        return Err(format!("rig explore-bench stopped by SIGTERM exited {code:?}:\n{stdout}").into());
+    }
+    if std::fs::read_to_string(&heard).map(|text| text.trim().to_string()).ok().as_deref() != Some("TERM") {
+        return Err("the small harness's binary was not passed the signal".into());
+    }
+    let said = stdout.contains("interrupted by SIGTERM: 18 of 25 searches made, no more started")
+        && stdout.contains("targets NOT judged: a signal stopped the searches");
+    let table = stdout.lines().filter(|line| line.starts_with("replay-unfinished ")).count();
+    if !said || table != 1 {
+        return Err(format!("the table does not say what was made and that it was interrupted:\n{stdout}").into());
     }
     Ok(Completion::Completed)
 }

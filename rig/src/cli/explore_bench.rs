@@ -2,6 +2,11 @@
 //! sweep, a depth-2 sweep, the swarm and the guided explorer (medians over several starting
 //! seeds for the last two), and whether the guided explorer meets issue 37's targets. See
 //! [`crate::explore::bench`] for what counts as finding a bug and which runs are counted.
+//!
+//! A first SIGINT, SIGTERM or SIGHUP ([`crate::interrupt`]) stops every search before its next
+//! run and passes the signal on to the small harness's binary, which stops its own the same way;
+//! the table is printed with the searches made (a search the signal cut short has no figure),
+//! no target is judged, and the command exits with the signal's status.
 
 use super::parallel::{map_ordered, Jobs};
 use super::progress::Progress;
@@ -9,8 +14,10 @@ use super::{bad_input, Harness, EXIT_BAD_INPUT, EXIT_FAILED};
 use crate::explore::bench::{hunt, median, Hunt, Searcher, REFERENCE_BUGS, SMALL_HARNESS_BUGS};
 use crate::explore::Runs;
 use crate::Scenario;
+use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode, Stdio};
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::time::Duration;
 
 #[derive(clap::Args)]
 pub struct ExploreBenchArgs {
@@ -211,6 +218,8 @@ pub(crate) fn command(args: ExploreBenchArgs, harness: &Harness) -> ExitCode {
         .collect();
     for ((bug, searcher, _), result) in jobs.iter().zip(results) {
         match result {
+            // Cut short by a signal: no figure.
+            Ok(hunt) if hunt.interrupted => {}
             Ok(hunt) => rows[*bug].hunts[*searcher as usize].push(hunt),
             Err(skip) => {
                 err!("error: {}: {skip}", bugs[*bug].workload);
@@ -218,7 +227,7 @@ pub(crate) fn command(args: ExploreBenchArgs, harness: &Harness) -> ExitCode {
             }
         }
     }
-    if let Some(binary) = small {
+    if let Some(binary) = small.filter(|_| !crate::interrupt::requested()) {
         match small_harness_rows(&binary, &args) {
             Ok(more) => rows.extend(more),
             Err(message) => {
@@ -227,7 +236,13 @@ pub(crate) fn command(args: ExploreBenchArgs, harness: &Harness) -> ExitCode {
             }
         }
     }
-    let summary = Summary::of(&rows, args.cap);
+    let mut summary = Summary::of(&rows, args.cap);
+    summary.interrupted = crate::interrupt::received().map(|signal| {
+        let made: usize = rows.iter().flat_map(|row| &row.hunts).map(Vec::len).sum();
+        let planned =
+            jobs.len() + if default_set && !args.without_small_harness { small_jobs(&args, &starts) } else { 0 };
+        format!("interrupted by {}: {made} of {planned} searches made, no more started", signal.name())
+    });
     if args.json {
         for row in &rows {
             out!("{}", row_json(row));
@@ -291,6 +306,57 @@ fn small_harness_binary(given: Option<&Path>) -> Result<PathBuf, String> {
     Ok(path)
 }
 
+/// The searches the small harness's binary makes for the default set.
+fn small_jobs(args: &ExploreBenchArgs, starts: &[u64]) -> usize {
+    Searcher::ALL
+        .into_iter()
+        .filter(|s| args.searchers.is_empty() || args.searchers.contains(s))
+        .map(|s| if s.seeded() { starts.len() } else { 1 })
+        .sum::<usize>()
+        * SMALL_HARNESS_BUGS.len()
+}
+
+/// A child process that is killed and reaped if it is still running when this is dropped: an
+/// early return or a panic leaves no orphan burning a core.
+struct Reaped(Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        if matches!(self.0.try_wait(), Ok(None)) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+/// Runs `command` with its standard output read in full, passing on to it the first signal that
+/// asks this process to stop (so that it winds down as this one does, and says what it did).
+fn output_passing_signals(command: &mut Command) -> std::io::Result<(std::process::ExitStatus, String)> {
+    let mut child = Reaped(command.stdout(Stdio::piped()).spawn()?);
+    let mut stdout = child.0.stdout.take().ok_or_else(|| std::io::Error::other("no standard output"))?;
+    // Read on a thread of its own, so a child writing more than a pipe holds never waits on us.
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        stdout.read_to_string(&mut text).map(|_| text)
+    });
+    let mut passed_on = false;
+    let status = loop {
+        if let Some(status) = child.0.try_wait()? {
+            break status;
+        }
+        if let Some(signal) = crate::interrupt::received().filter(|_| !passed_on) {
+            passed_on = true;
+            if let Ok(pid) = libc::pid_t::try_from(child.0.id()) {
+                // SAFETY: kill takes two integers and touches no memory of ours.
+                unsafe { libc::kill(pid, signal.number()) };
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let text = reader.join().map_err(|_| std::io::Error::other("the reader of its output panicked"))??;
+    Ok((status, text))
+}
+
 /// The small harness's planted bugs hunted by its binary (`small-harness explore-bench
 /// --planted ... --json`: each bug on in the runs that hunt it, off in the runs that judge a
 /// finding), as rows of this table. Its progress goes to standard error, as this one's does.
@@ -314,12 +380,14 @@ fn small_harness_rows(binary: &Path, args: &ExploreBenchArgs) -> Result<Vec<Row>
         command.arg("--planted").arg(format!("{id}@{workload}"));
     }
     let shown = binary.display();
-    let output = command.output().map_err(|error| format!("{shown}: {error}"))?;
-    // 0: every target met, 1: one not met; anything else is the child's error (said on stderr).
-    if !matches!(output.status.code(), Some(0 | 1)) {
-        return Err(format!("{shown} explore-bench: {}", output.status));
+    let (status, stdout) = output_passing_signals(&mut command).map_err(|error| format!("{shown}: {error}"))?;
+    // 0: every target met, 1: one not met; anything else is the child's error (said on stderr),
+    // unless a signal this process passed on stopped it (it printed what it made).
+    let stopped =
+        crate::interrupt::received().is_some_and(|signal| status.code() == Some(i32::from(signal.exit_status())));
+    if !matches!(status.code(), Some(0 | 1)) && !stopped {
+        return Err(format!("{shown} explore-bench: {status}"));
     }
-    let stdout = String::from_utf8_lossy(&output.stdout);
     let rows: Vec<Row> = stdout
         .lines()
         .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
@@ -327,7 +395,8 @@ fn small_harness_rows(binary: &Path, args: &ExploreBenchArgs) -> Result<Vec<Row>
         .map(|value| row_from_json(&value))
         .collect::<Option<_>>()
         .ok_or_else(|| format!("{shown} explore-bench: a row of its `--json` is not one this binary reads"))?;
-    if rows.len() != SMALL_HARNESS_BUGS.len() {
+    // A child a signal stopped may not have got to print its rows at all.
+    if rows.len() != SMALL_HARNESS_BUGS.len() && !stopped {
         return Err(format!("{shown} explore-bench: {} rows for {} bugs", rows.len(), SMALL_HARNESS_BUGS.len()));
     }
     Ok(rows)
@@ -353,6 +422,7 @@ fn row_from_json(value: &serde_json::Value) -> Option<Row> {
                     .map(|c| c.as_str().map(str::to_string))
                     .collect::<Option<_>>()?,
                 same_subject: hunt.get("same_subject")?.as_bool()?,
+                interrupted: false,
             });
         }
         hunts.push(found);
@@ -459,6 +529,8 @@ struct Summary {
     lost: Vec<String>,
     /// Every searcher ran on every bug (`--searcher` leaves some out: no target is met then).
     complete: bool,
+    /// What a signal that stopped the searches left undone.
+    interrupted: Option<String>,
 }
 
 /// What "the swarm finds it" means for the no-loss target.
@@ -492,6 +564,7 @@ impl Summary {
                 .filter(|row| row.median(Searcher::Guided).is_none())
                 .map(|row| row.bug.clone())
                 .collect(),
+            interrupted: None,
         }
     }
 
@@ -508,7 +581,11 @@ impl Summary {
     }
 
     fn met(&self) -> bool {
-        self.complete && self.ratio() >= RATIO_TARGET && self.two_on_one_met() && self.lost.is_empty()
+        self.complete
+            && self.interrupted.is_none()
+            && self.ratio() >= RATIO_TARGET
+            && self.two_on_one_met()
+            && self.lost.is_empty()
     }
 
     fn lines(&self) -> Vec<String> {
@@ -537,7 +614,10 @@ impl Summary {
                 verdict(self.lost.is_empty())
             ),
         ];
-        if !self.complete {
+        if let Some(line) = &self.interrupted {
+            lines.push(line.clone());
+            lines.push("targets NOT judged: a signal stopped the searches".to_string());
+        } else if !self.complete {
             lines.push("targets NOT judged: `--searcher` left a searcher out".to_string());
         }
         lines

@@ -110,6 +110,8 @@ pub struct Hunt {
     /// The finding's run had two cuts about one action or record (a retry, a readback or a
     /// reconciliation of it met a second fault).
     pub same_subject: bool,
+    /// A signal stopped the search before it found the bug or ran out of runs: no figure.
+    pub interrupted: bool,
 }
 
 /// Tells a run that tripped an oracle with the bug apart from the harness's known gaps: the same
@@ -185,8 +187,16 @@ fn search(
     if let Some(skip) = harness.skip(&workload, policy) {
         return Err(skip);
     }
+    if crate::interrupt::requested() {
+        return Ok(Hunt { interrupted: true, ..Hunt::default() });
+    }
     let mut judge = Judge { harness, workload: &workload, planted, uncut: BTreeMap::new() };
     let mut hunt = Hunt::default();
+    // A signal (`rig::interrupt`) stops the search before its next run.
+    let stop = |hunt: &mut Hunt| {
+        hunt.interrupted = crate::interrupt::requested();
+        hunt.interrupted
+    };
     match searcher {
         Searcher::Depth1 | Searcher::Depth2 => {
             let depth = if searcher == Searcher::Depth1 { 1 } else { 2 };
@@ -196,6 +206,9 @@ fn search(
             let mut next = 0;
             loop {
                 while next < plan.jobs.len() && hunt.runs < cap {
+                    if stop(&mut hunt) {
+                        return Ok(hunt);
+                    }
                     let run = run_job(harness, &plan, &plan.jobs[next]);
                     next += 1;
                     hunt.runs += 1;
@@ -219,6 +232,9 @@ fn search(
         }
         Searcher::Swarm => {
             for seed in start..start.saturating_add(cap) {
+                if stop(&mut hunt) {
+                    return Ok(hunt);
+                }
                 let baseline = harness.run(&workload, &bare_run(policy), seed);
                 let space = runnable_space(harness, &workload, &baseline, &SpaceOptions::default());
                 let mix = draw(seed, &space, &workload);
@@ -244,6 +260,9 @@ fn search(
                 }
                 let mut made = Vec::with_capacity(trials.len());
                 for trial in &trials {
+                    if stop(&mut hunt) {
+                        return Ok(hunt);
+                    }
                     let tried = campaign.try_mix(trial);
                     hunt.runs += 1;
                     if let Some(oracle) = judge.bug(&tried.mix, campaign.seed, &tried.fired) {
