@@ -579,25 +579,38 @@ fn a_depth_two_sweep_pairs_a_second_cut_on_the_same_subject_then_the_most_promis
     assert_eq!((tighter.jobs.len(), tighter.skipped), (5, singles.len() - 5));
 }
 
+/// A guided campaign of `runs` under `reference`, made in order on this thread: `each` sees every
+/// run made before the campaign takes it back.
+fn campaign<'a>(
+    harness: &'a dyn explore::Runs,
+    scenario: &Scenario,
+    runs: std::ops::Range<u64>,
+    mut each: impl FnMut(&explore::Tried),
+) -> explore::Campaign<'a> {
+    let mut campaign = explore::Campaign::new(harness, scenario, "reference", runs, false).unwrap();
+    loop {
+        let trials = campaign.batch();
+        if trials.is_empty() {
+            return campaign;
+        }
+        for trial in &trials {
+            let tried = campaign.try_mix(trial);
+            each(&tried);
+            campaign.fold(tried);
+        }
+    }
+}
+
 /// A guided exploration's runs come from its range alone: the same range makes the same runs,
 /// corpus and coverage again, and a shorter range from the same start makes the first of them.
 #[test]
 fn a_guided_exploration_makes_the_same_runs_from_the_same_range_and_a_shorter_one_its_first() {
     let (harness, scenario) = (rig::reference(), workload("switch-with-lease.toml"));
     let explore = |runs: std::ops::Range<u64>| {
-        let mut campaign = explore::Campaign::new(&harness, &scenario, "reference", runs, false).unwrap();
         let mut made = Vec::new();
-        loop {
-            let trials = campaign.batch();
-            if trials.is_empty() {
-                break;
-            }
-            for trial in &trials {
-                let tried = campaign.try_mix(trial);
-                made.push((tried.index, tried.mix.iter().map(Placement::id).collect::<Vec<_>>(), tried.fired.clone()));
-                campaign.fold(tried);
-            }
-        }
+        let campaign = campaign(&harness, &scenario, runs, |tried| {
+            made.push((tried.index, tried.mix.iter().map(Placement::id).collect::<Vec<_>>(), tried.fired.clone()));
+        });
         let corpus: Vec<Vec<String>> = campaign.corpus().map(|mix| mix.iter().map(Placement::id).collect()).collect();
         (made, corpus, campaign.coverage.states(), campaign.coverage.transitions())
     };
@@ -634,19 +647,8 @@ fn a_guided_exploration_opens_with_the_most_promising_single_cuts_and_follows_an
     let outage = opening.iter().find(|p| p.kind.is_outage()).unwrap();
     assert!(rank(timeout) < rank(outage), "a call of unknown outcome before a service down for a while");
 
-    let mut campaign = explore::Campaign::new(&harness, &scenario, "reference", 0..96, false).unwrap();
     let mut mixes = Vec::new();
-    loop {
-        let trials = campaign.batch();
-        if trials.is_empty() {
-            break;
-        }
-        for trial in &trials {
-            let tried = campaign.try_mix(trial);
-            mixes.push(tried.mix.clone());
-            campaign.fold(tried);
-        }
-    }
+    campaign(&harness, &scenario, 0..96, |tried| mixes.push(tried.mix.clone()));
     // The opening's first run: its first four placements at distinct sites.
     let mut group: Vec<Placement> = Vec::new();
     for placement in &opening {
