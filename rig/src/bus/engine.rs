@@ -182,7 +182,8 @@ impl Engine {
         // The outbox closed with the connection: what was queued goes out, then the close.
         let Ok(Ok(sink)) = tokio::time::timeout(CLOSE_GRACE, &mut writer).await else { return writer.abort() };
         if let Ok(socket) = stream.reunite(sink) {
-            websocket::refuse(socket, CloseCode::Size, &error, CLOSE_GRACE).await;
+            // Boxed: the rare path's state stays out of every connection task's future.
+            Box::pin(websocket::refuse(socket, CloseCode::Size, &error, CLOSE_GRACE)).await;
         }
     }
 

@@ -85,7 +85,9 @@ where
         let _ = socket.close(Some(close)).await;
         let raw = socket.get_mut();
         let _ = raw.shutdown().await;
-        let mut discarded = [0u8; 16 * 1024];
+        // On the heap: an array here would make every future awaiting this one (the engine's
+        // whole connection task) 16 KiB larger, copied on every spawn for a path rarely taken.
+        let mut discarded = vec![0u8; 16 * 1024];
         while matches!(raw.read(&mut discarded).await, Ok(n) if n > 0) {}
     })
     .await;
