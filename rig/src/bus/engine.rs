@@ -34,7 +34,7 @@ use std::collections::BTreeMap;
 use std::rc::Rc;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{mpsc, Notify};
-use tokio_tungstenite::tungstenite::{self, protocol::frame::coding::CloseCode, Message};
+use tokio_tungstenite::tungstenite::{self, protocol::frame::coding::CloseCode, Message, Utf8Bytes};
 use tokio_tungstenite::WebSocketStream;
 
 /// How long the engine waits for its close frame to go out to a peer it closes, and then for the
@@ -153,8 +153,8 @@ impl Engine {
         let reading = async {
             loop {
                 match stream.next().await {
-                    Some(Ok(Message::Text(text))) => match wire::decode(&text) {
-                        Ok(frame) => self.receive(id, frame),
+                    Some(Ok(Message::Text(text))) => match wire::decode_known(&text) {
+                        Ok((frame, known)) => self.receive(id, frame, known),
                         Err(error) => {
                             self.observer.note("engine", "unreadable_frame", json!({ "error": error.to_string() }))
                         }
@@ -192,6 +192,12 @@ impl Engine {
     }
 
     fn send(&self, to: u64, frame: Frame) {
+        self.send_known(to, frame, None);
+    }
+
+    /// [`Self::send`], with the frame's own text when it is known ([`wire::decode_known`]): a
+    /// frame passed on unchanged is not written out again.
+    fn send_known(&self, to: u64, frame: Frame, known: Option<Utf8Bytes>) {
         let name = self.peer_name(to);
         self.observer.frame(FrameDirection::Out, &name, &frame);
         let full = {
@@ -199,7 +205,11 @@ impl Engine {
             let Some(peer) = state.connections.get(&to) else {
                 return;
             };
-            peer.outbox.try_send(wire::encode(frame)).is_err()
+            let message = match known {
+                Some(text) => wire::encode_known(frame, text),
+                None => wire::encode(frame),
+            };
+            peer.outbox.try_send(message).is_err()
         };
         if full {
             // A worker that cannot keep up is cut off rather than buffered without bound.
@@ -212,7 +222,9 @@ impl Engine {
         self.send(to, Frame::InvocationResult { invocation_id, function_id, result: None, error: Some(error) });
     }
 
-    fn receive(&self, from: u64, frame: Frame) {
+    /// Acts on a frame from connection `from`; `known` is its own text, when that is known
+    /// ([`wire::decode_known`]).
+    fn receive(&self, from: u64, frame: Frame, known: Option<Utf8Bytes>) {
         let name = self.peer_name(from);
         self.observer.frame(FrameDirection::In, &name, &frame);
         match frame {
@@ -238,13 +250,17 @@ impl Engine {
             }
             Frame::Reattach { previous_worker_id, .. } => self.reattach(from, &previous_worker_id),
             Frame::InvokeFunction { invocation_id, function_id, data, action } => {
-                self.route(from, invocation_id, function_id, data, action);
+                // Sent on as it came when it has no action: its text is the text to send.
+                let known = known.filter(|_| action.is_none());
+                self.route(from, invocation_id, function_id, data, action, known);
             }
-            Frame::InvocationResult { invocation_id, result, error, .. } => {
+            Frame::InvocationResult { invocation_id, function_id: answered, result, error } => {
                 let route = self.state.borrow_mut().pending.remove(&invocation_id);
                 // A result nobody waits for (late, or for a void call) is dropped here.
                 if let Some(Route { caller: Some(caller), function_id, .. }) = route {
-                    self.send(caller, Frame::InvocationResult { invocation_id, function_id, result, error });
+                    let known = known.filter(|_| answered == function_id);
+                    let frame = Frame::InvocationResult { invocation_id, function_id, result, error };
+                    self.send_known(caller, frame, known);
                 }
             }
             Frame::WorkerRegistered { .. } | Frame::Other => {}
@@ -258,6 +274,7 @@ impl Engine {
         function_id: String,
         data: serde_json::Value,
         action: Option<Action>,
+        known: Option<Utf8Bytes>,
     ) {
         if function_id == WORKERS_REGISTER {
             if let (Some(name), Some(peer)) =
@@ -275,7 +292,7 @@ impl Engine {
         }
         // A call without an id can get no answer: it is fire-and-forget whatever it says.
         let Some(invocation_id) = invocation_id else {
-            return self.forward_void(function_id, data);
+            return self.forward_void(function_id, data, known);
         };
         let (target, forwarded, caller) = match &action {
             Some(Action::Enqueue { queue }) => (
@@ -294,22 +311,22 @@ impl Engine {
             return;
         };
         self.state.borrow_mut().pending.insert(invocation_id.clone(), Route { caller, provider, function_id });
-        self.send(
-            provider,
-            Frame::InvokeFunction {
-                invocation_id: Some(invocation_id),
-                function_id: target,
-                data: forwarded,
-                action: None,
-            },
-        );
+        // Only a call without an action goes on as it came (`known` is `None` otherwise).
+        let frame = Frame::InvokeFunction {
+            invocation_id: Some(invocation_id),
+            function_id: target,
+            data: forwarded,
+            action: None,
+        };
+        self.send_known(provider, frame, known);
     }
 
     /// Hands an id-less call to its provider, if any; nobody hears of the outcome.
-    fn forward_void(&self, function_id: String, data: serde_json::Value) {
+    fn forward_void(&self, function_id: String, data: serde_json::Value, known: Option<Utf8Bytes>) {
         let provider = self.state.borrow().providers.get(&function_id).copied();
         if let Some(provider) = provider {
-            self.send(provider, Frame::InvokeFunction { invocation_id: None, function_id, data, action: None });
+            let frame = Frame::InvokeFunction { invocation_id: None, function_id, data, action: None };
+            self.send_known(provider, frame, known);
         }
     }
 

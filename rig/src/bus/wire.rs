@@ -13,6 +13,7 @@ use super::protocol::Frame;
 use serde_json::Value;
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::hash::{BuildHasher, DefaultHasher, Hasher};
 use tokio_tungstenite::tungstenite::{Message, Utf8Bytes};
 
 /// The most frames remembered on a thread. Frames lost on the way (a partition, a crash) are
@@ -21,22 +22,73 @@ const REMEMBERED_MAX: usize = 1_024;
 
 thread_local! {
     // Keyed by the exact text; never iterated, so its order cannot show anywhere.
-    static SENT: RefCell<HashMap<Utf8Bytes, Frame>> = RefCell::new(HashMap::new());
+    static SENT: RefCell<HashMap<Utf8Bytes, Frame, Ends>> = const { RefCell::new(HashMap::with_hasher(Ends)) };
+}
+
+/// Hashes a text by its length and its two ends, not the whole of it: a frame's kind and
+/// invocation id come first, so its ends tell the frames in memory apart, and a long payload
+/// costs no more to remember than a short one. Texts are still compared in full on a lookup;
+/// a collision costs a comparison, never a wrong frame. The same keys on every run (nothing
+/// iterates the memory), so nothing about it depends on the process.
+#[derive(Clone, Copy, Default)]
+struct Ends;
+
+/// How much of each end of a text [`Ends`] hashes.
+const HEAD_BYTES: usize = 96;
+const TAIL_BYTES: usize = 32;
+
+impl BuildHasher for Ends {
+    type Hasher = EndsHasher;
+
+    fn build_hasher(&self) -> EndsHasher {
+        EndsHasher(DefaultHasher::new())
+    }
+}
+
+struct EndsHasher(DefaultHasher);
+
+impl Hasher for EndsHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        if bytes.len() <= HEAD_BYTES + TAIL_BYTES {
+            self.0.write(bytes);
+        } else {
+            self.0.write_usize(bytes.len());
+            self.0.write(&bytes[..HEAD_BYTES]);
+            self.0.write(&bytes[bytes.len() - TAIL_BYTES..]);
+        }
+    }
+
+    fn finish(&self) -> u64 {
+        self.0.finish()
+    }
 }
 
 /// The frame as a WebSocket text message, its frame remembered when it reads back as itself.
 pub fn encode(frame: Frame) -> Message {
     let text = Utf8Bytes::from(serde_json::to_string(&frame).expect("frames serialize"));
     if reads_back(&frame) {
-        SENT.with(|sent| {
-            let mut sent = sent.borrow_mut();
-            if sent.len() >= REMEMBERED_MAX {
-                sent.clear();
-            }
-            sent.insert(text.clone(), frame);
-        });
+        remember(text.clone(), frame);
     }
     Message::Text(text)
+}
+
+/// [`encode`] for a frame whose text is known already: `text` is what [`decode_known`] gave
+/// with an equal frame. The engine passes a frame on unchanged so (most invocations and their
+/// results), without writing its payload out again.
+pub fn encode_known(frame: Frame, text: Utf8Bytes) -> Message {
+    debug_assert_eq!(serde_json::to_string(&frame).expect("frames serialize"), text.as_str());
+    remember(text.clone(), frame);
+    Message::Text(text)
+}
+
+fn remember(text: Utf8Bytes, frame: Frame) {
+    SENT.with(|sent| {
+        let mut sent = sent.borrow_mut();
+        if sent.len() >= REMEMBERED_MAX {
+            sent.clear();
+        }
+        sent.insert(text, frame);
+    });
 }
 
 /// The frame a text message holds: exactly [`Frame::from_wire`]'s result, taken from the memory
@@ -45,6 +97,17 @@ pub fn decode(text: &str) -> Result<Frame, serde_json::Error> {
     match SENT.with(|sent| sent.borrow_mut().remove(text)) {
         Some(frame) => Ok(frame),
         None => Frame::from_wire(text),
+    }
+}
+
+/// [`decode`], with the text back when it is known to be the frame's own ([`encode`]'s, to the
+/// byte), which holds for a frame taken from the memory: an equal frame sent on may then go
+/// with it ([`encode_known`]). Text from anywhere else is read, and not given back: its bytes
+/// may say the frame differently (spacing, field order), and what goes on is always ours.
+pub fn decode_known(text: &Utf8Bytes) -> Result<(Frame, Option<Utf8Bytes>), serde_json::Error> {
+    match SENT.with(|sent| sent.borrow_mut().remove(text.as_str())) {
+        Some(frame) => Ok((frame, Some(text.clone()))),
+        None => Frame::from_wire(text).map(|frame| (frame, None)),
     }
 }
 
@@ -156,6 +219,45 @@ mod tests {
         let text = r#"{"function_id":"f","type":"invokefunction","data":{"x":1}}"#;
         assert_eq!(decode(text).unwrap(), Frame::from_wire(text).unwrap());
         assert_eq!(decode("nonsense").unwrap_err().to_string(), Frame::from_wire("nonsense").unwrap_err().to_string());
+    }
+
+    /// A frame decoded with its own text goes on with it, and reads back the same at the next
+    /// hop; text not sent here comes back without one.
+    #[test]
+    fn a_known_text_goes_on_unchanged() {
+        for frame in frames().into_iter().filter(reads_back) {
+            let Message::Text(text) = encode(frame.clone()) else { panic!("a text message") };
+            let (decoded, known) = decode_known(&text).expect("our own frames decode");
+            assert_eq!(decoded, frame);
+            let known = known.expect("a remembered frame's text is known");
+            assert_eq!(known.as_str(), serde_json::to_string(&frame).unwrap());
+            let Message::Text(again) = encode_known(decoded, known) else { panic!("a text message") };
+            assert_eq!(again, text);
+            assert_eq!(decode(&again).expect("read at the next hop"), frame);
+        }
+        let text = Utf8Bytes::from(r#"{"function_id":"f","type":"invokefunction","data":{"x":1}}"#);
+        let (frame, known) = decode_known(&text).unwrap();
+        assert_eq!(frame, Frame::from_wire(&text).unwrap());
+        assert!(known.is_none(), "text written elsewhere is not passed on as it is");
+    }
+
+    /// Texts longer than the hashed ends, alike at both ends and differing only in the middle,
+    /// are told apart (the hash only places them; the texts are compared).
+    #[test]
+    fn texts_alike_at_both_ends_are_told_apart() {
+        let frame = |middle: &str| Frame::InvokeFunction {
+            invocation_id: Some("i".into()),
+            function_id: "f".into(),
+            data: serde_json::json!({ "pad": "x".repeat(HEAD_BYTES), "middle": middle, "end": "y".repeat(TAIL_BYTES) }),
+            action: None,
+        };
+        let (a, b) = (frame("a"), frame("b"));
+        let (Message::Text(text_a), Message::Text(text_b)) = (encode(a.clone()), encode(b.clone())) else {
+            panic!("text messages")
+        };
+        assert_eq!(text_a.len(), text_b.len());
+        assert_eq!(decode(&text_b).unwrap(), b);
+        assert_eq!(decode(&text_a).unwrap(), a);
     }
 
     #[test]
