@@ -9,7 +9,6 @@ use serde::Serialize;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use std::cell::OnceCell;
-use std::collections::BTreeMap;
 use std::ops::Range;
 
 /// Where a component reports a decision (`what`, with details) for the trace.
@@ -134,11 +133,29 @@ impl Trace {
     }
 }
 
+/// Where an event's fields go, in declaration order, as the derived form has them: the canonical
+/// line ([`Canonical`]) and the JSON document ([`Document`]) are both made from the one listing
+/// of [`Event::fields`].
+trait Fields {
+    fn text(&mut self, name: &str, value: &str);
+    fn number(&mut self, name: &str, value: u64);
+    fn flag(&mut self, name: &str, value: bool);
+    fn json(&mut self, name: &str, value: &Value);
+
+    fn some_text(&mut self, name: &str, value: &Option<String>) {
+        if let Some(value) = value {
+            self.text(name, value);
+        }
+    }
+}
+
 /// Writes the compact JSON of the event, exactly as `serde_json::to_writer` writes its derived
 /// form (a test holds the two to equal bytes for every kind), without the derived form's detour:
 /// the flattened `kind` makes the derived serializer buffer every event as a map.
 struct Canonical<'a> {
     out: &'a mut Vec<u8>,
+    /// Whether a field was written yet (every later one follows a comma).
+    started: bool,
 }
 
 impl Canonical<'_> {
@@ -146,9 +163,12 @@ impl Canonical<'_> {
         self.out.extend_from_slice(text.as_bytes());
     }
 
-    /// `,"name":` — every field after the first.
+    /// `"name":`, after a comma for every field but the first.
     fn key(&mut self, name: &str) {
-        self.raw(",\"");
+        if std::mem::replace(&mut self.started, true) {
+            self.raw(",");
+        }
+        self.raw("\"");
         self.raw(name);
         self.raw("\":");
     }
@@ -157,10 +177,21 @@ impl Canonical<'_> {
     fn value(&mut self, value: &(impl Serialize + ?Sized)) {
         serde_json::to_writer(&mut *self.out, value).expect("writing to memory");
     }
+}
 
+impl Fields for Canonical<'_> {
     fn text(&mut self, name: &str, value: &str) {
         self.key(name);
-        self.value(value);
+        // Most texts (hosts, kinds, function and invocation ids) have nothing to escape: they are
+        // written as they are, between quotes, as serde_json writes them; the rest go through it.
+        if value.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+            self.out.reserve(value.len() + 2);
+            self.out.push(b'"');
+            self.raw(value);
+            self.out.push(b'"');
+        } else {
+            self.value(value);
+        }
     }
 
     fn number(&mut self, name: &str, value: u64) {
@@ -177,11 +208,26 @@ impl Canonical<'_> {
         self.key(name);
         self.value(value);
     }
+}
 
-    fn some_text(&mut self, name: &str, value: &Option<String>) {
-        if let Some(value) = value {
-            self.text(name, value);
-        }
+/// An event's JSON document, field by field (see [`Event::to_json`]).
+struct Document(serde_json::Map<String, Value>);
+
+impl Fields for Document {
+    fn text(&mut self, name: &str, value: &str) {
+        self.0.insert(name.to_string(), Value::String(value.to_string()));
+    }
+
+    fn number(&mut self, name: &str, value: u64) {
+        self.0.insert(name.to_string(), Value::from(value));
+    }
+
+    fn flag(&mut self, name: &str, value: bool) {
+        self.0.insert(name.to_string(), Value::Bool(value));
+    }
+
+    fn json(&mut self, name: &str, value: &Value) {
+        self.0.insert(name.to_string(), value.clone());
     }
 }
 
@@ -189,31 +235,46 @@ impl Event {
     /// Appends the event's canonical line (without its newline) to `out`: the bytes the trace
     /// hash is made of.
     fn write_canonical(&self, out: &mut Vec<u8>) {
-        let mut line = Canonical { out };
-        line.raw("{\"at_ms\":");
-        line.value(&self.at_ms);
-        line.text("host", &self.host);
-        line.text("kind", self.kind.name());
+        let mut line = Canonical { out, started: false };
+        line.raw("{");
+        self.fields(&mut line);
+        line.raw("}");
+    }
+
+    /// The event as a JSON document, as expectations and oracles match it: the derived form's
+    /// document (a test holds the two equal for every kind), built field by field, without the
+    /// derived serializer's detour through a buffered map for the flattened `kind`.
+    pub fn to_json(&self) -> Value {
+        let mut document = Document(serde_json::Map::new());
+        self.fields(&mut document);
+        Value::Object(document.0)
+    }
+
+    /// Hands every field of the event to `to`, in the derived form's order.
+    fn fields(&self, to: &mut impl Fields) {
+        to.number("at_ms", self.at_ms);
+        to.text("host", &self.host);
+        to.text("kind", self.kind.name());
         match &self.kind {
             EventKind::Frame { direction, peer, frame, function_id, invocation_id } => {
-                line.text("direction", direction);
-                line.text("peer", peer);
-                line.text("frame", frame);
-                line.some_text("function_id", function_id);
-                line.some_text("invocation_id", invocation_id);
+                to.text("direction", direction);
+                to.text("peer", peer);
+                to.text("frame", frame);
+                to.some_text("function_id", function_id);
+                to.some_text("invocation_id", invocation_id);
             }
             EventKind::Call { service, function, payload, caller, invocation_id } => {
-                line.text("service", service);
-                line.text("function", function);
-                line.json("payload", payload);
-                line.some_text("caller", caller);
-                line.some_text("invocation_id", invocation_id);
+                to.text("service", service);
+                to.text("function", function);
+                to.json("payload", payload);
+                to.some_text("caller", caller);
+                to.some_text("invocation_id", invocation_id);
             }
             EventKind::Commit { scope, key, value, version } => {
-                line.text("scope", scope);
-                line.text("key", key);
-                line.json("value", value);
-                line.number("version", *version);
+                to.text("scope", scope);
+                to.text("key", key);
+                to.json("value", value);
+                to.number("version", *version);
             }
             EventKind::Effect {
                 effect,
@@ -226,69 +287,63 @@ impl Event {
                 by,
                 invocation_id,
             } => {
-                line.text("effect", effect);
-                line.text("action", action);
-                line.some_text("idempotency_key", idempotency_key);
+                to.text("effect", effect);
+                to.text("action", action);
+                to.some_text("idempotency_key", idempotency_key);
                 if let Some(token) = token {
-                    line.number("token", *token);
+                    to.number("token", *token);
                 }
-                line.some_text("domain", domain);
-                line.flag("accepted", *accepted);
-                line.text("reason", reason);
-                line.some_text("by", by);
-                line.some_text("invocation_id", invocation_id);
+                to.some_text("domain", domain);
+                to.flag("accepted", *accepted);
+                to.text("reason", reason);
+                to.some_text("by", by);
+                to.some_text("invocation_id", invocation_id);
             }
             EventKind::Lease { domain, owner, token, expires_at_ms } => {
-                line.text("domain", domain);
-                line.text("owner", owner);
-                line.number("token", *token);
-                line.number("expires_at_ms", *expires_at_ms);
+                to.text("domain", domain);
+                to.text("owner", owner);
+                to.number("token", *token);
+                to.number("expires_at_ms", *expires_at_ms);
             }
             EventKind::Fenced { scope, key, domain, token, accepted } => {
-                line.text("scope", scope);
-                line.text("key", key);
-                line.text("domain", domain);
-                line.number("token", *token);
-                line.flag("accepted", *accepted);
+                to.text("scope", scope);
+                to.text("key", key);
+                to.text("domain", domain);
+                to.number("token", *token);
+                to.flag("accepted", *accepted);
             }
             EventKind::Cut { cut, action, function } => {
-                line.number("cut", *cut as u64);
-                line.text("action", action);
-                line.text("function", function);
+                to.number("cut", *cut as u64);
+                to.text("action", action);
+                to.text("function", function);
             }
             EventKind::Interrupt { interrupt, worker, point, action } => {
-                line.number("interrupt", *interrupt as u64);
-                line.text("worker", worker);
-                line.text("point", point);
-                line.text("action", action);
+                to.number("interrupt", *interrupt as u64);
+                to.text("worker", worker);
+                to.text("point", point);
+                to.text("action", action);
             }
             EventKind::ProxyRule { rule, action, direction, frame } => {
-                line.number("rule", *rule as u64);
-                line.text("action", action);
-                line.text("direction", direction);
-                line.json("frame", frame);
+                to.number("rule", *rule as u64);
+                to.text("action", action);
+                to.text("direction", direction);
+                to.json("frame", frame);
             }
             EventKind::Rpc { name, function, outcome } => {
-                line.text("name", name);
-                line.text("function", function);
-                line.json("outcome", outcome);
+                to.text("name", name);
+                to.text("function", function);
+                to.json("outcome", outcome);
             }
             EventKind::Control { action, target } => {
-                line.text("action", action);
-                line.text("target", target);
+                to.text("action", action);
+                to.text("target", target);
             }
             EventKind::Note { what, detail } => {
-                line.text("what", what);
-                line.json("detail", detail);
+                to.text("what", what);
+                to.json("detail", detail);
             }
-            EventKind::Limit { what } => line.text("what", what),
+            EventKind::Limit { what } => to.text("what", what),
         }
-        line.raw("}");
-    }
-
-    /// The event as a JSON document, as expectations and oracles match it.
-    pub fn to_json(&self) -> Value {
-        serde_json::to_value(self).expect("trace events serialize")
     }
 
     /// Frames are the bulk of a trace and rarely the story; everything else is.
@@ -318,13 +373,14 @@ impl<'a> Documents<'a> {
     /// The documents of the events in `range` that meet every condition, in order.
     pub fn matching(&self, conditions: &[Condition], range: Range<usize>) -> Vec<&Value> {
         let on_kind: Vec<&Condition> = conditions.iter().filter(|c| c.is_on_field("kind")).collect();
-        let mut kind_holds: BTreeMap<&'static str, bool> = BTreeMap::new();
+        // Whether the conditions on the kind hold, by kind, judged the first time a kind comes.
+        let mut kind_holds = [None::<bool>; EventKind::COUNT];
         let mut found = Vec::new();
         for index in range {
-            let kind = self.events[index].kind.name();
+            let kind = &self.events[index].kind;
             // The kind alone decides the conditions on it: judge them on a document of the kind.
-            let holds =
-                *kind_holds.entry(kind).or_insert_with(|| on_kind.iter().all(|c| c.matches(&json!({ "kind": kind }))));
+            let holds = *kind_holds[kind.ordinal()]
+                .get_or_insert_with(|| on_kind.iter().all(|c| c.matches(&json!({ "kind": kind.name() }))));
             if !holds {
                 continue;
             }
@@ -349,6 +405,28 @@ fn shorten(value: &Value, limit: Option<usize>) -> String {
 }
 
 impl EventKind {
+    /// How many kinds there are: [`EventKind::ordinal`] is below it.
+    const COUNT: usize = 13;
+
+    /// The kind's place in the declaration, for tables by kind.
+    fn ordinal(&self) -> usize {
+        match self {
+            EventKind::Frame { .. } => 0,
+            EventKind::Call { .. } => 1,
+            EventKind::Commit { .. } => 2,
+            EventKind::Effect { .. } => 3,
+            EventKind::Lease { .. } => 4,
+            EventKind::Fenced { .. } => 5,
+            EventKind::Cut { .. } => 6,
+            EventKind::Interrupt { .. } => 7,
+            EventKind::ProxyRule { .. } => 8,
+            EventKind::Rpc { .. } => 9,
+            EventKind::Control { .. } => 10,
+            EventKind::Note { .. } => 11,
+            EventKind::Limit { .. } => 12,
+        }
+    }
+
     /// The `kind` tag the event is serialized under.
     pub fn name(&self) -> &'static str {
         match self {
@@ -461,6 +539,15 @@ mod tests {
     }
 
     #[test]
+    fn every_kind_has_its_own_ordinal_below_the_count() {
+        let kinds = every_kind();
+        let ordinals: std::collections::BTreeSet<usize> = kinds.iter().map(EventKind::ordinal).collect();
+        assert_eq!(ordinals.len(), kinds.len());
+        assert_eq!(kinds.len(), EventKind::COUNT);
+        assert!(ordinals.iter().all(|o| *o < EventKind::COUNT));
+    }
+
+    #[test]
     fn every_kind_is_named_as_it_is_serialized() {
         for kind in every_kind() {
             let event = Event { at_ms: 0, host: "h".into(), kind };
@@ -500,12 +587,15 @@ mod tests {
         });
         kinds.push(EventKind::Cut { cut: usize::MAX, action: awkward(), function: "f".into() });
         kinds.push(EventKind::Note { what: awkward(), detail: json!([{ "k": 1e300 }, "s"]) });
+        // Text with nothing to escape, beyond ASCII and at its edges (DEL, space), as it is.
+        kinds.push(EventKind::Control { action: "é ☃ \u{7f}~".into(), target: " ".into() });
         for (at, kind) in kinds.into_iter().enumerate() {
             let event = Event { at_ms: at as u64 * 1_000_003, host: awkward(), kind };
             let mut line = Vec::new();
             event.write_canonical(&mut line);
             let derived = serde_json::to_vec(&event).unwrap();
             assert_eq!(String::from_utf8(line).unwrap(), String::from_utf8(derived).unwrap(), "{event:?}");
+            assert_eq!(event.to_json(), serde_json::to_value(&event).unwrap(), "{event:?}");
         }
     }
 
