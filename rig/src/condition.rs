@@ -39,17 +39,17 @@ impl Test {
     fn passes(&self, found: Option<&Value>) -> bool {
         let number = || found.and_then(Value::as_f64);
         match self {
-            Test::Eq(text) => found.is_some_and(|v| value_text(v) == *text),
-            Test::Ne(text) => found.is_none_or(|v| value_text(v) != *text),
+            Test::Eq(text) => found.is_some_and(|v| has_text(v, text)),
+            Test::Ne(text) => found.is_none_or(|v| !has_text(v, text)),
             Test::Lt(bound) => number().is_some_and(|n| n < *bound),
             Test::Le(bound) => number().is_some_and(|n| n <= *bound),
             Test::Gt(bound) => number().is_some_and(|n| n > *bound),
             Test::Ge(bound) => number().is_some_and(|n| n >= *bound),
             Test::Absent(absent) => found.is_none_or(Value::is_null) == *absent,
-            Test::OneOf(texts) => found.is_some_and(|v| texts.contains(&value_text(v))),
+            Test::OneOf(texts) => found.is_some_and(|v| texts.iter().any(|text| has_text(v, text))),
             Test::Contains(text) => match found {
                 Some(Value::String(s)) => s.contains(text.as_str()),
-                Some(Value::Array(items)) => items.iter().any(|item| value_text(item) == *text),
+                Some(Value::Array(items)) => items.iter().any(|item| has_text(item, text)),
                 _ => false,
             },
             Test::Len(len) => match found {
@@ -59,6 +59,18 @@ impl Test {
                 _ => false,
             },
         }
+    }
+}
+
+/// Whether the value's text ([`value_text`]) is `text`, without writing the text of a string,
+/// boolean or null out: conditions are judged on every event a wait or an expectation looks at.
+fn has_text(value: &Value, text: &str) -> bool {
+    match value {
+        Value::String(own) => own == text,
+        Value::Bool(true) => text == "true",
+        Value::Bool(false) => text == "false",
+        Value::Null => text == "null",
+        other => value_text(other) == text,
     }
 }
 
