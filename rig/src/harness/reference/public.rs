@@ -45,6 +45,24 @@ impl Worker {
                 return Ok(remembered.clone());
             }
         }
+        // The listings first and the turn record last: they take a while (longer when the store
+        // is slow), and a reply built from a turn record read before them could say `running` of
+        // a turn that ended meanwhile.
+        let of_session = |entry: &&Value| entry["value"]["session_id"] == json!(session_id);
+        let queued: Vec<Value> = self
+            .list(bus, QUEUE_SCOPE)
+            .await?
+            .iter()
+            .filter(of_session)
+            .map(|e| e["value"]["message"].clone())
+            .collect();
+        let children: Vec<Value> = self
+            .list(bus, TURN_SCOPE)
+            .await?
+            .iter()
+            .filter(|e| e["value"]["parent"]["session_id"] == json!(session_id))
+            .map(|e| e["key"].clone())
+            .collect();
         let record = self.get_turn(bus, session_id).await.map_err(|e| error_body("get_turn", &e))?;
         let record = record.unwrap_or_else(|| json!({ "status": "none" }));
         let pending: Vec<Value> = record["calls"]
@@ -63,21 +81,6 @@ impl Worker {
                     .collect()
             })
             .unwrap_or_default();
-        let of_session = |entry: &&Value| entry["value"]["session_id"] == json!(session_id);
-        let queued: Vec<Value> = self
-            .list(bus, QUEUE_SCOPE)
-            .await?
-            .iter()
-            .filter(of_session)
-            .map(|e| e["value"]["message"].clone())
-            .collect();
-        let children: Vec<Value> = self
-            .list(bus, TURN_SCOPE)
-            .await?
-            .iter()
-            .filter(|e| e["value"]["parent"]["session_id"] == json!(session_id))
-            .map(|e| e["key"].clone())
-            .collect();
         let answer = json!({
             "session_id": session_id, "turn_id": record["turn_id"], "status": record["status"], "step": record["step"],
             "pending_calls": pending, "queued": queued, "children": children,
