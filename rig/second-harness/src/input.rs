@@ -10,10 +10,23 @@ use std::collections::BTreeSet;
 use std::rc::Rc;
 
 pub(crate) const INPUT_SCOPE: &str = "harness_queue";
+/// How often `send` decides afresh between starting a turn and queueing the message, when a
+/// turn keeps starting under it.
+const SEND_DECISIONS: u32 = 3;
 
 impl Worker {
     /// `{host}::send`: the message starts a turn, or waits behind the one under way.
-    pub(crate) async fn send(self: &Rc<Self>, bus: &Bus, data: &Value) -> Result<Value, ErrorBody> {
+    ///
+    /// The message's input id is its idempotency key, or without one the invocation's id: the
+    /// copies of one invocation the network delivered twice are then one input, found in the
+    /// record of the turn the first copy started (`input_keys`) or written over itself in the
+    /// queue, never a second message.
+    pub(crate) async fn send(
+        self: &Rc<Self>,
+        bus: &Bus,
+        invocation_id: &str,
+        data: &Value,
+    ) -> Result<Value, ErrorBody> {
         let session = text(data, "session_id")?;
         let message = data.get("message").cloned().ok_or_else(|| ErrorBody::new("bad_request", "`message` missing"))?;
         self.not_exported(&session)?;
@@ -33,21 +46,33 @@ impl Worker {
                 return Ok(deduplicated(&sent["turn_id"], &sent["queued"]));
             }
         }
-        let record = self.get(bus, TURN_SCOPE, &session).await.map_err(unavailable)?;
-        // A turn started on this very message, by a send whose own note of the key never
-        // landed: the message is in, once.
-        let names_it = |k: &String| record["input_keys"].as_array().is_some_and(|keys| keys.contains(&json!(k)));
-        if key.as_ref().is_some_and(names_it) {
-            return Ok(deduplicated(&record["turn_id"], &json!(false)));
+        let id = key.clone().unwrap_or_else(|| format!("{session}:send-{invocation_id}"));
+        let mut started = None;
+        for _ in 0..SEND_DECISIONS {
+            let record = self.get(bus, TURN_SCOPE, &session).await.map_err(unavailable)?;
+            // A turn started on this very message, by a send whose own note of the key never
+            // landed, or by another copy of this invocation: the message is in, once.
+            if record["input_keys"].as_array().is_some_and(|keys| keys.contains(&json!(id))) {
+                return Ok(deduplicated(&record["turn_id"], &json!(false)));
+            }
+            if record["status"].as_str().is_some_and(|s| !FINAL.contains(&s)) {
+                let entry = json!({ "session_id": session, "message": message });
+                self.store(bus, INPUT_SCOPE, &id, &entry).await.map_err(unavailable)?;
+                started = Some((record["turn_id"].clone(), true));
+                break;
+            }
+            // A turn started meanwhile (queued input admitted as the last one ended): the
+            // message waits behind it instead, decided on the record read again.
+            let input = [(id.clone(), message.clone())];
+            if let Some(turn_id) = self.start_turn(bus, &session, &input, &record).await.map_err(unavailable)? {
+                started = Some((json!(turn_id), false));
+                break;
+            }
         }
-        let under_way = record["status"].as_str().is_some_and(|s| !FINAL.contains(&s));
-        let id = key.clone().unwrap_or_else(|| format!("{session}:{}", self.env.new_id()));
-        let (turn_id, queued) = if under_way {
-            let entry = json!({ "session_id": session, "message": message });
-            self.store(bus, INPUT_SCOPE, &id, &entry).await.map_err(unavailable)?;
-            (record["turn_id"].clone(), true)
-        } else {
-            (json!(self.start_turn(bus, &session, &[(id.clone(), message)]).await.map_err(unavailable)?), false)
+        let Some((turn_id, queued)) = started else {
+            return Err(unavailable(format!(
+                "the turn of session {session} kept moving while the message was taken in"
+            )));
         };
         if let Some(key) = &key {
             let sent = json!({ "session_id": session, "turn_id": turn_id, "queued": queued });
@@ -123,7 +148,9 @@ impl Worker {
         for (key, _) in &spent {
             self.remove_input(bus, key).await;
         }
-        waiting.is_empty() || self.start_turn(bus, session, &waiting).await.is_ok()
+        // A turn started meanwhile (another admission of the same input, or a send) makes this
+        // round's decision stale: the next round reads again.
+        waiting.is_empty() || matches!(self.start_turn(bus, session, &waiting, &record).await, Ok(Some(_)))
     }
 
     /// Removes an admitted input's entry, trying a few times.
@@ -145,12 +172,19 @@ impl Worker {
     /// this worker dies before enqueueing it. The record names the worker that wrote it
     /// (`created_by`: its host and that host's start), so that host, if it dies before the
     /// turn reaches the queue, enqueues it when it starts again ([`Worker::recover_on_start`]).
+    ///
+    /// The caller decided on the session's record as it read it (`ended`, the turn that ended,
+    /// or null): a write of the new record whose answer was lost is never made again over a turn
+    /// another admission or a `send` started meanwhile ([`Worker::put_over`]), and `Ok(None)`
+    /// says so: nothing was started. (A worker's own admissions of a session take its session
+    /// lock, one at a time.)
     async fn start_turn(
         self: &Rc<Self>,
         bus: &Bus,
         session: &str,
         input: &[(String, Value)],
-    ) -> Result<String, String> {
+        ended: &Value,
+    ) -> Result<Option<String>, String> {
         let turn_id = format!("turn-{}", self.env.new_id());
         let keys: Vec<&String> = input.iter().map(|(key, _)| key).collect();
         let record = json!({
@@ -167,12 +201,14 @@ impl Worker {
                 return Err(format!("input {key} could not be put into the transcript"));
             }
         }
-        self.store(bus, TURN_SCOPE, session, &record).await?;
+        if !self.put_over(bus, (TURN_SCOPE, session), &record, session, ended).await.map_err(|e| e.describe())? {
+            return Ok(None);
+        }
         for (key, _) in input {
             self.remove_input(bus, key).await;
         }
         self.enqueue_new_turn(bus, record).await;
-        Ok(turn_id)
+        Ok(Some(turn_id))
     }
 
     /// At a worker's start, what an earlier start of this host may have died doing, that no

@@ -125,7 +125,7 @@ impl Provider for Worker {
                 "turn" => self.deliver(&bus, &data).await,
                 "import" => self.import(&bus, &data).await,
                 "export" => self.export(&bus, &data).await,
-                "send" => self.send(&bus, &data).await,
+                "send" => self.send(&bus, &call.invocation_id, &data).await,
                 "dead-letter" => self.dead_letter(&bus, &data).await,
                 "status" => self.status(&bus, &data).await,
                 _ => Err(ErrorBody::new("function_not_found", format!("the second harness has no `{name}`"))),

@@ -22,8 +22,13 @@ impl Worker {
     pub(crate) async fn status(self: &Rc<Self>, bus: &Bus, data: &Value) -> Result<Value, ErrorBody> {
         let session = text(data, "session_id")?;
         let of_session = |entry: &Value| entry["value"]["session_id"] == session.as_str();
-        let queued: Vec<Value> =
-            self.list(bus, INPUT_SCOPE).await?.iter().filter(|e| of_session(e)).map(|e| e["value"]["message"].clone()).collect();
+        let queued: Vec<Value> = self
+            .list(bus, INPUT_SCOPE)
+            .await?
+            .iter()
+            .filter(|e| of_session(e))
+            .map(|e| e["value"]["message"].clone())
+            .collect();
         let actions: BTreeMap<String, Value> = self
             .list(bus, ACTION_SCOPE)
             .await?

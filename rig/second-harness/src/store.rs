@@ -71,6 +71,51 @@ impl Worker {
         Err(last)
     }
 
+    /// Writes `value` whole at `scope/key` for `session`, as [`Worker::put`] does, where the
+    /// write was decided on the record read as `decided_on` (an ended turn, to be followed by a
+    /// new one): a write of unknown outcome is read back, and tried again only while the store
+    /// still holds that record. `Ok(false)` when it moved meanwhile (another admission, or a
+    /// `send`, started a turn there): this write is then not made again over it. Fenced when
+    /// this worker owns the session (or the world has no ownership), unfenced when nobody does.
+    pub(crate) async fn put_over(
+        &self,
+        bus: &Bus,
+        (scope, key): (&str, &str),
+        value: &Value,
+        session: &str,
+        decided_on: &Value,
+    ) -> Result<bool, WriteError> {
+        let fenced = self.env.config.lease_ttl_ms == 0 || self.leases.borrow().contains_key(session);
+        let mut last = String::new();
+        for attempt in 0..TRIES {
+            let mut request = json!({ "scope": scope, "key": key, "value": value });
+            if let Some(token) = if fenced { self.fence(session)? } else { None } {
+                request["fence"] = json!({ "scope": OWNER_SCOPE, "key": session, "token": token });
+            }
+            match self.call(bus, "state::set", request).await {
+                Ok(_) => return Ok(true),
+                Err(InvokeError::Rejected(body)) if body.code == "stale_token" => {
+                    self.lose(session);
+                    return Err(WriteError::Fenced);
+                }
+                Err(error) => {
+                    last = format!("state::set {scope}/{key}: {error}");
+                    if error.outcome_unknown() {
+                        match self.get(bus, scope, key).await {
+                            Ok(stored) if &stored == value => return Ok(true),
+                            Ok(stored) if &stored != decided_on => return Ok(false),
+                            _ => {}
+                        }
+                    }
+                }
+            }
+            if attempt + 1 < TRIES {
+                self.back_off(attempt).await;
+            }
+        }
+        Err(WriteError::Failed(last))
+    }
+
     /// Waits until this worker is connected to the engine again, checking every 100 ms, for at
     /// most a minute.
     pub(crate) async fn connected(&self, bus: &Bus) {

@@ -258,6 +258,10 @@ impl OwedEnd {
             match worker.put_turn(&bus, &self.record, 1).await {
                 Ok(()) => {
                     worker.tell_completed(&bus, &self.record).await;
+                    // One admission of the session at a time: a starting worker's recovery, a
+                    // dead letter or a delivery may be admitting its input too.
+                    let lock = worker.session_lock(&session);
+                    let _working = lock.lock().await;
                     worker.admit(&bus, &session).await;
                     worker.release(&bus, &session).await;
                     return;
