@@ -17,6 +17,9 @@ pub(crate) enum Settled {
     NotDone,
     /// Held for a person, and why.
     Held(String),
+    /// Settled and recorded, but its result could not be put into the transcript (this entry):
+    /// the turn cannot go on to ask the model without it.
+    Untranscribed(Value),
 }
 
 /// What the service says about an action whose outcome is unknown.
@@ -44,7 +47,9 @@ impl Worker {
                     result => result.clone(),
                 };
                 let is_error = status != DONE || result["is_error"] == true;
-                self.transcribe_result(bus, &session, id, &action, &result, is_error).await;
+                if let Err(entry) = self.transcribe_result(bus, &session, id, &action, &result, is_error).await {
+                    return Ok(Settled::Untranscribed(entry));
+                }
                 return Ok(if status == DONE { Settled::Done } else { Settled::NotDone });
             }
             Some(HELD) => return Ok(Settled::Held(action["held_reason"].as_str().unwrap_or("held").into())),
@@ -192,13 +197,17 @@ impl Worker {
         let action = action.clone();
         self.write_turn(bus, record, TRIES).await?;
         let is_error = status != DONE || answer["is_error"] == true;
-        self.transcribe_result(bus, &session, id, &action, &answer, is_error).await;
+        let transcribed = self.transcribe_result(bus, &session, id, &action, &answer, is_error).await;
         self.env.checkpoint("after_completion", id).await;
-        Ok(if status == DONE { Settled::Done } else { Settled::NotDone })
+        match transcribed {
+            Ok(()) => Ok(if status == DONE { Settled::Done } else { Settled::NotDone }),
+            Err(entry) => Ok(Settled::Untranscribed(entry)),
+        }
     }
 
     /// The action's result as the transcript shows it: the service's `content` when it gives
-    /// one, else the whole answer as one text block.
+    /// one, else the whole answer as one text block. The entry, when the session service would
+    /// not take it.
     pub(crate) async fn transcribe_result(
         &self,
         bus: &Bus,
@@ -207,7 +216,7 @@ impl Worker {
         action: &Value,
         answer: &Value,
         is_error: bool,
-    ) {
+    ) -> Result<(), Value> {
         let content = match answer.get("content") {
             Some(content) => content.clone(),
             None => json!([{ "type": "text", "text": answer.to_string() }]),
@@ -216,7 +225,11 @@ impl Worker {
             "role": "function_result", "function_call_id": action["call_id"], "function_id": action["tool"],
             "content": content, "is_error": is_error, "entry_key": format!("{id}:result"),
         });
-        self.append(bus, session, entry).await;
+        if self.append(bus, session, entry.clone()).await {
+            Ok(())
+        } else {
+            Err(entry)
+        }
     }
 
     /// Holds the action for a person, and says why.

@@ -236,6 +236,23 @@ impl Worker {
         }
     }
 
+    /// An entry owed to the session's transcript (a call's result the service would not take):
+    /// appended in the background, tries further apart, for `settle_within_ms`, so the call it
+    /// answers is not left open once the service is back.
+    pub(crate) async fn append_owed(self: Rc<Self>, bus: Bus, session: String, entry: Value) {
+        let give_up_at = self.env.clock.now_ms().saturating_add(self.env.config.settle_within_ms);
+        let request = json!({ "session_id": session, "entry": entry });
+        let mut attempt = TRIES;
+        while self.env.clock.now_ms() < give_up_at {
+            self.back_off(attempt).await;
+            attempt += 1;
+            self.connected(&bus).await;
+            if self.call(&bus, "session::append", request.clone()).await.is_ok() {
+                return;
+            }
+        }
+    }
+
     /// Appends an entry to the session's transcript, tried a few times; its `entry_key` makes a
     /// repeat harmless.
     pub(crate) async fn append(&self, bus: &Bus, session: &str, entry: Value) -> bool {

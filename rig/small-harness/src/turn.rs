@@ -131,6 +131,15 @@ impl Worker {
                 match self.settle(bus, &mut record, &id).await {
                     Ok(Settled::Held(why)) => held.push(format!("{id}: {why}")),
                     Ok(Settled::Done | Settled::NotDone) => {}
+                    // The next generation would be asked from a transcript without it: the turn
+                    // fails here, as it does when a write of its next step is refused, and the
+                    // result goes into the transcript in the background once the service is back.
+                    Ok(Settled::Untranscribed(entry)) => {
+                        let session = record["session_id"].as_str().unwrap_or_default().to_string();
+                        tokio::task::spawn_local(Rc::clone(self).append_owed(bus.clone(), session, entry));
+                        let why = format!("the result of action {id} could not be put into the transcript");
+                        return self.end(bus, record, "failed", why).await;
+                    }
                     Err(unwritten) => return unwritten.into(),
                 }
             }
@@ -193,7 +202,7 @@ impl Worker {
     }
 
     /// A completed turn: its answer into the transcript, then its end recorded.
-    async fn complete(&self, bus: &Bus, record: Value, answer: Value) -> Ended {
+    async fn complete(self: &Rc<Self>, bus: &Bus, record: Value, answer: Value) -> Ended {
         let session = record["session_id"].as_str().unwrap_or_default().to_string();
         let key = answer_key(&record);
         if !self.append(bus, &session, json!({ "role": "assistant", "text": answer, "entry_key": key })).await {
@@ -205,7 +214,7 @@ impl Worker {
     /// Records how the turn ended (`why`: a failure's or a hold's reason). Before a failure, each
     /// action of the turn that was never requested is closed as not done; one whose request may
     /// have left cannot be closed, so the turn is held for a person instead.
-    async fn end(&self, bus: &Bus, mut record: Value, status: &str, why: String) -> Ended {
+    async fn end(self: &Rc<Self>, bus: &Bus, mut record: Value, status: &str, why: String) -> Ended {
         let mut status = status.to_string();
         let session = record["session_id"].as_str().unwrap_or_default().to_string();
         let mut results = Vec::new();
@@ -253,7 +262,9 @@ impl Worker {
         }
         for (id, action) in results {
             let result = json!({ "error": action["error"] });
-            self.transcribe_result(bus, &session, &id, &action, &result, true).await;
+            if let Err(entry) = self.transcribe_result(bus, &session, &id, &action, &result, true).await {
+                tokio::task::spawn_local(Rc::clone(self).append_owed(bus.clone(), session.clone(), entry));
+            }
         }
         Ended::Recorded(status)
     }
