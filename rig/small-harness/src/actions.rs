@@ -52,7 +52,10 @@ impl Worker {
                 }
                 return Ok(if status == DONE { Settled::Done } else { Settled::NotDone });
             }
-            Some(HELD) => return Ok(Settled::Held(action["held_reason"].as_str().unwrap_or("held").into())),
+            // (The planted bug: a held action is tried again when its turn is delivered again.)
+            Some(HELD) if !rig::planted!("small-held-action-requested-again") => {
+                return Ok(Settled::Held(action["held_reason"].as_str().unwrap_or("held").into()))
+            }
             _ => {}
         }
         let Some(tool) = self.env.config.tools.iter().find(|t| action["tool"] == t.name.as_str()).cloned() else {
@@ -114,6 +117,10 @@ impl Worker {
                     // A refusal answers one copy of a request the network may deliver twice:
                     // the service is asked before the action is taken as not done.
                     let refusal = json!({ "error": error.to_json() });
+                    // (The planted bug: a refusal taken at its word, "the service said no".)
+                    if rig::planted!("small-refusal-taken-as-not-done") {
+                        return self.record_outcome(bus, record, id, NOT_DONE, refusal).await;
+                    }
                     return match self.ask(bus, tool, &action).await {
                         Asked::Happened(answer) => self.record_outcome(bus, record, id, DONE, answer).await,
                         Asked::NotHappened | Asked::Unknown(_) => {

@@ -80,7 +80,10 @@ impl Worker {
                 if status != "held" {
                     self.admit(bus, &session).await;
                 }
-                self.release(bus, &session).await;
+                // (The planted bug: a held turn keeps its owner, "to pick it up when it is released".)
+                if !(status == "held" && rig::planted!("small-lease-kept-on-a-held-turn")) {
+                    self.release(bus, &session).await;
+                }
                 Ok(json!({ "session_id": session, "turn_id": turn_id, "status": status }))
             }
             Ended::Superseded => {
@@ -277,7 +280,12 @@ impl Worker {
         let messages = messages.map_err(|e| format!("session::messages: {e}"))?;
         let key = answer_key(record);
         let entries = messages["entries"].as_array().map(Vec::as_slice).unwrap_or_default();
-        if let Some(answer) = entries.iter().find(|entry| entry["entry_key"] == key.as_str()) {
+        // (The planted bug: the transcript's answer found by its role, "the last answer is ours".)
+        let ours = |entry: &&Value| match rig::planted!("small-any-answer-taken-as-this-turns") {
+            true => entry["role"] == "assistant" && entry["text"].is_string(),
+            false => entry["entry_key"] == key.as_str(),
+        };
+        if let Some(answer) = entries.iter().find(ours) {
             return Ok(Generated::Answer(answer["text"].clone()));
         }
         let tools: Vec<Value> = self

@@ -39,9 +39,17 @@ pub(super) fn held_for_nothing(evidence: &Evidence<'_>, violations: &mut Vec<Vio
             }
             _ => None,
         });
-        let ran_again = commits.skip_while(|value| layout.status(value) != layout.held_status).any(|value| {
+        let ran = |value: &Value| {
             !layout.is_terminal(value) && layout.status(value) != layout.held_status && !layout.is_parked(value)
-        });
+        };
+        // (The planted bug: the turn's writes before its hold was recorded count as running again.)
+        let ran_again = match crate::planted!("liveness-hold-ran-before-its-record-counts") {
+            true => {
+                let mut commits = commits;
+                commits.any(ran)
+            }
+            false => commits.skip_while(|value| layout.status(value) != layout.held_status).any(ran),
+        };
         let actions = layout.turn_actions(evidence.store, session, record);
         if ran_again || actions.iter().any(|(_, action)| layout.classify(action) == ActionClass::Held) {
             continue;

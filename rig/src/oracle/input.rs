@@ -84,7 +84,12 @@ pub(super) fn vanished(evidence: &Evidence<'_>, violations: &mut Vec<Violation>)
             meaningful
                 && turn_records().any(|(turn_session, record)| turn_session == session && carries(record, message, 3))
         };
-        if admitted.contains(key) || transcript_holds(evidence.sessions.entries(session), message) || carried() {
+        // (The planted bug: any entry in the session's transcript taken as the message's.)
+        let delivered = match crate::planted!("stranded-any-transcript-entry-counts") {
+            true => evidence.sessions.entries(session).first().is_some(),
+            false => transcript_holds(evidence.sessions.entries(session), message),
+        };
+        if admitted.contains(key) || delivered || carried() {
             continue;
         }
         violations.push(violation(

@@ -21,7 +21,10 @@ const LAPSING_CUTS: [&str; 6] =
 fn could_lapse_a_lease(event: &Event) -> bool {
     match &event.kind {
         EventKind::Cut { action, function, .. } => {
-            LAPSING_CUTS.contains(&action.as_str()) || function.contains("lease")
+            // (The planted bug: any cut taken as one that could keep a worker from renewing.)
+            crate::planted!("recovery-cost-any-cut-explains-a-lapse")
+                || LAPSING_CUTS.contains(&action.as_str())
+                || function.contains("lease")
         }
         EventKind::Interrupt { .. } | EventKind::ProxyRule { .. } => true,
         EventKind::Control { action, .. } => action != "heal",

@@ -260,7 +260,12 @@ impl Queues {
     /// A delivery failed (`reason`) or passed its deadline.
     pub fn retry(&mut self, queue: &str, message_id: &str, attempt: u32, now_ms: u64, reason: &str) -> Retry {
         let Some((queue, index)) = self.dispatched_mut(queue, message_id, attempt) else { return Retry::Stale };
-        if queue.messages[index].deliveries > queue.config.max_retries {
+        // (The planted bug: the first delivery counted among the retries.)
+        let gives_up = match crate::planted!("queue-gives-up-one-delivery-early") {
+            true => queue.messages[index].deliveries >= queue.config.max_retries,
+            false => queue.messages[index].deliveries > queue.config.max_retries,
+        };
+        if gives_up {
             let mut message = queue.messages.remove(index);
             message.stage = Stage::Waiting { available_at_ms: now_ms };
             let handoff = match queue.config.dead_letter_function {

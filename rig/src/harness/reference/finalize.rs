@@ -134,8 +134,9 @@ fn in_memory_owed(pending: &BTreeMap<String, PendingTerminal>, session_id: &str,
 /// What finalising a terminal record shows on the session.
 fn presentation(terminal: &Value) -> (Value, &'static str) {
     // Keyed by the turn, so a presentation repeated after a confirmed terminal write is kept once.
-    let entry_key =
-        format!("{}:{}", terminal["turn_id"].as_str().unwrap_or(""), terminal["status"].as_str().unwrap_or(""));
+    // (The planted bug: keyed by the session, so a later turn's answer is taken as a repeat.)
+    let by = if crate::planted!("ref-presentation-keyed-by-session") { "session_id" } else { "turn_id" };
+    let entry_key = format!("{}:{}", terminal[by].as_str().unwrap_or(""), terminal["status"].as_str().unwrap_or(""));
     if terminal["status"] == json!("completed") {
         (json!({ "role": "assistant", "text": terminal["result"]["text"], "entry_key": entry_key }), "idle")
     } else {
@@ -710,7 +711,8 @@ impl Worker {
         for entry in leftover {
             let removed =
                 bus.invoke("state::delete", json!({ "scope": QUEUE_SCOPE, "key": entry["key"] }), timeout).await;
-            if removed.is_err() {
+            // (The planted bug: a removal that failed is forgotten, and the input stays queued.)
+            if removed.is_err() && !crate::planted!("ref-spent-input-removal-error-ignored") {
                 still_there.push(entry["key"].clone());
             }
         }
