@@ -86,7 +86,7 @@ pub(super) fn vanished(evidence: &Evidence<'_>, violations: &mut Vec<Violation>)
         };
         // (The planted bug: any entry in the session's transcript taken as the message's.)
         let delivered = match crate::planted!("stranded-any-transcript-entry-counts") {
-            true => evidence.sessions.entries(session).first().is_some(),
+            true => !evidence.sessions.entries(session).is_empty(),
             false => transcript_holds(evidence.sessions.entries(session), message),
         };
         if admitted.contains(key) || delivered || carried() {
