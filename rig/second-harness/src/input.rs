@@ -2,7 +2,7 @@
 //! as a new turn once the session's turn has ended.
 
 use crate::store::{WriteError, FINAL};
-use crate::turn::TURN_SCOPE;
+use crate::turn::{ANSWER_FIELD, TURN_SCOPE};
 use crate::{text, Worker, SENT_SCOPE};
 use rig::{Action, Bus, ErrorBody};
 use serde_json::{json, Value};
@@ -168,7 +168,7 @@ impl Worker {
     /// turn that cannot be enqueued is held, with why. Answers the new turn's id.
     ///
     /// The messages go into the transcript first (keyed by their input, so a repeat adds
-    /// nothing): once the record exists, whoever takes the turn up finds them there, even if
+    /// nothing), after the ended turn's answer: once the record exists, whoever takes the turn up finds them there, even if
     /// this worker dies before enqueueing it. The record names the worker that wrote it
     /// (`created_by`: its host and that host's start), so that host, if it dies before the
     /// turn reaches the queue, enqueues it when it starts again ([`Worker::recover_on_start`]).
@@ -191,6 +191,13 @@ impl Worker {
             "session_id": session, "turn_id": turn_id, "status": "running", "step": 0, "input_keys": keys,
             "created_by": { "host": self.env.host, "incarnation": self.incarnation },
         });
+        // The ended turn's answer goes first (kept once, by its key): the worker that ended it
+        // may have died retrying its append, and once this record is written over the ended
+        // one, nothing else says the answer is owed.
+        let answer = &ended[ANSWER_FIELD];
+        if answer.is_object() && !self.append(bus, &record, answer.clone()).await {
+            return Err(format!("the answer of turn {} could not be put into the transcript", ended["turn_id"]));
+        }
         for (key, message) in input {
             let mut entry = message.clone();
             if let Some(fields) = entry.as_object_mut() {

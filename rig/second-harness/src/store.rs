@@ -175,8 +175,22 @@ impl Worker {
         session: &str,
         (guard, tries): (bool, u32),
     ) -> Result<(), WriteError> {
+        self.put_attempts(bus, (scope, key), value, session, (guard, 0..tries.max(1))).await
+    }
+
+    /// [`Worker::put`], making the `attempts` of its schedule (from 0, backing off after each
+    /// but the last of `attempts`): a write tried in pieces keeps the schedule of one.
+    pub(crate) async fn put_attempts(
+        &self,
+        bus: &Bus,
+        (scope, key): (&str, &str),
+        value: &Value,
+        session: &str,
+        (guard, attempts): (bool, std::ops::Range<u32>),
+    ) -> Result<(), WriteError> {
         let mut last = String::new();
-        for attempt in 0..tries.max(1) {
+        let tries = attempts.end;
+        for attempt in attempts {
             let mut request = json!({ "scope": scope, "key": key, "value": value });
             if let Some(token) = self.fence(session)? {
                 request["fence"] = json!({ "scope": OWNER_SCOPE, "key": session, "token": token });

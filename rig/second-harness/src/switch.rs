@@ -84,6 +84,9 @@ impl Worker {
         let record = self.get(bus, TURN_SCOPE, &session).await.map_err(|e| ErrorBody::new("unavailable", e))?;
         let turn_id = record["turn_id"].as_str().unwrap_or_default().to_string();
         if !is_current(&record, &turn_id, 0) {
+            // Ended by a worker that may have died before its answer reached the transcript:
+            // whoever takes the session over presents it (kept once, by its key).
+            self.present(bus, &record).await;
             self.release(bus, &session).await;
             return Ok(json!({ "session_id": session, "turn_id": record["turn_id"], "status": record["status"] }));
         }

@@ -3,7 +3,8 @@
 //! The turn record (scope `harness_turn`, key the session) is the contract's; this harness adds
 //! `plan`, the round of tool calls under way: `{step, calls: [{action_id, tool, args, call_id}]}`,
 //! written before the first of its effects is requested, so whoever continues the turn continues
-//! the same actions instead of asking the model again.
+//! the same actions instead of asking the model again; and, once the turn is completed, `answer`,
+//! its answer as the transcript shows it, so whoever finds the turn ended can present it.
 
 use crate::actions::Settled;
 use crate::store::{WriteError, FINAL};
@@ -13,6 +14,10 @@ use serde_json::{json, Value};
 use std::rc::Rc;
 
 pub(crate) const TURN_SCOPE: &str = "harness_turn";
+/// The field of a completed turn's record that holds its answer as the transcript shows it
+/// (with its `entry_key`): recorded with the end, before the answer is appended, so a worker that
+/// dies before the append lands leaves the answer owed in the store, not lost.
+pub(crate) const ANSWER_FIELD: &str = "answer";
 /// The most model rounds one delivery runs before the turn fails.
 const ROUNDS_MAX: u32 = 16;
 
@@ -102,6 +107,12 @@ impl Worker {
                     Err(why) => return self.end(bus, record, "failed", Some(why)).await,
                 }
             }
+            // The round's calls go into the transcript before any of their results, whoever runs
+            // the round (again: the append is keyed); the model is never asked from a transcript
+            // that lacks them.
+            if !self.transcribe_calls(bus, &record).await {
+                return Ended::Unfinished("the round's function calls could not be put into the transcript".into());
+            }
             let mut held = Vec::new();
             for call in record["plan"]["calls"].as_array().cloned().unwrap_or_default() {
                 match self.settle(bus, &record, &call).await {
@@ -123,7 +134,8 @@ impl Worker {
         self.end(bus, record, "failed", Some(format!("more than {ROUNDS_MAX} model rounds"))).await
     }
 
-    /// Plans a round: ids for its calls, the round in the record, the calls in the transcript.
+    /// Plans a round: ids for its calls, the round in the record (its calls go into the
+    /// transcript as the round is run, [`Worker::transcribe_calls`]).
     async fn plan(self: &Rc<Self>, bus: &Bus, record: &mut Value, calls: &[Value]) -> Result<(), Ended> {
         let planned: Vec<Value> = calls
             .iter()
@@ -135,28 +147,100 @@ impl Worker {
         if let Err(error) = self.put_turn(bus, record, 3).await {
             return Err(self.stopped(bus, record.clone(), error).await);
         }
-        let content: Vec<Value> = planned
-            .iter()
+        Ok(())
+    }
+
+    /// The planned round's calls into the transcript, as one assistant entry keyed by the round:
+    /// whether it is there now.
+    async fn transcribe_calls(&self, bus: &Bus, record: &Value) -> bool {
+        let content: Vec<Value> = record["plan"]["calls"]
+            .as_array()
+            .into_iter()
+            .flatten()
             .map(|call| {
                 let id = if call["call_id"].is_string() { &call["call_id"] } else { &call["action_id"] };
                 json!({ "type": "function_call", "id": id, "function_id": call["tool"], "arguments": call["args"] })
             })
             .collect();
-        let key = format!("{}:{}:calls", record["turn_id"].as_str().unwrap_or_default(), record["step"]);
-        self.append(bus, record, json!({ "role": "assistant", "content": content, "entry_key": key })).await;
-        Ok(())
+        let step = &record["plan"]["step"];
+        let key = format!("{}:{step}:calls", record["turn_id"].as_str().unwrap_or_default());
+        self.append(bus, record, json!({ "role": "assistant", "content": content, "entry_key": key })).await
     }
 
-    /// A completed turn: its answer into the transcript, then its end recorded.
-    async fn complete(self: &Rc<Self>, bus: &Bus, record: Value, answer: &Value) -> Ended {
+    /// A completed turn: its end recorded with the answer in it, then the answer presented.
+    /// The answer goes first wherever it can be kept: the record holds it, so a worker that dies
+    /// before the answer reaches the transcript leaves it owed in the store, where whoever finds
+    /// the turn ended (a stale delivery, an import, the turn admitted next) presents it; and when
+    /// the end's first try is not taken, the answer is tried once in the transcript before the
+    /// end is tried again, so a delivery made again after a worker that died meanwhile (or lost
+    /// its lease) finds it there and ends with it, without asking the model again.
+    async fn complete(self: &Rc<Self>, bus: &Bus, mut record: Value, answer: &Value) -> Ended {
         let key = format!("{}:answer", record["turn_id"].as_str().unwrap_or_default());
-        self.append(bus, &record, json!({ "role": "assistant", "text": answer, "entry_key": key })).await;
-        self.end(bus, record, "completed", None).await
+        record[ANSWER_FIELD] = json!({ "role": "assistant", "text": answer, "entry_key": key });
+        record["status"] = json!("completed");
+        record["plan"] = Value::Null;
+        let tries = self.env.config.terminalize_attempts.max(1);
+        match self.put_turn_attempts(bus, &record, 0..1).await {
+            Ok(()) => {
+                self.present(bus, &record).await;
+                return Ended::Recorded { status: "completed".into(), durable: true };
+            }
+            Err(WriteError::Ended(stored)) => return Ended::Superseded(Some(stored)),
+            Err(_) => {}
+        }
+        let request = json!({ "session_id": record["session_id"], "entry": record[ANSWER_FIELD] });
+        let appended = self.call(bus, "session::append", request).await.is_ok();
+        let presented = record.clone();
+        if tries > 1 {
+            self.back_off(0).await;
+        }
+        let ended = self.end_tried(bus, record, "completed", None, 1..tries).await;
+        if let (false, Ended::Recorded { .. }) = (appended, &ended) {
+            self.present(bus, &presented).await;
+        }
+        ended
+    }
+
+    /// Shows an ended turn's answer on the session (kept once, by its key), when its record
+    /// holds one: tried now and, while the session service will not take it, in the background
+    /// on the settling schedule, so a session down for a while delays the answer and never
+    /// loses it.
+    pub(crate) async fn present(self: &Rc<Self>, bus: &Bus, record: &Value) {
+        let entry = &record[ANSWER_FIELD];
+        if !entry.is_object() || self.append(bus, record, entry.clone()).await {
+            return;
+        }
+        let request = json!({ "session_id": record["session_id"], "entry": entry });
+        tokio::task::spawn_local(Rc::clone(self).append_later(bus.clone(), request));
+    }
+
+    /// [`Worker::present`]'s later tries.
+    async fn append_later(self: Rc<Self>, bus: Bus, request: Value) {
+        let mut settling = self.settling(3);
+        while self.next_try(&bus, &mut settling).await {
+            if self.call(&bus, "session::append", request.clone()).await.is_ok() {
+                return;
+            }
+        }
     }
 
     /// Records how the turn ended (`why` the reason of a failure or a hold), retrying as the
     /// settings say; a write that never lands is still owed, and tried again in the background.
-    pub(crate) async fn end(self: &Rc<Self>, bus: &Bus, mut record: Value, status: &str, why: Option<String>) -> Ended {
+    pub(crate) async fn end(self: &Rc<Self>, bus: &Bus, record: Value, status: &str, why: Option<String>) -> Ended {
+        let tries = self.env.config.terminalize_attempts.max(1);
+        self.end_tried(bus, record, status, why, 0..tries).await
+    }
+
+    /// [`Worker::end`], making the `attempts` of its schedule before the background takes it
+    /// over (one more when the range is empty).
+    async fn end_tried(
+        self: &Rc<Self>,
+        bus: &Bus,
+        mut record: Value,
+        status: &str,
+        why: Option<String>,
+        attempts: std::ops::Range<u32>,
+    ) -> Ended {
         record["status"] = json!(status);
         match (status, why) {
             ("held", Some(why)) => record["held_reason"] = json!(why),
@@ -166,8 +250,9 @@ impl Worker {
         if status != "held" {
             record["plan"] = Value::Null;
         }
-        let tries = self.env.config.terminalize_attempts.max(1);
-        match self.put_turn(bus, &record, tries).await {
+        let attempts = if attempts.is_empty() { attempts.start..attempts.start + 1 } else { attempts };
+        let tries = attempts.end;
+        match self.put_turn_attempts(bus, &record, attempts).await {
             Ok(()) => Ended::Recorded { status: status.into(), durable: true },
             Err(WriteError::Failed(_)) => {
                 tokio::task::spawn_local(OwedEnd { record, tries }.write(Rc::clone(self), bus.clone()));
@@ -188,8 +273,17 @@ impl Worker {
     }
 
     pub(crate) async fn put_turn(&self, bus: &Bus, record: &Value, tries: u32) -> Result<(), WriteError> {
+        self.put_turn_attempts(bus, record, 0..tries.max(1)).await
+    }
+
+    async fn put_turn_attempts(
+        &self,
+        bus: &Bus,
+        record: &Value,
+        attempts: std::ops::Range<u32>,
+    ) -> Result<(), WriteError> {
         let session = record["session_id"].as_str().unwrap_or_default();
-        self.put(bus, (TURN_SCOPE, session), record, session, (true, tries)).await
+        self.put_attempts(bus, (TURN_SCOPE, session), record, session, (true, attempts)).await
     }
 
     /// Appends an entry to the session's transcript; its `entry_key` makes a repeat harmless.
@@ -284,11 +378,13 @@ fn skipped(session: &str, turn_id: &str, reason: &str) -> Value {
 
 impl Worker {
     /// What a delivery (or a dead letter) that is not current may still owe, when the worker that
-    /// ran the turn died, or was cut off from the engine, before finishing it: the bound
-    /// functions told of a recorded end and the session's queued input admitted after it, or a
-    /// new turn that was recorded but never reached the turn queue put there.
+    /// ran the turn died, or was cut off from the engine, before finishing it: a recorded end's
+    /// answer presented, the bound functions told of the end and the session's queued input
+    /// admitted after it, or a new turn that was recorded but never reached the turn queue put
+    /// there.
     pub(crate) async fn finish_after_a_crash(self: &Rc<Self>, bus: &Bus, session: &str, record: &Value) {
         if record["status"].as_str().is_some_and(|s| FINAL.contains(&s)) {
+            self.present(bus, record).await;
             self.tell_completed(bus, record).await;
             self.admit(bus, session).await;
         } else if record["status"] == "running" && record["step"] == 0 {

@@ -1,10 +1,10 @@
 //! Queued input (scope `harness_queue`, key `{session}:{id}`), admitted as a new turn once the
-//! session's turn has ended: the new turn's record first (naming the input in `input_keys`),
-//! then its messages into the transcript, the entries removed, and the turn on the turn queue.
+//! session's turn has ended: the new turn's record first (naming the input in `input_keys`, and
+//! carrying the ended turn's answer), then that answer and its messages into the transcript, the entries removed, and the turn on the turn queue.
 //! Each step is safe to do again, so whoever finds a new turn half admitted finishes it.
 
 use crate::store::{ended, TRIES, TURN_SCOPE};
-use crate::Worker;
+use crate::{Worker, ANSWER_FIELD, PREDECESSOR_ANSWER_FIELD};
 use rig::{Action, Bus};
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
@@ -69,10 +69,13 @@ impl Worker {
                 self.remove_input(bus, key).await;
             }
         }
-        let successor = json!({
+        let mut successor = json!({
             "session_id": session, "turn_id": format!("turn-{}", self.env.new_id()), "status": "running", "step": 0,
             "input_keys": keys, "after": record["turn_id"],
         });
+        if record[ANSWER_FIELD].is_object() {
+            successor[PREDECESSOR_ANSWER_FIELD] = record[ANSWER_FIELD].clone();
+        }
         if self.write_turn(bus, &successor, TRIES).await.is_err() {
             // Its write may have landed all the same, with nobody to know it.
             return Admitted::Unfinished;
@@ -161,11 +164,15 @@ impl Worker {
         }
     }
 
-    /// The rest of a new turn's admission, from its record: its input's messages into the
-    /// transcript, their entries removed, the turn on the turn queue (or held, saying why).
-    /// False when it could not get that far.
+    /// The rest of a new turn's admission, from its record: its predecessor's answer, then its
+    /// input's messages into the transcript (each kept once, by its key), their entries removed,
+    /// the turn on the turn queue (or held, saying why). False when it could not get that far.
     async fn finish_admission(self: &Rc<Self>, bus: &Bus, record: Value) -> bool {
         let session = record["session_id"].as_str().unwrap_or_default().to_string();
+        let answer = &record[PREDECESSOR_ANSWER_FIELD];
+        if answer.is_object() && !self.append(bus, &session, answer.clone()).await {
+            return false;
+        }
         let keys: Vec<String> = record["input_keys"]
             .as_array()
             .into_iter()

@@ -16,7 +16,9 @@
 //!   effects is requested, and each action is marked requested just before its request leaves;
 //! - an end it cannot record is answered to the caller with an error, and nothing of it is kept
 //!   in memory: a redelivery runs the turn on from its record (the contract makes it current),
-//!   and finds a completed turn's answer already in the transcript.
+//!   and finds a completed turn's answer already in the transcript;
+//! - a completed turn's answer is recorded with its end (`answer`), then presented, so whoever
+//!   finds the turn ended (a stale delivery, the turn admitted next) can present it again.
 //!
 //! `factory()` declares `turns` and `checkpoints`; `turns_only()` is the same harness declaring
 //! `turns` alone.
@@ -54,6 +56,13 @@ use std::sync::Arc;
 
 /// The field of a turn record holding its actions, keyed by action id.
 pub const ACTIONS_FIELD: &str = "actions";
+/// The field of a completed turn's record holding its answer as the transcript shows it (with
+/// its `entry_key`), recorded with the end before the answer is appended.
+pub(crate) const ANSWER_FIELD: &str = "answer";
+/// The field of a turn admitted from queued input holding its predecessor's answer, put into
+/// the transcript before the turn's input: the worker that ended the predecessor may have died
+/// retrying that append, and nothing else says it is owed once the new record is written.
+pub(crate) const PREDECESSOR_ANSWER_FIELD: &str = "predecessor_answer";
 
 /// An action's statuses in this harness's layout.
 pub(crate) mod status {

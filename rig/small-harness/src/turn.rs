@@ -3,7 +3,7 @@
 use crate::actions::Settled;
 use crate::status::{NOT_DONE, PLANNED};
 use crate::store::{ended, Unwritten, TRIES};
-use crate::{text, Worker, ACTIONS_FIELD};
+use crate::{text, Worker, ACTIONS_FIELD, ANSWER_FIELD};
 use rig::{Bus, ErrorBody};
 use serde_json::{json, Value};
 use std::rc::Rc;
@@ -204,14 +204,39 @@ impl Worker {
         Ok(())
     }
 
-    /// A completed turn: its answer into the transcript, then its end recorded.
-    async fn complete(self: &Rc<Self>, bus: &Bus, record: Value, answer: Value) -> Ended {
+    /// A completed turn: its answer tried once in the transcript, then its end recorded with
+    /// the answer in it (`answer`), then the answer presented if the try did not get through.
+    /// The try comes first so that the delivery made again after an end that could not be
+    /// recorded finds the answer there and does not ask the model again (an end refused still
+    /// puts it there, tried as often as any append); the record holds it for a session that
+    /// was down, so that a worker that dies before the answer reaches the transcript leaves it
+    /// owed in the store, where whoever finds the turn ended (a stale delivery, the turn
+    /// admitted next) presents it.
+    async fn complete(self: &Rc<Self>, bus: &Bus, mut record: Value, answer: Value) -> Ended {
         let session = record["session_id"].as_str().unwrap_or_default().to_string();
-        let key = answer_key(&record);
-        if !self.append(bus, &session, json!({ "role": "assistant", "text": answer, "entry_key": key })).await {
-            return self.end(bus, record, "failed", "the answer could not be put into the transcript".into()).await;
+        let entry = json!({ "role": "assistant", "text": answer, "entry_key": answer_key(&record) });
+        let request = json!({ "session_id": session, "entry": entry });
+        let appended = self.call(bus, "session::append", request).await.is_ok();
+        record[ANSWER_FIELD] = entry.clone();
+        let ended = self.end(bus, record, "completed", String::new()).await;
+        match ended {
+            _ if appended => {}
+            Ended::Recorded(_) => self.present(bus, &session, &entry).await,
+            Ended::Unrecorded(_) => {
+                self.append(bus, &session, entry).await;
+            }
+            Ended::Fenced | Ended::Superseded => {}
         }
-        self.end(bus, record, "completed", String::new()).await
+        ended
+    }
+
+    /// Shows an ended turn's answer on the session (kept once, by its key): tried now and, while
+    /// the session service will not take it, in the background, so a session down for a while
+    /// delays the answer and never loses it.
+    pub(crate) async fn present(self: &Rc<Self>, bus: &Bus, session: &str, entry: &Value) {
+        if entry.is_object() && !self.append(bus, session, entry.clone()).await {
+            tokio::task::spawn_local(Rc::clone(self).append_owed(bus.clone(), session.to_string(), entry.clone()));
+        }
     }
 
     /// Records how the turn ended (`why`: a failure's or a hold's reason). Before a failure, each
@@ -308,9 +333,11 @@ impl Worker {
     }
 
     /// What a delivery that is not current may still find to do, left by a worker that died:
-    /// input waiting after a recorded end, or a new turn recorded but not yet through admission.
+    /// a recorded end's answer to present, input waiting after it, or a new turn recorded but
+    /// not yet through admission.
     async fn finish_what_was_left(self: &Rc<Self>, bus: &Bus, session: &str, record: &Value) {
         if ended(record) {
+            self.present(bus, session, &record[ANSWER_FIELD]).await;
             self.admit(bus, session).await;
         } else if record["status"] == "running" && record["step"] == 0 {
             self.finish_admission_or_later(bus, record.clone()).await;
