@@ -31,7 +31,7 @@ impl Worker {
             return Ok(json!({ "session_id": session, "turn_id": turn_id, "held": false }));
         }
         self.own(bus, &session, false).await?;
-        let record = self.get(bus, TURN_SCOPE, &session).await.map_err(unavailable)?;
+        let record = self.read_owned(bus, &session).await?;
         if !is_current(&record, &turn_id, 0) {
             self.release(bus, &session).await;
             return Ok(json!({ "session_id": session, "turn_id": turn_id, "held": false }));

@@ -81,7 +81,7 @@ impl Worker {
         let lock = self.session_lock(&session);
         let _working = lock.lock().await;
         self.own(bus, &session, true).await?;
-        let record = self.get(bus, TURN_SCOPE, &session).await.map_err(|e| ErrorBody::new("unavailable", e))?;
+        let record = self.read_owned(bus, &session).await?;
         let turn_id = record["turn_id"].as_str().unwrap_or_default().to_string();
         if !is_current(&record, &turn_id, 0) {
             // Ended by a worker that may have died before its answer reached the transcript:

@@ -48,12 +48,26 @@ impl Worker {
         }
         self.own(bus, &session, false).await?;
         // Read again as owner: the record may have moved while the lease was taken.
-        let record = self.get(bus, TURN_SCOPE, &session).await.map_err(|e| ErrorBody::new("unavailable", e))?;
+        let record = self.read_owned(bus, &session).await?;
         if !is_current(&record, &turn_id, step) {
             self.release(bus, &session).await;
             return Ok(skipped(&session, &turn_id, "not the session's current turn at that step"));
         }
         self.continue_turn(bus, record).await
+    }
+
+    /// The session's turn record, read by the worker that has just taken its lease. A read the
+    /// store refuses hands the lease back: the delivery ends with an error, and a lease kept
+    /// (and renewed) by a worker that does nothing with it would keep every other worker, and
+    /// the dead-letter handler, from the session for good.
+    pub(crate) async fn read_owned(&self, bus: &Bus, session: &str) -> Result<Value, ErrorBody> {
+        match self.get(bus, TURN_SCOPE, session).await {
+            Ok(record) => Ok(record),
+            Err(why) => {
+                self.release(bus, session).await;
+                Err(ErrorBody::new("unavailable", why))
+            }
+        }
     }
 
     /// Runs a current turn from its record to an end, and answers the contract's turn reply.
