@@ -82,6 +82,11 @@ pub enum ServiceFault {
     Reject { code: String, message: String },
     /// The call takes effect now and its reply leaves after `ms` milliseconds.
     Delay { ms: u64 },
+    /// The request is held on the way, unanswered: the caller's deadline passes, it asks about
+    /// it (`not known`: it has not arrived) and sends it again; the held copy takes effect
+    /// right after that next request of the function about the same action reaches the
+    /// service. A caller that never sends it again never sees it take effect.
+    Late,
     /// The calling worker's host crashes (and is restarted at once, as a supervisor would),
     /// before the call takes effect or (`after`) once it has.
     CrashCaller { after: bool },
@@ -155,6 +160,7 @@ impl ServiceFault {
             ServiceFault::Timeout => "timeout",
             ServiceFault::Reject { .. } => "reject",
             ServiceFault::Delay { .. } => "delay",
+            ServiceFault::Late => "late",
             ServiceFault::CrashCaller { after: false } => "crash-caller-before",
             ServiceFault::CrashCaller { after: true } => "crash-caller-after",
             ServiceFault::CrashService => "crash-service",

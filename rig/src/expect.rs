@@ -67,7 +67,7 @@ pub fn is_rig_note(what: &str) -> bool {
     what.starts_with("queue_")
         || what.starts_with("proxy_")
         || what.starts_with("model_")
-        || matches!(what, "unreadable_frame" | "outbox_full")
+        || matches!(what, "unreadable_frame" | "outbox_full" | "late_call_arrived")
 }
 
 impl Expectation {

@@ -550,7 +550,7 @@ fn explore_bench_interrupted() -> Result<Completion, Failed> {
     if std::fs::read_to_string(&heard).map(|text| text.trim().to_string()).ok().as_deref() != Some("TERM") {
         return Err("the small harness's binary was not passed the signal".into());
     }
-    let said = stdout.contains("interrupted by SIGTERM: 18 of 25 searches made, no more started")
+    let said = stdout.contains("interrupted by SIGTERM: 18 of 26 searches made, no more started")
         && stdout.contains("targets NOT judged: a signal stopped the searches");
     let table = stdout.lines().filter(|line| line.starts_with("replay-unfinished ")).count();
     if !said || table != 1 {

@@ -48,7 +48,7 @@ const FOLLOW_SITES: usize = 3;
 
 /// Faults after which the caller cannot know whether its call took effect: what a retry, a
 /// readback or a reconciliation is for, and where a second fault on the same subject bites.
-const UNKNOWN_OUTCOME: [Kind; 3] = [Kind::Timeout, Kind::LostAck, Kind::Delay];
+const UNKNOWN_OUTCOME: [Kind; 4] = [Kind::Timeout, Kind::LostAck, Kind::Delay, Kind::Late];
 
 /// The second faults an unknown outcome is followed by: the caller dying around its next call
 /// about the same thing, or that call's outcome unknown too.
@@ -64,7 +64,7 @@ fn kind_rank(kind: Kind) -> u8 {
         Kind::CrashCallerAfter | Kind::Crash => 0,
         Kind::CrashCallerBefore => 1,
         Kind::LostAck | Kind::Timeout => 2,
-        Kind::Reject | Kind::Delay => 3,
+        Kind::Reject | Kind::Delay | Kind::Late => 3,
         Kind::CrashService | Kind::CrashEngine | Kind::IsolateCaller => 4,
         Kind::Drop | Kind::Duplicate | Kind::Reorder => 5,
         Kind::Outage | Kind::OutageTimeout | Kind::PauseCaller | Kind::Pause => 6,

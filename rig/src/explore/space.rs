@@ -58,6 +58,9 @@ pub enum Kind {
     Reject,
     /// A reply later than the caller's deadline.
     Delay,
+    /// A request held on the way, unanswered, until its caller sends it again: it takes effect
+    /// right after that retry, after the question the caller asked in between.
+    Late,
     CrashCallerBefore,
     CrashCallerAfter,
     CrashService,
@@ -108,6 +111,7 @@ impl Kind {
             Kind::Timeout => "timeout",
             Kind::Reject => "reject",
             Kind::Delay => "delay",
+            Kind::Late => "late",
             Kind::CrashCallerBefore => "crash-caller-before",
             Kind::CrashCallerAfter => "crash-caller-after",
             Kind::CrashService => "crash-service",
@@ -291,6 +295,7 @@ impl Placement {
                         ServiceFault::Reject { code: "rejected".into(), message: "rejected by a sweep cut".into() }
                     }
                     Kind::Delay => ServiceFault::Delay { ms: self.ms.unwrap_or(0) },
+                    Kind::Late => ServiceFault::Late,
                     Kind::CrashCallerBefore => ServiceFault::CrashCaller { after: false },
                     Kind::CrashCallerAfter => ServiceFault::CrashCaller { after: true },
                     Kind::CrashService => ServiceFault::CrashService,
@@ -454,6 +459,15 @@ pub fn outage_bound_ms(workload: &Scenario) -> u64 {
     redelivery.chain([world.liveness_ms, world.harness.settle_within_ms]).min().unwrap_or(u64::MAX).max(1)
 }
 
+/// Whether a late request to `function` is a fault a correct harness can answer for
+/// (rig/docs/contract.md, late requests): the effect function of a tool whose service remembers
+/// idempotency keys, where the copy sent again under the same key keeps it one effect. Not at a
+/// service without keys (no question tells a request still on its way from one never sent, so
+/// no harness can keep a late copy from being a second effect), a read, or a replay-safe call.
+pub fn late_applies(workload: &Scenario, function: &str) -> bool {
+    workload.world.harness.tools.iter().any(|t| t.function == function && t.idempotency && !t.replay_safe)
+}
+
 /// Every placement the uncut `baseline` run of `scenario` offers, in a fixed order.
 pub fn cut_space(scenario: &Scenario, baseline: &RunOutcome, options: &SpaceOptions) -> Vec<Placement> {
     cut_space_at(scenario, baseline, options, false).into_iter().map(|(_, placement)| placement).collect()
@@ -539,6 +553,11 @@ pub(crate) fn cut_space_at(
                         _ => None,
                     };
                     placements.push((at, Placement { site: site.clone(), kind, ms }));
+                }
+                // A request of an effect arriving after its caller gave up on it, asked about it
+                // and sent it again.
+                if late_applies(scenario, function) {
+                    placements.push((at, Placement { site: site.clone(), kind: Kind::Late, ms: None }));
                 }
                 // A service down for a while, from the first call of each class on: a few
                 // refused calls, then past a harness's own retries, then up to the liveness
@@ -737,6 +756,38 @@ mod tests {
         let handled = format!("{queue}\ndead_letter_function = \"harness::dead-letter\"");
         assert_eq!(bound(&handled), 60_000, "a dead letter reaches the harness");
         assert_eq!(bound(&format!("{handled}\n[world.queue.other]\nbackoff_ms = 200")), 300, "the least of them");
+    }
+
+    /// A late request goes only where a correct harness can keep it one effect: the effect of a
+    /// service that keeps keys.
+    #[test]
+    fn a_late_request_is_placed_only_at_a_keyed_effect() {
+        let world = |tickets: &str| {
+            let source =
+                format!("about = \"l\"\n[world.tickets]\n{tickets}\n[[step]]\nwait_ms = 1\n\n[policy.reference]\n");
+            Scenario::parse(Path::new("l.toml"), &source).unwrap()
+        };
+        let keyed = world("idempotency = true");
+        assert!(late_applies(&keyed, "ticket::create"));
+        assert!(!late_applies(&keyed, "ticket::lookup"), "a read, safe to replay");
+        assert!(!late_applies(&keyed, "state::set"), "no tool's effect");
+        assert!(!late_applies(&world("idempotency = false\nlookup = true"), "ticket::create"), "no keys");
+    }
+
+    /// The bound follows the queue as the harness runs it: a harness that serves no dead letters
+    /// runs the same workload with its queue's letters unwired (given up on, as if no handler
+    /// were named), so the queue's redelivery span bounds its outages as it bounds any
+    /// unhandled queue's; the file's wiring bounds them only for a harness that takes the letter.
+    #[test]
+    fn the_outage_bound_follows_the_dead_letter_wiring_the_harness_runs() {
+        use crate::capability::{Capabilities, Capability};
+        let source = "about = \"q\"\n[world.queue.turns]\nbackoff_ms = 1000\nmax_retries = 30\n\
+                      dead_letter_function = \"harness::dead-letter\"\n[[step]]\nwait_ms = 1\n\n[policy.reference]\n";
+        let workload = Scenario::parse(Path::new("q.toml"), source).unwrap();
+        assert_eq!(outage_bound_ms(&workload.wired_for(&Capabilities::all())), 60_000, "its letter is taken");
+        let turns_only = Capabilities::parse("turns").unwrap();
+        assert!(!turns_only.contains(Capability::DeadLetters));
+        assert_eq!(outage_bound_ms(&workload.wired_for(&turns_only)), 15_000, "nobody takes its letter");
     }
 
     /// The first cut that fires decides a call, and the cuts after it do not count it: a cut at

@@ -53,7 +53,31 @@ pub(super) fn draw(seed: u64, space: &[Placement], workload: &Scenario) -> Vec<P
     let candidates: Vec<&Placement> = space.iter().filter(|p| enabled.contains(&p.kind)).collect();
     let mut mix = draw_from(&mut rng, &candidates, workload);
     add_outage(seed, space, outage_bound_ms(workload), &mut mix);
+    add_late(seed, space, &mut mix);
     mix
+}
+
+/// A late request, drawn from a stream of its own as an outage is (so that a seed that draws
+/// none keeps the mix it drew before late requests were in the cut space): on for half the
+/// seeds whose space has one, one late request at an effect's call site, added to the mix (in
+/// place of its last cut that is no outage when the mix is full).
+fn add_late(seed: u64, space: &[Placement], mix: &mut Vec<Placement>) {
+    let mut rng = component_stream(seed, "explore/late");
+    let lates: Vec<&Placement> = space.iter().filter(|p| p.kind == Kind::Late).collect();
+    if lates.is_empty() || !rng.random_bool(0.5) {
+        return;
+    }
+    let late = lates[rng.random_range(0..lates.len())].clone();
+    if mix.iter().any(|p| p.site == late.site) {
+        return;
+    }
+    if mix.len() >= MIX_CUTS_MAX {
+        match mix.iter().rposition(|p| !p.kind.is_outage()) {
+            Some(last) => drop(mix.remove(last)),
+            None => return,
+        }
+    }
+    mix.push(late);
 }
 
 /// An outage, drawn from a stream of its own so that a seed that draws none keeps the mix it drew
@@ -428,6 +452,31 @@ mod tests {
             assert!((5_000..=15_000).contains(&ms), "seed {seed}: its length is drawn around the space's: {ms}");
         }
         assert!((60..=140).contains(&added), "about half the seeds draw an outage: {added}");
+    }
+
+    /// Late requests joined the space after seeds had names: a seed draws what it drew before,
+    /// and about half of them add one late request (in place of the last cut of a full mix).
+    #[test]
+    fn a_late_request_joins_half_the_mixes_and_changes_nothing_else_they_draw() {
+        let source = "about = \"mix\"\n[[step]]\nwait_ms = 1\n\n[policy.reference]\n";
+        let workload = Scenario::parse(Path::new("mix.toml"), source).unwrap();
+        let before: Vec<Placement> = (1..=8).map(|nth| placement(nth, Kind::Timeout, None)).collect();
+        let lates = (1..=2).map(|nth| placement(nth + 10, Kind::Late, None));
+        let with: Vec<Placement> = before.iter().cloned().chain(lates).collect();
+        let mut added = 0;
+        for seed in 0..200 {
+            let (old, new) = (draw(seed, &before, &workload), draw(seed, &with, &workload));
+            let (kept, late): (Vec<Placement>, Vec<Placement>) = new.into_iter().partition(|p| p.kind != Kind::Late);
+            assert!(late.len() <= 1, "seed {seed}: {late:?}");
+            if late.is_empty() {
+                assert_eq!(kept, old, "seed {seed}: a mix without a late request is the one drawn before");
+                continue;
+            }
+            added += 1;
+            let len = if old.len() == MIX_CUTS_MAX { old.len() - 1 } else { old.len() };
+            assert_eq!(kept, old[..len], "seed {seed}");
+        }
+        assert!((60..=140).contains(&added), "about half the seeds draw a late request: {added}");
     }
 
     #[test]

@@ -318,6 +318,9 @@ struct ActionSeen {
     last_send: Option<(String, String)>,
     /// Workers that asked the service about it since it was last sent, and when.
     asked_since: BTreeMap<String, u64>,
+    /// The order in which its requests reached the service (by invocation): a request held on
+    /// the way (a `late` cut) takes effect after a later one, and is no new send of it.
+    arrivals: BTreeMap<String, usize>,
 }
 
 fn blind_replay(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
@@ -332,11 +335,17 @@ fn blind_replay(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
             EventKind::Lease { domain, owner, token, .. } if tokens_seen.insert((domain.as_str(), *token)) => {
                 owned_since.insert(owner.as_str(), event.at_ms);
             }
-            EventKind::Call { function, payload, .. } if functions.effects.contains(function.as_str()) => {
+            EventKind::Call { function, payload, invocation_id, .. }
+                if functions.effects.contains(function.as_str()) =>
+            {
                 if let Some(action) = text(payload, "action_id") {
                     let seen = actions.entry(action).or_default();
                     seen.keys.extend(text(payload, "idempotency_key"));
                     seen.references.extend(text(payload, "client_reference"));
+                    if let Some(request) = invocation_id {
+                        let next = seen.arrivals.len();
+                        seen.arrivals.entry(request.clone()).or_insert(next);
+                    }
                 }
             }
             // A reconciliation names the action by a key or a reference it was sent with before;
@@ -365,6 +374,11 @@ fn blind_replay(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
                 match &seen.last_send {
                     // The network repeated the same request: not the worker's doing.
                     Some((_, last)) if !request.is_empty() && *last == request => continue,
+                    // An earlier request taking effect late, after the one that sent it again:
+                    // that send was judged when it took effect.
+                    Some((_, last)) if matches!((seen.arrivals.get(&request), seen.arrivals.get(last)), (Some(this), Some(last)) if this < last) => {
+                        continue
+                    }
                     Some(_) => {
                         let since = owned_since.get(sender.as_str()).copied().unwrap_or(0);
                         let asked = seen

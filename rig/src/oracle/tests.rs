@@ -225,6 +225,30 @@ fn fencing_catches_an_accepted_stale_token_only() {
     assert_eq!(fired(&stale_write), vec![Oracle::Fencing]);
 }
 
+/// A request held on the way (a `late` cut) takes effect after the one that sent it again: its
+/// send came first, and the second was judged when it took effect; the late one is no new send.
+#[test]
+fn blind_replay_takes_a_late_request_for_the_send_it_was() {
+    let payload = json!({"action_id": "a1", "idempotency_key": "k1", "client_reference": "a1"});
+    let request = |at_ms: u64| call_from(at_ms, "harness", "ticket::create", payload.clone());
+    let asked_then_sent_again = [
+        request(1),
+        ask(2_000, "harness", "ticket::status"),
+        request(2_010),
+        effect_from(2_010, "harness", "i2010", None, true, "created"),
+        effect_from(2_500, "harness", "i1", None, false, "duplicate key"),
+    ];
+    assert!(fired(&asked_then_sent_again).is_empty(), "{:?}", fired(&asked_then_sent_again));
+    // A request sent again unasked is still blind, whichever copy takes effect first.
+    let blind = [
+        request(1),
+        effect_from(1, "harness", "i1", None, true, "created"),
+        request(2_010),
+        effect_from(2_010, "harness", "i2010", None, false, "duplicate key"),
+    ];
+    assert_eq!(fired(&blind), vec![Oracle::BlindReplay]);
+}
+
 #[test]
 fn blind_replay_needs_the_sender_itself_to_ask_between_sends() {
     let reconciled = flat(&[

@@ -301,6 +301,7 @@ pub enum CutAction {
     Timeout,
     Reject,
     Delay,
+    Late,
     CrashCallerBefore,
     CrashCallerAfter,
     CrashService,

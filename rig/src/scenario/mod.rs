@@ -840,6 +840,7 @@ fn compile_cut(at: &Locator, functions: &BTreeSet<String>, cut: Spanned<CutSpec>
         CutAction::Delay => ServiceFault::Delay {
             ms: cut.delay_ms.ok_or_else(|| at.error(span.clone(), "a `delay` cut needs `delay_ms`"))?,
         },
+        CutAction::Late => ServiceFault::Late,
         CutAction::CrashCallerBefore => ServiceFault::CrashCaller { after: false },
         CutAction::CrashCallerAfter => ServiceFault::CrashCaller { after: true },
         CutAction::CrashService => ServiceFault::CrashService,

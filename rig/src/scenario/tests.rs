@@ -293,6 +293,14 @@ fn a_cut_that_may_fire_zero_times_is_a_load_error() {
 }
 
 #[test]
+fn a_late_cut_holds_the_request_and_needs_no_length() {
+    let late = format!("{TURN}[[cut]]\nfunction = \"state::set\"\naction = \"late\"\n[policy.reference]\n");
+    assert_eq!(parse(&late).unwrap().cuts[0].fault, ServiceFault::Late);
+    let timed = late.replace("action = \"late\"\n", "action = \"late\"\nlate_ms = 5\n");
+    assert!(error(&timed).message.contains("late_ms"), "an unknown key is named");
+}
+
+#[test]
 fn an_outage_says_how_long_and_compiles_its_refusal_and_reach() {
     let outage = |keys: &str| {
         format!("{TURN}[[cut]]\nfunction = \"state::set\"\naction = \"outage\"\n{keys}[policy.reference]\n")

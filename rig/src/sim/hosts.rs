@@ -149,11 +149,32 @@ pub struct ServiceHost {
     world: Rc<World>,
     host: String,
     double: SharedDouble,
+    /// Requests a `late` cut holds on the way, with their callers, in arrival order.
+    held: std::cell::RefCell<Vec<(Invocation, Option<String>)>>,
 }
 
 impl ServiceHost {
     pub fn new(world: Rc<World>, host: &str, double: SharedDouble) -> Rc<Self> {
-        Rc::new(Self { world, host: host.to_string(), double })
+        Rc::new(Self { world, host: host.to_string(), double, held: Default::default() })
+    }
+
+    /// Lets the requests held on the way that `call` sends again (the same function, about the
+    /// same action) take effect now, right after it: their callers gave up on them long ago,
+    /// so their answers go nowhere.
+    fn release_late(&self, call: &Invocation, bus: &Bus) {
+        let same = |held: &Invocation| {
+            held.function_id == call.function_id && held.data.get("action_id") == call.data.get("action_id")
+        };
+        if !self.held.borrow().iter().any(|(held, _)| same(held)) {
+            return;
+        }
+        let (released, kept) = self.held.take().into_iter().partition(|(held, _)| same(held));
+        *self.held.borrow_mut() = kept;
+        for (held, caller) in released {
+            let detail = serde_json::json!({ "function": held.function_id, "invocation_id": held.invocation_id });
+            self.world.note_event(&self.host, "late_call_arrived", detail);
+            let _ = self.apply(&held, caller.as_deref(), bus);
+        }
     }
 
     /// Hands the call to the double. A reply carrying `frames` to a caller that named a
@@ -200,8 +221,12 @@ impl Provider for ServiceHost {
             );
             let fault = world.cuts.borrow_mut().decide(&call.function_id, &call.data, world.clock.now_ms());
             let Some((cut, fault)) = fault else {
-                return Some(self.apply(&call, caller.as_deref(), &bus));
+                let reply = self.apply(&call, caller.as_deref(), &bus);
+                self.release_late(&call, &bus);
+                return Some(reply);
             };
+            // A request sent again that a cut takes: what it sends again arrived with it.
+            self.release_late(&call, &bus);
             world.record(
                 &self.host,
                 EventKind::Cut { cut, action: fault.name().to_string(), function: call.function_id.clone() },
@@ -217,6 +242,11 @@ impl Provider for ServiceHost {
                     let reply = self.apply(&call, caller.as_deref(), &bus);
                     world.clock.sleep(ms).await;
                     Some(reply)
+                }
+                // Held on the way until the caller sends it again (`release_late`).
+                ServiceFault::Late => {
+                    self.held.borrow_mut().push((call, caller));
+                    None
                 }
                 ServiceFault::CrashCaller { after } => {
                     if after {
