@@ -240,7 +240,7 @@ fn search(
                 }
                 let baseline = harness.run(&workload, &bare_run(policy), seed);
                 let space = runnable_space(harness, &workload, &baseline, &SpaceOptions::default());
-                let mix = draw(seed, &space, &workload);
+                let mix = draw(seed, &space, &harness.wired(&workload));
                 if mix.is_empty() {
                     continue;
                 }

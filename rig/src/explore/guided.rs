@@ -139,6 +139,8 @@ struct Entry {
 pub struct Campaign<'a> {
     harness: &'a dyn Runs,
     pub workload: Scenario,
+    /// The workload as the harness runs it ([`Runs::wired`]): what the cuts' bounds are read from.
+    wired: Scenario,
     pub policy: String,
     /// The simulation seed of every run: the first of the range.
     pub seed: u64,
@@ -177,13 +179,14 @@ impl<'a> Campaign<'a> {
         let baseline = harness.run(&workload, &bare_run(policy), seed);
         let space = runnable_space(harness, &workload, &baseline, &SpaceOptions::default());
         let abstraction = Abstraction::new(&workload, harness.layout());
+        let wired = harness.wired(&workload).into_owned();
         let mut coverage = Coverage::default();
         coverage.add(&abstraction.trajectory(baseline.trace.events()));
         let opening = opening_order(&space).into();
         let root = Entry {
             mix: Vec::new(),
             fired_at: Vec::new(),
-            sites: cut_space_at(&workload, &baseline, &SpaceOptions::default(), true),
+            sites: cut_space_at(&wired, &baseline, &SpaceOptions::default(), true),
             novelty: 1,
             picks: 0,
         };
@@ -195,6 +198,7 @@ impl<'a> Campaign<'a> {
             next: runs.start,
             runs,
             workload,
+            wired,
             baseline,
             space,
             abstraction,
@@ -223,7 +227,7 @@ impl<'a> Campaign<'a> {
     fn trial(&mut self, index: u64) -> Trial {
         let mut rng = component_stream(index, "explore/guided");
         if rng.random_bool(FRESH_SHARE) {
-            let mix = draw(index, &self.space, &self.workload);
+            let mix = draw(index, &self.space, &self.wired);
             return Trial { index, mix, parent: None, source: Source::Fresh };
         }
         // While both have runs to make, the opening and the follow-ups of its runs take turns.
@@ -242,7 +246,7 @@ impl<'a> Campaign<'a> {
         }
         let parent = self.pick(&mut rng);
         self.corpus[parent].picks += 1;
-        let mix = mutate(&self.corpus[parent], &self.workload, &mut rng);
+        let mix = mutate(&self.corpus[parent], &self.wired, &mut rng);
         Trial { index, mix, parent: Some(parent), source: Source::Corpus }
     }
 
@@ -291,7 +295,7 @@ impl<'a> Campaign<'a> {
             trajectory: self.abstraction.trajectory(outcome.trace.events()),
             fired_cuts,
             fired_at,
-            sites: cut_space_at(&self.workload, &outcome, &SpaceOptions::default(), true),
+            sites: cut_space_at(&self.wired, &outcome, &SpaceOptions::default(), true),
             parent: trial.parent,
             source: trial.source,
         }

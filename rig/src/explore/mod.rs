@@ -81,6 +81,12 @@ pub trait Runs: Sync {
     /// the harness does not declare, or what this way of running cannot do. The same skip as
     /// every command's and `scenario_tests!`'s.
     fn skip(&self, workload: &Scenario, policy: &str) -> Option<Skip>;
+    /// `workload` as this harness runs it: a queue's dead letters wired to a handler only for a
+    /// harness that serves `dead-letters` ([`Scenario::wired_for`]). What the world lets a
+    /// harness survive (the outage bound) is read from it, not from the file.
+    fn wired<'s>(&self, workload: &'s Scenario) -> std::borrow::Cow<'s, Scenario> {
+        std::borrow::Cow::Borrowed(workload)
+    }
     /// Why `scenario` cannot be run this way (a cut only the simulation can make, live); such
     /// placements are left out of the cut space.
     fn cannot(&self, _scenario: &Scenario) -> Option<Vec<String>> {
@@ -106,6 +112,10 @@ impl Runs for Arc<dyn HarnessFactory> {
 
     fn skip(&self, workload: &Scenario, policy: &str) -> Option<Skip> {
         workload.skip_for(self.as_ref(), policy)
+    }
+
+    fn wired<'s>(&self, workload: &'s Scenario) -> std::borrow::Cow<'s, Scenario> {
+        workload.wired_for(&self.as_ref().capabilities())
     }
 
     fn reference(&self) -> &dyn Runs {
@@ -154,7 +164,7 @@ fn runnable_space(
     baseline: &RunOutcome,
     options: &SpaceOptions,
 ) -> Vec<Placement> {
-    let mut space = cut_space(workload, baseline, options);
+    let mut space = cut_space(&harness.wired(workload), baseline, options);
     space.retain(|placement| {
         let mut variant = workload.clone();
         placement.apply(&mut variant);

@@ -189,7 +189,7 @@ pub fn explore(
     let baseline = harness.run(&workload, &bare_run(policy), seed);
     let baseline_fired = fired(&baseline);
     let space = runnable_space(harness, &workload, &baseline, &SpaceOptions::default());
-    let mix = draw(seed, &space, &workload);
+    let mix = draw(seed, &space, &harness.wired(&workload));
     let mut exploration = Exploration {
         seed,
         mix: mix.clone(),

@@ -224,7 +224,7 @@ pub fn run_job(harness: &dyn Runs, plan: &SweepPlan, placements: &[Placement]) -
     if let ([single], [index], Verdict::Clean, true) = (placements, &indices[..], &verdict, options.depth >= 2) {
         let fired_at = single.fired_at(&outcome, *index).unwrap_or(usize::MAX);
         if let Some(subject) = single.site.subject() {
-            follow_ups = follow_ups_in(&plan.workload, &outcome, &options.space, fired_at, &subject);
+            follow_ups = follow_ups_in(&harness.wired(&plan.workload), &outcome, &options.space, fired_at, &subject);
             follow_ups.retain(|q| q.site != single.site);
         }
     }
