@@ -90,6 +90,9 @@ pub enum EventKind {
     Limit { what: String },
 }
 
+/// The room a trace makes for events at its first (see [`Trace::push`]).
+const EVENTS_AT_ONCE: usize = 256;
+
 /// The events of one run, in order, with a running digest.
 #[derive(Default)]
 pub struct Trace {
@@ -108,6 +111,11 @@ impl Trace {
     }
 
     pub fn push(&mut self, event: Event) {
+        if self.events.capacity() == 0 {
+            // A run records a few hundred events: room for them at once, rather than a copy of
+            // every event so far at each doubling from four.
+            self.events.reserve(EVENTS_AT_ONCE);
+        }
         if !self.unhashed {
             self.line.clear();
             event.write_canonical(&mut self.line);

@@ -1,6 +1,7 @@
 use rand::{rngs::SmallRng, seq::SliceRandom, Rng, SeedableRng};
 use std::cell::RefCell;
 use std::future::Future;
+use std::mem;
 use std::net::IpAddr;
 use std::ops::DerefMut;
 use std::sync::Arc;
@@ -34,6 +35,11 @@ pub struct Sim<'a> {
     elapsed: Duration,
 
     steps: usize,
+
+    /// Rig patch: the places in `rts` of the hosts running and stopped in
+    /// the step, kept from step to step (see [`Sim::step`]).
+    running: Vec<usize>,
+    stopped: Vec<usize>,
 }
 
 impl<'a> Sim<'a> {
@@ -47,6 +53,8 @@ impl<'a> Sim<'a> {
             since_epoch,
             elapsed: Duration::ZERO,
             steps: 1, // bumped after each step
+            running: Vec::new(),
+            stopped: Vec::new(),
         }
     }
 
@@ -387,26 +395,40 @@ impl<'a> Sim<'a> {
         // completes, extract the result and return early if an error is
         // encountered.
 
-        let (mut running, stopped): (Vec<_>, Vec<_>) =
-            self.rts.iter_mut().partition(|(_, rt)| rt.is_software_running());
+        // Rig patch: the hosts are taken by their place in `rts`, in lists kept
+        // from step to step, rather than partitioned into two new vectors of
+        // references on every step. A shuffle's draws depend on the length
+        // alone, so the order drawn is the same.
+        let mut running = mem::take(&mut self.running);
+        let mut stopped = mem::take(&mut self.stopped);
+        running.clear();
+        stopped.clear();
+        for (index, (_, rt)) in self.rts.iter().enumerate() {
+            if rt.is_software_running() {
+                running.push(index);
+            } else {
+                stopped.push(index);
+            }
+        }
         if self.config.random_node_order {
             running.shuffle(&mut self.world.borrow_mut().rng);
         }
 
-        for (&addr, rt) in running {
+        for &index in &running {
+            let (&addr, rt) = self.rts.get_index_mut(index).expect("a host's place");
             {
                 let mut world = self.world.borrow_mut();
                 // We need to move deliverable messages off the network and
                 // into the dst host. This requires two mutable borrows.
                 let World { rng, topology, hosts, .. } = world.deref_mut();
-                topology.deliver_messages(rng, hosts.get_mut(&addr).expect("missing host"));
+                topology.deliver_messages(rng, World::host_at(hosts, index, addr));
 
                 // Rig patch: a host none of whose tasks is woken (a delivery
                 // wakes the task reading it) would do nothing in this tick,
                 // and a frozen host does nothing until it is resumed.
                 if rt.is_idle() || rt.is_frozen() {
                     rt.skip(tick);
-                    world.tick(addr, tick);
+                    World::host_at(&mut world.hosts, index, addr).timer.tick(tick);
                     if rt.is_client() {
                         is_finished = false;
                     }
@@ -430,15 +452,18 @@ impl<'a> Sim<'a> {
             let mut world = self.world.borrow_mut();
             world.current = None;
 
-            world.tick(addr, tick);
+            World::host_at(&mut world.hosts, index, addr).timer.tick(tick);
         }
 
         // Tick the nodes that are not actively running (i.e., crashed) to ensure their clock keeps up
         // with the rest of the simulation when they are restarted (bounced).
-        for (&addr, _rt) in stopped {
+        for &index in &stopped {
+            let (&addr, _rt) = self.rts.get_index(index).expect("a host's place");
             let mut world = self.world.borrow_mut();
-            world.tick(addr, tick);
+            World::host_at(&mut world.hosts, index, addr).timer.tick(tick);
         }
+        self.running = running;
+        self.stopped = stopped;
 
         self.elapsed += tick;
         self.steps += 1;

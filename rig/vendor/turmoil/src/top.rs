@@ -128,7 +128,19 @@ impl<'a> Iterator for LinkIter<'a> {
 
         Some(SentRef { src: sent.src, dst: sent.dst, now: self.now, sent })
     }
+
+    // Rig patch: a link's messages are counted on every quiet step (whether
+    // anything is in flight); the queue knows its length.
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.iter.size_hint()
+    }
+
+    fn count(self) -> usize {
+        self.iter.len()
+    }
 }
+
+impl ExactSizeIterator for LinkIter<'_> {}
 
 /// A two-way link between two hosts on the network.
 struct Link {
