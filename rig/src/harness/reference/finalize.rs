@@ -529,14 +529,7 @@ impl Worker {
     /// the transcript has it) and reseeding queued input.
     pub(super) async fn after_terminal(self: &Rc<Self>, bus: &Bus, terminal: &Value) -> Value {
         let session_id = &terminal["session_id"];
-        let timeout = self.env.config.session_timeout_ms;
-        let (mut entry, session_status) = presentation(terminal);
-        let key =
-            entry.as_object_mut().and_then(|e| e.remove("entry_key")).and_then(|k| k.as_str().map(str::to_string));
-        self.append_entry_tried(bus, session_id, key, entry, 1).await;
-        let _ = bus
-            .invoke("session::set-status", json!({ "session_id": session_id, "status": session_status }), timeout)
-            .await;
+        self.present(bus, terminal).await;
         // Commands waiting on this turn, accepted here or by another worker, learn how it ended.
         if self.policy != Policy::InMemoryCancel
             || self.controls.borrow().contains_key(session_id.as_str().unwrap_or_default())
@@ -554,6 +547,21 @@ impl Worker {
             result["reseed"] = reseed;
         }
         result
+    }
+
+    /// Shows a terminal turn on the session: its answer (or its error) in the transcript, keyed by
+    /// the turn so that a presentation made again is kept once (tried once now, and in the
+    /// background until the transcript has it), and the session's status.
+    async fn present(&self, bus: &Bus, terminal: &Value) {
+        let session_id = &terminal["session_id"];
+        let timeout = self.env.config.session_timeout_ms;
+        let (mut entry, session_status) = presentation(terminal);
+        let key =
+            entry.as_object_mut().and_then(|e| e.remove("entry_key")).and_then(|k| k.as_str().map(str::to_string));
+        self.append_entry_tried(bus, session_id, key, entry, 1).await;
+        let _ = bus
+            .invoke("session::set-status", json!({ "session_id": session_id, "status": session_status }), timeout)
+            .await;
     }
 
     /// When a reseed left the input queued (no turn was made of it), admits it later; when it
@@ -796,6 +804,18 @@ impl Worker {
         let Some(record) = record.filter(|r| self.handed_to(&request.session_id, Some(r)).is_none()) else { return };
         let delivered = json!(request.turn_id);
         if record["turn_id"] == delivered && is_terminal(record) {
+            // A worker that died between the terminal write and the presentation left the answer
+            // out of the transcript for good: it is presented now (kept once, by its key). Only
+            // a record that carries this harness's own answer or error: a turn a person closed
+            // has none to show.
+            let own = if record["status"] == json!("completed") {
+                &record["result"]["text"]
+            } else {
+                &record["result_error"]
+            };
+            if own.is_string() {
+                self.present(bus, record).await;
+            }
             if let Some(reseed) = self.reseed_queued_input(bus, record).await {
                 self.note("admission_finished", json!({ "after": request.turn_id, "reseed": reseed }));
                 if self.policy.recovers() {
