@@ -57,10 +57,8 @@ pub use live::{
     LiveRuns, LiveScenario, LiveSweepOptions, Processes, SpawnOptions, HOST_VARIABLE, RETRY_SLOWER, RIG_CONFIG,
     RIG_NOTE, URL_VARIABLE, VOID_RETRIES,
 };
-pub use oracle::{Oracle, Violation};
-pub use run::{
-    reference, run, run_unchecked, run_with, ActionStatus, Rerun, RunOutcome, TurnEnd, UncutOutcome, UncutRun,
-};
+pub use oracle::{Oracle, Outcome, Violation};
+pub use run::{reference, run, run_unchecked, run_with, ActionStatus, Rerun, RunOutcome, UncutRun};
 pub use scenario::{files as scenario_files, PolicyRun, Scenario, ScenarioError};
 pub use topology::HARNESS_FUNCTIONS;
 pub use trace::{Event, EventKind, NoteSink, Trace};

@@ -11,7 +11,8 @@ use toml_edit::{value, Array, ArrayOfTables, DocumentMut, InlineTable, Item, Tab
 
 /// A scenario file's top-level keys, in the order the shipped files have them; any other key
 /// keeps its place after these.
-const SECTIONS: [&str; 8] = ["about", "oracles_only", "world", "proxy", "cut", "interrupt", "step", "policy"];
+const SECTIONS: [&str; 9] =
+    ["about", "oracles_only", "outcome_depends_on_faults", "world", "proxy", "cut", "interrupt", "step", "policy"];
 
 /// What the file says beyond the workload: why it exists, what it cuts, what each policy shows.
 pub(super) struct Contents<'a> {

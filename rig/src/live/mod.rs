@@ -178,7 +178,8 @@ pub fn run_live(
     } else {
         failures.extend(gone_workers(&world, &external));
     }
-    let ended = Ended { at_ms: runner.now_ms(), steps: 0, settled, started, recovery: None };
+    let ended =
+        Ended { at_ms: runner.now_ms(), steps: 0, settled, started, recovery: None, uncut: None, outcome: None };
     let (own, late_ms_max) = runner.lateness();
     let work = runner.work_late();
     let (restarts, never_back) = runner.restarts();

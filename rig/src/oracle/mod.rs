@@ -10,6 +10,7 @@ use crate::layout::{ActionClass, ActionVersion, RecordLayout};
 use crate::services::EffectFunctions;
 use crate::trace::{Event, EventKind};
 use doubles::{SessionService, StateStore};
+pub use outcome::{outcome_differences, Outcome, OutcomeJudged};
 use serde::Serialize;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -73,10 +74,14 @@ pub enum Oracle {
     /// A model reply a worker transcribes enters the transcript whole: one entry holding its
     /// text (its streamed deltas joined in sequence order), never a part of it.
     WholeReplies,
+    /// Faults may delay an outcome, never change it: a run with faults comes to what the same
+    /// workload came to without them (the same turns ending the same way, the same effects, the
+    /// same answers), but for the differences the contract permits.
+    Outcome,
 }
 
 impl Oracle {
-    pub const ALL: [Oracle; 20] = [
+    pub const ALL: [Oracle; 21] = [
         Oracle::Effects,
         Oracle::Fencing,
         Oracle::BlindReplay,
@@ -97,6 +102,7 @@ impl Oracle {
         Oracle::HookArguments,
         Oracle::ModelContext,
         Oracle::WholeReplies,
+        Oracle::Outcome,
     ];
 
     pub fn name(self) -> &'static str {
@@ -121,6 +127,7 @@ impl Oracle {
             Oracle::HookArguments => "hook-arguments",
             Oracle::ModelContext => "model-context",
             Oracle::WholeReplies => "whole-replies",
+            Oracle::Outcome => "outcome",
         }
     }
 
@@ -185,6 +192,10 @@ pub struct Evidence<'a> {
     pub seeded: &'a [(String, String, Value)],
     /// The messages the scenario's client sent (`{host}::send` invocations it began), in order.
     pub sends: Vec<Sent>,
+    /// What the same workload came to without the run's faults, to hold the run's outcome to
+    /// (`None`: nothing to compare, as for a run with no faults, a live run, or a workload whose
+    /// outcome depends on its faults by design).
+    pub outcome: Option<OutcomeJudged<'a>>,
 }
 
 /// A message the scenario's client sent with `{host}::send`: one message, however often it was
@@ -227,6 +238,7 @@ pub fn check(evidence: &Evidence<'_>) -> Vec<Violation> {
     hooks::hook_arguments(evidence, &mut violations);
     transcript::model_context(evidence, &mut violations);
     transcript::whole_replies(evidence, &mut violations);
+    outcome::same_outcome(evidence, &mut violations);
     violations
 }
 
@@ -1233,6 +1245,7 @@ mod holds;
 mod hooks;
 mod input;
 mod leases;
+mod outcome;
 mod transcript;
 mod versions;
 

@@ -128,6 +128,7 @@ fn evidence<'a>(
         generations: &[],
         seeded: &[],
         sends: Vec::new(),
+        outcome: None,
     }
 }
 

@@ -1,35 +1,36 @@
 //! The uncut run of a workload (see [`crate::recovery`]): the scenario with its scripted faults
 //! taken out, run when something needs it and remembered.
 //!
-//! **When it is run.** Only when a verdict depends on it: `recovery-cost` needs it when the run
-//! repeated more work than the allowance ([`crate::recovery::Recovery::needs_uncut`]); a run
-//! whose own repeats are within the bound passes whatever its uncut run did. A run with no
+//! **When it is run.** Only when a verdict depends on it: the `outcome` oracle needs the one at
+//! the canonical seed (`run::CANONICAL_UNCUT_SEED`) for every run in which a fault fired (but in
+//! a file whose outcome depends on its faults by design), and the one at the run's own seed when
+//! the canonical one finds a difference; `recovery-cost` needs it when the run repeated more work than the allowance
+//! ([`crate::recovery::Recovery::needs_uncut`]; a run whose own repeats are within the bound
+//! passes whatever its uncut run did, and its report leaves the uncut figures out). A run with no
 //! scripted faults is its own uncut run, and one whose every step completed is remembered as the
 //! uncut run of its workload (an uncut run goes on past a step that cannot complete, a judged
 //! run does not: after such a step the two differ). So a sweep or an exploration, whose every
 //! placement shares one seed's uncut run with the workload's own run, never simulates it again.
 //!
 //! **What it remembers.** Per (harness, policy, seed, workload) an [`UncutRun`]: its work
-//! ([`Measured`], for `recovery-cost`) and its outcome ([`UncutOutcome`]: what the workload came
-//! to without the faults, for an oracle that judges a run's outcome against it). The workload is
+//! ([`Measured`], for `recovery-cost`) and its outcome ([`Outcome`]: what the workload came to
+//! without the faults, which the `outcome` oracle holds a run with faults to). The workload is
 //! everything the simulation depends on: the world, the script's steps and the proxy's place,
 //! not the cuts, interrupts and proxy rules (taken out), the expectations or the file's name, so
 //! two files that script different faults on one workload share its uncut run; and not the step
 //! mode (`tick_idle_hosts`), which changes no outcome.
 //!
-//! **How long.** The memory is the process's, bounded ([`REMEMBERED_MAX`] runs; it starts over
-//! when full). [`forget`] empties it: `rig bench` starts each pass cold with it, so a figure never
+//! **How long.** The memory is the process's, bounded ([`REMEMBERED_MAX`] runs, and apart from
+//! them [`CANONICAL_MAX`] at the canonical seed; each starts over when full). [`forget`] empties it: `rig bench` starts each pass cold with it, so a figure never
 //! depends on what an earlier pass left behind.
 //!
-//! For an outcome oracle (issue 39): `run::uncut_run` gives a run's [`UncutRun`], simulating it
-//! on the first call for its workload and seed.
+//! `run::uncut_run` gives a run's [`UncutRun`], simulating it on the first call for its workload
+//! and seed.
 
-use crate::layout::RecordLayout;
+use crate::oracle::Outcome;
 use crate::recovery::Measured;
 use crate::scenario::{Scenario, WorldSetup};
 use crate::sim::NetworkConfig;
-use crate::trace::{Event, EventKind};
-use doubles::{SessionService, StateStore};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::hash::Hasher;
@@ -47,82 +48,8 @@ pub const REMEMBERED_MAX: usize = 256;
 #[derive(Debug, Clone)]
 pub struct UncutRun {
     pub work: Measured,
-    pub outcome: UncutOutcome,
-}
-
-/// What an uncut run came to, read from what the services saw (the store, its commits, the
-/// ledger, the session service), through the harness's record layout: the outcome a run of the
-/// same workload with faults is held to, where faults may delay an outcome but not change it.
-#[derive(Debug, Clone, Default)]
-pub struct UncutOutcome {
-    /// Every turn the store recorded, by turn id: the session it belongs to (its record's key)
-    /// and the status of the last record committed for it.
-    pub turns: BTreeMap<String, TurnEnd>,
-    /// The store as the run left it: every record's last value, by (scope, key).
-    pub store: BTreeMap<(String, String), serde_json::Value>,
-    /// The effect ledger: every request for an external effect and what became of it, in order
-    /// (the trace's `effect` events).
-    pub ledger: Vec<Event>,
-    /// Accepted effects per action id, from every effect service's ledger.
-    pub effects: BTreeMap<String, u64>,
-    /// Queued input: every key the input scope held, with the turns it was admitted into (turn
-    /// ids, in commit order; empty when never admitted). Empty when the layout has no input scope.
-    pub inputs: BTreeMap<String, Vec<String>>,
-    /// The session service as the run left it: every session's transcript (the final answer is
-    /// in it), read with [`SessionService::entries`].
-    pub sessions: SessionService,
-    /// Whether the run settled into quiescence, rather than running into its bound.
-    pub quiescent: bool,
-}
-
-/// How one turn ended in an uncut run.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TurnEnd {
-    pub session: String,
-    pub status: String,
-}
-
-impl UncutOutcome {
-    /// The outcome of a finished run from its trace, its store and its session service.
-    pub(crate) fn of(
-        events: &[Event],
-        store: &StateStore,
-        sessions: &SessionService,
-        layout: &RecordLayout,
-        quiescent: bool,
-    ) -> Self {
-        let store = store.records().map(|(scope, key, value)| ((scope.to_string(), key.to_string()), value.clone()));
-        let mut outcome =
-            UncutOutcome { store: store.collect(), sessions: sessions.clone(), quiescent, ..UncutOutcome::default() };
-        for event in events {
-            match &event.kind {
-                EventKind::Commit { scope, key, value, .. } if !value.is_null() => {
-                    if *scope == layout.turn_scope {
-                        let turn = layout.turn_id(value).to_string();
-                        let admitted = layout.input_keys_field.as_ref().and_then(|field| value[field].as_array());
-                        for input in admitted.into_iter().flatten().filter_map(|k| k.as_str()) {
-                            let turns = outcome.inputs.entry(input.to_string()).or_default();
-                            if !turns.contains(&turn) {
-                                turns.push(turn.clone());
-                            }
-                        }
-                        let end = TurnEnd { session: key.clone(), status: layout.status(value).to_string() };
-                        outcome.turns.insert(turn, end);
-                    } else if layout.input_scope.as_ref() == Some(scope) {
-                        outcome.inputs.entry(key.clone()).or_default();
-                    }
-                }
-                EventKind::Effect { action, accepted, .. } => {
-                    if *accepted {
-                        *outcome.effects.entry(action.clone()).or_default() += 1;
-                    }
-                    outcome.ledger.push(event.clone());
-                }
-                _ => {}
-            }
-        }
-        outcome
-    }
+    /// What it came to, for the `outcome` oracle: faults may delay an outcome, never change it.
+    pub outcome: Outcome,
 }
 
 /// The scenario with its scripted faults taken out, or `None` when it has none (a run of it is
@@ -205,22 +132,44 @@ pub(super) fn key(harness: &str, policy: &str, seed: u64, scenario: &Scenario) -
     Key(digest.0.finish(), digest.1.finish())
 }
 
-type Remembered = Mutex<BTreeMap<Key, Arc<UncutRun>>>;
-
-fn remembered() -> &'static Remembered {
-    static REMEMBERED: std::sync::OnceLock<Remembered> = std::sync::OnceLock::new();
-    REMEMBERED.get_or_init(Remembered::default)
+/// The memory: uncut runs at the canonical seed (`run::CANONICAL_UNCUT_SEED`) apart from the
+/// others, so that a catalogue pass, which reads one per file and policy for every seed and
+/// remembers a run of every file with no faults, never pushes them out.
+#[derive(Default)]
+struct Memory {
+    canonical: BTreeMap<Key, Arc<UncutRun>>,
+    others: BTreeMap<Key, Arc<UncutRun>>,
 }
 
-/// The uncut run under `key`, if one was remembered.
-pub(super) fn recall(key: Key) -> Option<Arc<UncutRun>> {
-    remembered().lock().expect("the memory of uncut runs").get(&key).cloned()
+impl Memory {
+    fn part(&mut self, canonical: bool) -> (&mut BTreeMap<Key, Arc<UncutRun>>, usize) {
+        if canonical {
+            (&mut self.canonical, CANONICAL_MAX)
+        } else {
+            (&mut self.others, REMEMBERED_MAX)
+        }
+    }
 }
 
-/// Remembers `run` as the uncut run under `key`.
-pub(super) fn remember(key: Key, run: Arc<UncutRun>) {
+/// The most canonical uncut runs remembered at once: one per workload and policy (a few hundred
+/// in the shipped catalogue), each only its outcome and work.
+pub const CANONICAL_MAX: usize = 4096;
+
+fn remembered() -> &'static Mutex<Memory> {
+    static REMEMBERED: std::sync::OnceLock<Mutex<Memory>> = std::sync::OnceLock::new();
+    REMEMBERED.get_or_init(Mutex::default)
+}
+
+/// The uncut run under `key`, if one was remembered (`canonical`: at the canonical seed).
+pub(super) fn recall(key: Key, canonical: bool) -> Option<Arc<UncutRun>> {
+    remembered().lock().expect("the memory of uncut runs").part(canonical).0.get(&key).cloned()
+}
+
+/// Remembers `run` as the uncut run under `key` (`canonical`: at the canonical seed).
+pub(super) fn remember(key: Key, canonical: bool, run: Arc<UncutRun>) {
     let mut memory = remembered().lock().expect("the memory of uncut runs");
-    if memory.len() >= REMEMBERED_MAX && !memory.contains_key(&key) {
+    let (memory, max) = memory.part(canonical);
+    if memory.len() >= max && !memory.contains_key(&key) {
         memory.clear();
     }
     memory.insert(key, run);
@@ -228,7 +177,7 @@ pub(super) fn remember(key: Key, run: Arc<UncutRun>) {
 
 /// Forgets every uncut run, and the tally of those simulated: what comes next starts cold.
 pub fn forget() {
-    remembered().lock().expect("the memory of uncut runs").clear();
+    *remembered().lock().expect("the memory of uncut runs") = Memory::default();
     SIMULATED.store(0, Ordering::Relaxed);
     SIMULATED_NS.store(0, Ordering::Relaxed);
 }
@@ -312,33 +261,26 @@ invoke = { function = "harness::turn", payload = { session_id = "s1", turn_id = 
         let harness = crate::run::reference();
         let (bare, faulted) = multi_round();
         let made = crate::run::uncut_run(&harness, &faulted, "reference", 5).expect("the file scripts a fault");
-        let outcome = &made.outcome;
+        let outcome = &made.outcome.sessions["s1"];
         // What the workload comes to without the cut, by its own expectations: the turn
         // completed, two tickets, the transcript ends with the model's final text.
-        assert_eq!(outcome.turns["t1"], TurnEnd { session: "s1".into(), status: "completed".into() });
-        assert_eq!(outcome.store[&("harness_turn".to_string(), "s1".to_string())]["status"], "completed");
-        assert_eq!(
-            outcome.ledger.iter().filter(|e| matches!(e.kind, EventKind::Effect { accepted: true, .. })).count(),
-            2
-        );
+        let ends: Vec<(&str, &str)> = outcome.turns.iter().map(|t| (t.turn_id.as_str(), t.status.as_str())).collect();
+        assert_eq!(ends, [("t1", "completed")]);
         assert_eq!(outcome.effects.values().sum::<u64>(), 2);
-        let transcript = format!("{:?}", outcome.sessions.entries("s1"));
-        assert!(transcript.contains("Both tickets are open."), "{transcript}");
-        assert!(outcome.quiescent);
+        assert_eq!(outcome.answers.last().map(String::as_str), Some("Both tickets are open."));
         // The bare file's judged run completed every step: it is the same run, so it can stand
         // for the uncut run the memory keeps (the memory relies on this).
         let (world, ended, failures) =
             crate::run::simulate(&harness, &bare, "reference", 5, crate::run::Simulation::Judged);
         assert!(failures.is_empty() && ended.settled.steps_completed, "{failures:?}");
-        let judged = crate::run::uncut_of(&harness, &bare, &world, &ended.settled);
-        assert_eq!(format!("{:?}", judged.outcome), format!("{outcome:?}"));
+        let judged = crate::run::uncut_of(&harness, &bare, &world);
+        assert_eq!(judged.outcome, made.outcome);
         assert_eq!(judged.work, made.work);
-        // A correct harness's run with the cut comes to the same end by another way: the same
-        // turn ends and accepted effects, after a fault the uncut run never saw.
-        let (world, ended, _) =
-            crate::run::simulate(&harness, &faulted, "reference", 5, crate::run::Simulation::Judged);
-        let own = crate::run::uncut_of(&harness, &faulted, &world, &ended.settled);
-        assert_eq!((&own.outcome.turns, &own.outcome.effects), (&outcome.turns, &outcome.effects));
+        // A correct harness's run with the cut comes to the same end by another way, after a
+        // fault the uncut run never saw.
+        let (world, _, _) = crate::run::simulate(&harness, &faulted, "reference", 5, crate::run::Simulation::Judged);
+        let own = crate::run::uncut_of(&harness, &faulted, &world);
+        assert_eq!(own.outcome, made.outcome);
         assert!(crate::recovery::faults(world.trace().events()) > 0, "the cut fired");
     }
 }

@@ -39,6 +39,10 @@ pub struct ScenarioFile {
     /// held to, and a step that cannot complete ends the script without failing the run.
     #[serde(default)]
     pub oracles_only: bool,
+    /// Why the workload's outcome depends on its faults by design (a dead letter, say): the
+    /// `outcome` oracle does not hold a run of it to its uncut run.
+    #[serde(default)]
+    pub outcome_depends_on_faults: Option<String>,
 }
 
 /// A process cut at a named point of a harness worker's work.

@@ -45,6 +45,9 @@ pub struct Scenario {
     /// model script is held to, and a step that cannot complete (an invocation or await with
     /// no outcome, a `wait_until` not met) ends the script without failing the run.
     pub oracles_only: bool,
+    /// Why the workload's outcome depends on its faults by design (`outcome_depends_on_faults =
+    /// "..."`): its runs are not held to the uncut run's outcome.
+    pub outcome_depends_on_faults: Option<String>,
 }
 
 /// Where the drop-proxy sits and what it does.
@@ -252,6 +255,7 @@ impl Scenario {
             interrupts,
             source: source.to_string(),
             oracles_only,
+            outcome_depends_on_faults: parsed.outcome_depends_on_faults,
         };
         if let Some(needs) = needs {
             check_needs(&at, &scenario, needs)?;
