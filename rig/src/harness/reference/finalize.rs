@@ -94,6 +94,10 @@ const INPUT_KEYS: &str = "input_keys";
 /// removal has not succeeded yet: they are never admitted again.
 const SPENT_KEYS: &str = "spent_keys";
 
+/// The field of a turn admitted from queued input that holds its predecessor's answer (or error)
+/// as the transcript shows it, written there before the turn's input.
+pub(super) const PREDECESSOR_ENTRY: &str = "predecessor_entry";
+
 /// The field of a running turn record where a terminal state owed to it is kept: the process
 /// that owes it may die before it lands, and the queue, already answered, delivers nothing again.
 pub(super) const TERMINAL_PENDING: &str = "terminal_pending";
@@ -145,6 +149,13 @@ fn presentation(terminal: &Value) -> (Value, &'static str) {
             "error",
         )
     }
+}
+
+/// The entry a terminal record shows on the session (with its `entry_key`), when the record
+/// carries this harness's own answer or error: a turn a person closed has none to show.
+pub(super) fn owed_presentation(record: &Value) -> Option<Value> {
+    let own = if record["status"] == json!("completed") { &record["result"]["text"] } else { &record["result_error"] };
+    (is_terminal(record) && own.is_string()).then(|| presentation(record).0)
 }
 
 /// The backoff before the `attempt`-th deferred retry (from 1).
@@ -549,6 +560,17 @@ impl Worker {
         result
     }
 
+    /// Shows a turn found ended on the session again: a worker that died between the terminal
+    /// write and the presentation left the answer out of the transcript for good, so whoever
+    /// finds the turn ended next (a stale delivery of it, an import of it) presents it, kept
+    /// once by its key. Only a record that carries this harness's own answer or error: a turn a
+    /// person closed has none to show.
+    pub(super) async fn present_again(&self, bus: &Bus, record: &Value) {
+        if owed_presentation(record).is_some() {
+            self.present(bus, record).await;
+        }
+    }
+
     /// Shows a terminal turn on the session: its answer (or its error) in the transcript, keyed by
     /// the turn so that a presentation made again is kept once (tried once now, and in the
     /// background until the transcript has it), and the session's status.
@@ -670,6 +692,12 @@ impl Worker {
         });
         let mut turn = turn;
         super::switch::carry_hand_over(Some(predecessor), &mut turn);
+        // The predecessor's answer goes into the transcript before this turn's input: its own
+        // append may have been refused, and the worker retrying it in the background may die,
+        // so the turn that follows carries it (kept once, by its key).
+        if let Some(entry) = owed_presentation(predecessor) {
+            turn[PREDECESSOR_ENTRY] = entry;
+        }
         if !spent_keys.is_empty() {
             turn[SPENT_KEYS] = json!(spent_keys);
         }
@@ -804,18 +832,7 @@ impl Worker {
         let Some(record) = record.filter(|r| self.handed_to(&request.session_id, Some(r)).is_none()) else { return };
         let delivered = json!(request.turn_id);
         if record["turn_id"] == delivered && is_terminal(record) {
-            // A worker that died between the terminal write and the presentation left the answer
-            // out of the transcript for good: it is presented now (kept once, by its key). Only
-            // a record that carries this harness's own answer or error: a turn a person closed
-            // has none to show.
-            let own = if record["status"] == json!("completed") {
-                &record["result"]["text"]
-            } else {
-                &record["result_error"]
-            };
-            if own.is_string() {
-                self.present(bus, record).await;
-            }
+            self.present_again(bus, record).await;
             if let Some(reseed) = self.reseed_queued_input(bus, record).await {
                 self.note("admission_finished", json!({ "after": request.turn_id, "reseed": reseed }));
                 if self.policy.recovers() {

@@ -199,6 +199,9 @@ impl Worker {
             return self.hold_turn(bus, &request, &reason).await;
         }
         if record["status"] != json!("running") {
+            if ended {
+                self.present_again(bus, &record).await;
+            }
             return Ok(
                 json!({ "imported": true, "session_id": session_id, "status": record["status"], "actions": actions }),
             );

@@ -94,6 +94,10 @@ impl Worker {
     pub(super) async fn transcribe_input(&self, bus: &Bus, record: &Value) -> bool {
         let inputs = record["input"].as_array().cloned().unwrap_or_default();
         let mut written = true;
+        if let Some(mut entry) = record[super::finalize::PREDECESSOR_ENTRY].as_object().cloned() {
+            let key = entry.remove("entry_key").and_then(|k| k.as_str().map(str::to_string));
+            written &= self.append_entry(bus, &record["session_id"], key, Value::Object(entry)).await;
+        }
         for (index, message) in inputs.into_iter().enumerate() {
             let from = record["input_keys"][index].as_str().map_or_else(|| index.to_string(), str::to_string);
             let key = format!("{}:input:{from}", record["turn_id"].as_str().unwrap_or(""));
