@@ -316,7 +316,7 @@ fn outcome_to_judge(
         }
         let (effects, layout) = (scenario.world.services.effect_functions(), harness.layout());
         let (store, sessions) = (world.store.borrow(), world.session.borrow());
-        oracle::Outcome::of(trace.events(), &store, &sessions, scenario, &layout, &effects)
+        oracle::Outcome::of(trace.events(), &store, &sessions, &outcome_workload(scenario), &layout, &effects)
     };
     let canonical = uncut_run(harness, scenario, policy, CANONICAL_UNCUT_SEED)?;
     let layout = harness.layout();
@@ -375,8 +375,37 @@ fn uncut_of(harness: &Arc<dyn HarnessFactory>, scenario: &Scenario, world: &Worl
     let trace = world.trace();
     let work = recovery::measure(trace.events(), &effects, &layout);
     let (store, sessions) = (world.store.borrow(), world.session.borrow());
-    let outcome = oracle::Outcome::of(trace.events(), &store, &sessions, scenario, &layout, &effects);
+    let outcome =
+        oracle::Outcome::of(trace.events(), &store, &sessions, &outcome_workload(scenario), &layout, &effects);
     uncut::UncutRun { work, outcome }
+}
+
+/// The functions of a harness's control commands (on whichever host the script invokes them):
+/// a release or denial of a held call, and the commands of the control record.
+const COMMANDS: [&str; 5] = ["resolve", "stop", "cancel", "pause", "resume"];
+
+/// What reading a run's outcome needs of its scenario: the seeded records, the cuts that refuse
+/// a call outright, the script's control commands and the sessions they name.
+fn outcome_workload(scenario: &Scenario) -> oracle::OutcomeWorkload<'_> {
+    use crate::cut::{Refusal, ServiceFault};
+    let refusing = (scenario.cuts.iter().enumerate())
+        .filter(|(_, cut)| {
+            matches!(
+                cut.fault,
+                ServiceFault::Reject { .. } | ServiceFault::Outage { refuse: Refusal::Reject { .. }, .. }
+            )
+        })
+        .map(|(index, _)| index)
+        .collect();
+    let mut commanded = BTreeMap::new();
+    for step in &scenario.steps {
+        let crate::scenario::Step::Invoke { call, .. } = step else { continue };
+        let function = call.function.split_once("::").map_or("", |(_, function)| function);
+        if let (true, Some(session)) = (COMMANDS.contains(&function), call.payload["session_id"].as_str()) {
+            commanded.insert(call.name.clone(), session.to_string());
+        }
+    }
+    oracle::OutcomeWorkload { seeded: &scenario.world.records, refusing, commanded }
 }
 
 /// The run's work against the same workload run uncut (see [`crate::recovery`]): the uncut run

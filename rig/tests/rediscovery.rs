@@ -44,7 +44,7 @@ use Search::{Explore, Sweep, Uncut};
 /// Policy, workload, how it is found, the oracle that finds it (one the policy declares).
 fn table() -> Vec<Row> {
     vec![
-        row("swallow", "queued-successor.toml", Explore(6..7), "liveness"),
+        row("swallow", "queued-successor.toml", Explore(9..10), "liveness"),
         row("propagate", "multi-round.toml", Explore(9..10), "liveness"),
         row("unguarded", "multi-round.toml", Explore(6..7), "monotonic"),
         row(
@@ -71,14 +71,14 @@ fn table() -> Vec<Row> {
         row("in-memory-cancel", "cancel-after-a-lookup.toml", Explore(7..8), "cancellation"),
         row("reset-on-retry", "budget-across-a-retry.toml", Explore(6..7), "budget"),
         row("mint-child-budget", "budget-across-a-child.toml", Uncut, "budget"),
-        row("readmit-consumed-input", "queued-successor.toml", Explore(1..2), "admitted-once"),
+        row("readmit-consumed-input", "queued-successor.toml", Explore(20..21), "admitted-once"),
         row("unrecorded-actions", "multi-round.toml", Uncut, "ledger"),
         row("unconfirmed-reply", "multi-round.toml", Explore(45..46), "truthful-reply"),
         row("applied-on-accept", "cancel-after-a-lookup.toml", Uncut, "truthful-reply"),
         row("keep-lease", "switch-with-lease.toml", Uncut, "liveness"),
         row("cancel-counts-reads", "cancel-after-a-lookup.toml", Uncut, "cancellation"),
         row("stale-reply", "multi-round.toml", Uncut, "truthful-reply"),
-        row("fence-effects-only", "takeover-while-running.toml", Explore(960..961), "one-owner"),
+        row("fence-effects-only", "takeover-while-running.toml", Explore(123..124), "one-owner"),
         row("latest-on-resume", "config-promoted-and-withdrawn.toml", Explore(16..17), "pinned-config"),
         row("overlay-pinned", "config-promoted-and-withdrawn.toml", Uncut, "safety-overlay"),
         row("call-unavailable", "config-promoted-and-withdrawn.toml", Uncut, "safety-overlay"),
@@ -109,9 +109,9 @@ fn table() -> Vec<Row> {
         ),
         row("resume-without-cas", "paused-then-resumed-twice.toml", Uncut, "one-owner"),
         row("assume-sent", "multi-round.toml", Explore(0..1), "ledger"),
-        row("remove-before-admit", "queued-successor.toml", Explore(12..13), "stranded"),
+        row("remove-before-admit", "queued-successor.toml", Explore(2..3), "stranded"),
         row("skip-says-running", "budget-across-a-retry.toml", Explore(0..1), "truthful-reply"),
-        row("no-renewal", "switch-with-lease.toml", Explore(116..117), "recovery-cost"),
+        row("no-renewal", "switch-with-lease.toml", Explore(307..308), "recovery-cost"),
         row("blind-dead-letter", "budget-across-a-retry.toml", Explore(0..1), "truthful-reply"),
         row("hold-turn-only", "hook-chain-held-and-released.toml", Uncut, "liveness"),
         row("run-on-expiry", "approval-expires-before-a-late-release.toml", Uncut, "approval-expiry"),

@@ -10,7 +10,7 @@ use crate::layout::{ActionClass, ActionVersion, RecordLayout};
 use crate::services::EffectFunctions;
 use crate::trace::{Event, EventKind};
 use doubles::{SessionService, StateStore};
-pub use outcome::{outcome_differences, Outcome, OutcomeJudged};
+pub use outcome::{outcome_differences, Outcome, OutcomeJudged, Workload as OutcomeWorkload};
 use serde::Serialize;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};

@@ -12,9 +12,7 @@
 //! says so (`outcome_depends_on_faults`), and is not judged.
 
 use super::{violation, Evidence, Oracle, Violation, CONTROL_SCOPE};
-use crate::cut::{Refusal, ServiceFault};
 use crate::layout::{ActionClass, RecordLayout};
-use crate::scenario::{Scenario, Step};
 use crate::services::EffectFunctions;
 use crate::trace::{Event, EventKind};
 use doubles::{SessionService, StateStore};
@@ -62,29 +60,32 @@ pub struct TurnEnd {
     pub status: String,
 }
 
+/// What reading a run's outcome needs of its workload (the runner digests it from the scenario).
+#[derive(Debug, Clone, Default)]
+pub struct Workload<'a> {
+    /// The records the world was seeded with: `(scope, key, value)`.
+    pub seeded: &'a [(String, String, Value)],
+    /// The indices of the run's cuts that answer a call with a definite refusal (a `reject`, an
+    /// outage that rejects): a request such a cut answered did not happen.
+    pub refusing: BTreeSet<usize>,
+    /// The script's control-command invocations (a release or denial of a held call, the
+    /// commands of the control record), by step name: the session each names.
+    pub commanded: BTreeMap<String, String>,
+}
+
 impl Outcome {
-    /// The outcome of a finished run, from its trace, its final store and transcripts, and the
-    /// records it was seeded with.
+    /// The outcome of a finished run, from its trace, its final store and transcripts, and what
+    /// its workload was seeded and scripted with.
     pub fn of(
         events: &[Event],
         store: &StateStore,
         sessions: &SessionService,
-        scenario: &Scenario,
+        workload: &Workload<'_>,
         layout: &RecordLayout,
         effects: &EffectFunctions,
     ) -> Outcome {
         let mut outcome = Outcome::default();
-        let commanded = commanded_sessions(&scenario.steps);
-        // The cuts that answer a call with a definite refusal: a `reject`, an outage that rejects.
-        let refusing: BTreeSet<usize> = (scenario.cuts.iter().enumerate())
-            .filter(|(_, cut)| {
-                matches!(
-                    cut.fault,
-                    ServiceFault::Reject { .. } | ServiceFault::Outage { refuse: Refusal::Reject { .. }, .. }
-                )
-            })
-            .map(|(index, _)| index)
-            .collect();
+        let (commanded, refusing) = (&workload.commanded, &workload.refusing);
         let mut ends: BTreeMap<(String, String), usize> = BTreeMap::new();
         let mut turn_session: BTreeMap<String, String> = BTreeMap::new();
         let mut record_turn = |outcome: &mut Outcome, session: &str, value: &Value| {
@@ -100,7 +101,7 @@ impl Outcome {
                 }
             }
         };
-        for (scope, key, value) in &scenario.world.records {
+        for (scope, key, value) in workload.seeded {
             if *scope == layout.turn_scope {
                 record_turn(&mut outcome, key, value);
             }
@@ -216,23 +217,6 @@ impl Outcome {
 
 /// The model's function: a generation.
 const GENERATE: &str = "model::generate";
-
-/// The functions of a harness's control commands (on whichever host the script invokes them):
-/// a release or denial of a held call, and the commands of the control record.
-const COMMANDS: [&str; 5] = ["resolve", "stop", "cancel", "pause", "resume"];
-
-/// The script's command invocations, by step name: the session each names.
-fn commanded_sessions(steps: &[Step]) -> BTreeMap<&str, String> {
-    let mut commanded = BTreeMap::new();
-    for step in steps {
-        let Step::Invoke { call, .. } = step else { continue };
-        let function = call.function.split_once("::").map_or("", |(_, function)| function);
-        if let (true, Some(session)) = (COMMANDS.contains(&function), call.payload["session_id"].as_str()) {
-            commanded.insert(call.name.as_str(), session.to_string());
-        }
-    }
-    commanded
-}
 
 /// What a reply to a command says of it: whether it took effect, as far as the contract's
 /// replies tell (`resolved` for a release, `state` for a control command), or that no answer
