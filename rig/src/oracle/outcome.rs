@@ -126,10 +126,10 @@ impl Outcome {
                         action_turn.insert(version.action_id.to_string(), version.turn_id.to_string());
                     }
                 }
-                EventKind::Call { function, payload, .. } if function == GENERATE => {
-                    if !generated.insert(payload["messages"].to_string()) {
-                        outcome.repeated_generations += 1;
-                    }
+                EventKind::Call { function, payload, .. }
+                    if function == GENERATE && !generated.insert(payload["messages"].to_string()) =>
+                {
+                    outcome.repeated_generations += 1;
                 }
                 EventKind::Call { function, payload, invocation_id: Some(id), .. }
                     if effects.effects.contains(function.as_str()) =>
