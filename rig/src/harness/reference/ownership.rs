@@ -66,6 +66,7 @@ impl Worker {
             return Ok(());
         }
         let request = json!({ "scope": OWNER_SCOPE, "key": session_id, "owner": self.env.host, "ttl_ms": self.env.config.lease_ttl_ms });
+        let asked_at = self.now();
         match bus.invoke("state::acquire-lease", request, self.env.config.session_timeout_ms).await {
             Ok(grant) if grant["granted"] == json!(true) => {
                 let token = grant["token"].as_u64().unwrap_or(0);
@@ -73,7 +74,12 @@ impl Worker {
                 let renewal = match self.policy {
                     // The known-bad lease: taken, and left to run out.
                     Policy::NoRenewal => tokio::task::spawn_local(async {}),
-                    _ => tokio::task::spawn_local(Rc::clone(self).renew(bus.clone(), session_id.to_string(), token)),
+                    _ => tokio::task::spawn_local(Rc::clone(self).renew(
+                        bus.clone(),
+                        session_id.to_string(),
+                        token,
+                        asked_at,
+                    )),
                 };
                 self.leases.borrow_mut().insert(session_id.to_string(), HeldLease { renewal });
                 self.tokens.borrow_mut().insert(session_id.to_string(), token);
@@ -88,8 +94,10 @@ impl Worker {
 
     /// Renews the lease every third of its time to live while the worker is healthy (a paused
     /// worker renews nothing); stops when a renewal is refused.
-    async fn renew(self: Rc<Self>, bus: Bus, session_id: String, token: u64) {
+    /// (`asked_at`: when the grant was asked for; the lease lives at least `ttl_ms` from then.)
+    async fn renew(self: Rc<Self>, bus: Bus, session_id: String, token: u64, asked_at: u64) {
         let ttl_ms = self.env.config.lease_ttl_ms;
+        let (mut token, mut live_until) = (token, asked_at.saturating_add(ttl_ms));
         loop {
             // (The planted bug: renewed once per time to live, as the lease runs out.)
             let every = if crate::planted!("ref-lease-renewed-every-ttl") { ttl_ms } else { ttl_ms / 3 };
@@ -98,8 +106,19 @@ impl Worker {
                 self.env.wait_while_paused().await;
             }
             let request = json!({ "scope": OWNER_SCOPE, "key": session_id, "owner": self.env.host, "token": token, "ttl_ms": ttl_ms });
+            let asked_at = self.now();
             match bus.invoke("state::renew-lease", request, self.env.config.session_timeout_ms).await {
+                Ok(reply) if reply["renewed"] == json!(true) => live_until = asked_at.saturating_add(ttl_ms),
                 Ok(reply) if reply["renewed"] == json!(false) => {
+                    // Refused while the lease this worker was granted still lives: no other
+                    // worker can have been granted it since, so a newer grant is its own.
+                    // (A refusal after that, the worker held up past it, is a lease lost.)
+                    if asked_at < live_until {
+                        if let Some(granted) = self.granted_again(&bus, &session_id, token).await {
+                            token = granted;
+                            continue;
+                        }
+                    }
                     self.note(
                         "lease_lost",
                         json!({ "session_id": session_id, "token": token, "current": reply["token"] }),
@@ -115,6 +134,24 @@ impl Worker {
                 _ => {}
             }
         }
+    }
+
+    /// After a refused renewal: the newer token the store granted this worker itself, while its
+    /// lease is live. A grant request the network delivered twice is granted twice (the answer
+    /// that arrives carries the older token), and the lease is still this worker's: it carries
+    /// on with the newer token (its writes and renewals carry it from now on) rather than give
+    /// the lease up and let it lapse with no fault to cause it. A worker's host names one live
+    /// process, so a grant to this host is this worker's.
+    async fn granted_again(&self, bus: &Bus, session_id: &str, token: u64) -> Option<u64> {
+        let request = json!({ "scope": OWNER_SCOPE, "key": session_id });
+        let lease = bus.invoke("state::get-lease", request, self.env.config.session_timeout_ms).await.ok()?;
+        let newer = lease["token"].as_u64().filter(|newer| *newer > token)?;
+        if lease["owner"] != json!(self.env.host) || lease["expired"] != json!(false) {
+            return None;
+        }
+        self.note("lease_granted_again", json!({ "session_id": session_id, "token": token, "newer": newer }));
+        self.tokens.borrow_mut().insert(session_id.to_string(), newer);
+        Some(newer)
     }
 
     /// Stops renewing a lease this worker no longer holds (refused renewal, a stale-token
