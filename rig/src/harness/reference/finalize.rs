@@ -1107,14 +1107,15 @@ impl Worker {
     }
 
     /// Running turns this worker drove on itself (it released a held call of one, denied a call
-    /// whose approval expired, or resumed it): it died doing it (it is only starting now), and
-    /// nothing else delivers them.
+    /// whose approval expired, or resumed it) or imported (a takeover, a switch): it died doing
+    /// it (it is only starting now), and nothing else may deliver them (an import's delivery on
+    /// its queue's last attempt is dead-lettered by the crash, and the dead letter's handler
+    /// leaves a session imported elsewhere to the harness that imported it).
     async fn drive_on_orphaned(self: &Rc<Self>, bus: &Bus, turns: &[Value]) {
-        let host = json!(self.env.host);
         let driven = turns
             .iter()
             .map(|e| &e["value"])
-            .filter(|r| r["status"] == json!("running") && r[super::DRIVEN_BY] == host && r["parent"].is_null());
+            .filter(|r| r["status"] == json!("running") && self.drives(r) && r["parent"].is_null());
         for record in driven {
             let (Some(session_id), Some(turn_id)) = (record["session_id"].as_str(), record["turn_id"].as_str()) else {
                 continue;
@@ -1140,7 +1141,14 @@ impl Worker {
         retry.next(&self.env, bus).await
     }
 
-    /// Runs a turn no queue delivers, which this worker drives (`DRIVEN_BY`): a try that could not
+    /// Whether this worker's host drives a turn itself, with no queue delivery behind it: it
+    /// drove it on (`DRIVEN_BY`), or imported its session (the record names it as its harness).
+    fn drives(&self, record: &Value) -> bool {
+        let host = json!(self.env.host);
+        record[super::DRIVEN_BY] == host || record[super::switch::HARNESS_FIELD] == host
+    }
+
+    /// Runs a turn no queue delivers, which this worker drives (`DRIVEN_BY`, or imported): a try that could not
     /// run it (another worker holds the session's lease for now, or the store or the lease did
     /// not answer) leaves the turn as it was, so it is tried again in the background ([`Retry`])
     /// while the turn is still running and this worker's to drive.
@@ -1148,10 +1156,8 @@ impl Worker {
         if self.drive_once(bus, &request).await {
             return;
         }
-        let host = json!(self.env.host);
-        let still_ours = |r: &Value| {
-            r["status"] == json!("running") && r["turn_id"] == json!(request.turn_id) && r[super::DRIVEN_BY] == host
-        };
+        let still_ours =
+            |r: &Value| r["status"] == json!("running") && r["turn_id"] == json!(request.turn_id) && self.drives(r);
         let mut retry = self.retry();
         while self.next_try(bus, &mut retry).await {
             match self.get_turn(bus, &request.session_id).await {
