@@ -62,7 +62,9 @@ impl Worker {
             let error = json!({ "error": format!("no tool named {} is offered", action["tool"]) });
             return self.record_outcome(bus, record, id, NOT_DONE, error).await;
         };
-        if action["status"] == REQUESTED {
+        // (The planted bug: only another worker's request is asked about, "this one would know its own".)
+        let mine = action["owner"] == self.env.host.as_str();
+        if action["status"] == REQUESTED && !(mine && rig::planted!("small-own-request-sent-again-unasked")) {
             // Its request may have left, from this worker or one before it: ask first.
             match self.ask(bus, &tool, &action).await {
                 Asked::Happened(answer) => return self.record_outcome(bus, record, id, DONE, answer).await,
@@ -128,6 +130,11 @@ impl Worker {
                         }
                     };
                 }
+                // (The planted bug: "the service is slow, never lossy": no answer taken as done.)
+                Err(error) if rig::planted!("small-unanswered-request-taken-as-done") => {
+                    let answer = json!({ "content": [{ "type": "text", "text": format!("sent ({error})") }] });
+                    return self.record_outcome(bus, record, id, DONE, answer).await;
+                }
                 Err(error) => match self.ask(bus, tool, &action).await {
                     Asked::Happened(answer) => return self.record_outcome(bus, record, id, DONE, answer).await,
                     Asked::Unknown(why) => {
@@ -156,6 +163,10 @@ impl Worker {
                     Ok(answer) if answer["known"] == true => return Asked::Happened(answer),
                     Ok(_) if self.within_window(tool, action) => return Asked::NotHappened,
                     Ok(_) => last = format!("{} may have forgotten the key", tool.service),
+                    // (The planted bug: a key check that got no answer read as "no such key".)
+                    Err(_) if rig::planted!("small-unanswered-key-check-taken-as-not-there") => {
+                        return Asked::NotHappened
+                    }
                     Err(error) => (answered, last) = (false, format!("{}::status: {error}", tool.service)),
                 }
             }

@@ -76,7 +76,14 @@ impl Worker {
         if record[ANSWER_FIELD].is_object() {
             successor[PREDECESSOR_ANSWER_FIELD] = record[ANSWER_FIELD].clone();
         }
-        if self.write_turn(bus, &successor, TRIES).await.is_err() {
+        // (The planted bug: the record written without the keys, "the worker admitting it has them".)
+        let mut written = successor.clone();
+        if let Some(fields) =
+            written.as_object_mut().filter(|_| rig::planted!("small-admitted-input-not-named-by-its-turn"))
+        {
+            fields.remove("input_keys");
+        }
+        if self.write_turn(bus, &written, TRIES).await.is_err() {
             // Its write may have landed all the same, with nobody to know it.
             return Admitted::Unfinished;
         }
@@ -190,12 +197,20 @@ impl Worker {
                 fields.insert("entry_key".into(), json!(format!("input:{key}")));
                 fields.entry("role").or_insert(json!("user"));
             }
+            // (The planted bug: the entry removed first, "it is in the turn record already".)
+            if rig::planted!("small-input-removed-before-its-message-is-appended") {
+                self.remove_input(bus, key).await;
+            }
             if !self.append(bus, &session, message).await {
                 return false;
             }
             self.remove_input(bus, key).await;
         }
         let Err(why) = self.enqueue(bus, &record).await else { return true };
+        // (The planted bug: "it is recorded, so it will run": a turn nobody delivers left running.)
+        if rig::planted!("small-unqueued-turn-left-running") {
+            return true;
+        }
         if self.hold_unqueued(bus, &record, &why).await.is_err() {
             tokio::task::spawn_local(Rc::clone(self).enqueue_later(bus.clone(), record));
         }

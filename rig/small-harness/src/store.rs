@@ -133,8 +133,13 @@ impl Worker {
                         true => stored["turn_id"] == record["turn_id"] && stored["status"] == record["status"],
                         false => stored == record,
                     };
-                    if error.outcome_unknown() && self.read_turn(bus, &session).await.is_ok_and(|v| same(&v)) {
-                        return Ok(());
+                    if error.outcome_unknown() {
+                        match self.read_turn(bus, &session).await {
+                            Ok(stored) if same(&stored) => return Ok(()),
+                            // (The planted bug: a write of unknown outcome whose read-back failed too taken as landed.)
+                            Err(_) if rig::planted!("small-unread-write-taken-as-landed") => return Ok(()),
+                            _ => {}
+                        }
                     }
                 }
             }
@@ -185,7 +190,9 @@ impl Worker {
     async fn renew(self: Rc<Self>, bus: Bus, session: String, token: u64) {
         let ttl_ms = self.env.config.lease_ttl_ms;
         loop {
-            self.env.clock.sleep((ttl_ms / 3).max(1)).await;
+            // (The planted bug: renewed when the time to live is up, "no sooner than needed".)
+            let every = if rig::planted!("small-lease-renewed-as-it-runs-out") { ttl_ms } else { ttl_ms / 3 };
+            self.env.clock.sleep(every.max(1)).await;
             if !rig::planted!("small-lease-renewed-while-paused") {
                 self.env.wait_while_paused().await;
             }

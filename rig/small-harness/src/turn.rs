@@ -39,7 +39,9 @@ impl From<Unwritten> for Ended {
 fn current(record: &Value, turn_id: &str, step: u64) -> bool {
     let at = record["step"].as_u64().unwrap_or(0);
     let reached = if rig::planted!("small-current-only-at-the-delivered-step") { at == step } else { at >= step };
-    record["turn_id"] == turn_id && record["status"] == "running" && reached
+    // (The planted bug: the session's running turn is taken as the delivered one, "a session runs one turn".)
+    let same_turn = rig::planted!("small-delivery-current-for-any-turn") || record["turn_id"] == turn_id;
+    same_turn && record["status"] == "running" && reached
 }
 
 fn skipped(session: &str, turn_id: &str, reason: &str) -> Value {
@@ -218,7 +220,11 @@ impl Worker {
         let request = json!({ "session_id": session, "entry": entry });
         let appended = self.call(bus, "session::append", request).await.is_ok();
         record[ANSWER_FIELD] = entry.clone();
-        let ended = self.end(bus, record, "completed", String::new()).await;
+        let mut ended = self.end(bus, record, "completed", String::new()).await;
+        // (The planted bug: "the user has the answer, so the turn is complete".)
+        if appended && matches!(ended, Ended::Unrecorded(_)) && rig::planted!("small-answered-turn-taken-as-ended") {
+            ended = Ended::Recorded("completed".into());
+        }
         match ended {
             _ if appended => {}
             Ended::Recorded(_) => self.present(bus, &session, &entry).await,
