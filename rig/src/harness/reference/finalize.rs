@@ -98,6 +98,12 @@ const SPENT_KEYS: &str = "spent_keys";
 /// as the transcript shows it, written there before the turn's input.
 pub(super) const PREDECESSOR_ENTRY: &str = "predecessor_entry";
 
+/// The field of a terminal record written in the background, by a worker with no delivery of
+/// the turn waiting on it (a terminal state owed since its delivery was answered): it names that
+/// worker's host. No queue delivers the turn again, so no stale delivery finds it ended and shows
+/// its answer; a worker of that host that starts shows it again instead (`recover_on_start`).
+pub(super) const FINALIZED_BY: &str = "finalized_by";
+
 /// The field of a running turn record where a terminal state owed to it is kept: the process
 /// that owes it may die before it lands, and the queue, already answered, delivers nothing again.
 pub(super) const TERMINAL_PENDING: &str = "terminal_pending";
@@ -503,6 +509,7 @@ impl Worker {
                     break;
                 }
             }
+            terminal[FINALIZED_BY] = json!(self.env.host);
             self.transcribe_results(bus, &terminal, true).await;
             if self.finalize(bus, &terminal).await.is_ok() {
                 self.note("terminalized", json!({ "turn_id": request.turn_id, "attempt": attempt }));
@@ -1067,6 +1074,7 @@ impl Worker {
             self.watch_approvals(&bus, held);
         }
         self.resume_terminal_pending(&bus, &turns).await;
+        self.present_unbacked_ends(&bus, &turns);
         self.watch_exported(&bus, &turns);
         // Sessions with input still queued, and sessions whose running turn was admitted from
         // input (it names its predecessor) or delegated by another turn (it names its parent),
@@ -1104,6 +1112,25 @@ impl Worker {
             self.hand_back(&bus, &session_id).await;
         }
         self.drive_on_orphaned(&bus, &turns).await;
+    }
+
+    /// Shows again, on their sessions, the ended turns this worker's host ended with no queue
+    /// delivery behind it: one it drove on itself or imported ([`Self::drives`]), or whose terminal
+    /// state it recorded in the background ([`FINALIZED_BY`]). A worker that died between such a
+    /// terminal write and its answer's append left the answer out of the transcript, and nothing
+    /// delivers the turn again to find it ended (as a stale delivery does). Kept once by its key,
+    /// so a presentation that had landed is not repeated.
+    fn present_unbacked_ends(self: &Rc<Self>, bus: &Bus, turns: &[Value]) {
+        let host = json!(self.env.host);
+        let unbacked = turns
+            .iter()
+            .map(|e| &e["value"])
+            .filter(|r| is_terminal(r) && (self.drives(r) || r[FINALIZED_BY] == host))
+            .filter(|r| self.handed_to(r["session_id"].as_str().unwrap_or_default(), Some(r)).is_none());
+        for record in unbacked {
+            let (worker, bus, record) = (Rc::clone(self), bus.clone(), record.clone());
+            tokio::task::spawn_local(async move { worker.present_again(&bus, &record).await });
+        }
     }
 
     /// Running turns this worker drove on itself (it released a held call of one, denied a call
