@@ -234,12 +234,13 @@ impl Worker {
             return Ok(());
         }
         let request = json!({ "scope": OWNER_SCOPE, "key": session, "owner": self.env.host, "ttl_ms": ttl_ms });
+        let asked_at = self.env.clock.now_ms();
         let reply = self.call(bus, "state::acquire-lease", request).await;
         let reply = reply.map_err(|e| ErrorBody::new("unavailable", format!("state::acquire-lease: {e}")))?;
         let Some(token) = reply["token"].as_u64().filter(|_| reply["granted"] == true) else {
             return Err(ErrorBody::new("owned_elsewhere", format!("session {session} is owned by {}", reply["owner"])));
         };
-        let renewal = tokio::task::spawn_local(Rc::clone(self).renew(bus.clone(), session.to_string(), token));
+        let renewal = tokio::task::spawn_local(Rc::clone(self).renew(bus.clone(), session.to_string(), token, asked_at));
         self.leases.borrow_mut().insert(session.to_string(), Lease { token, renewal });
         Ok(())
     }
@@ -252,21 +253,53 @@ impl Worker {
         Ok(())
     }
 
-    async fn renew(self: Rc<Self>, bus: Bus, session: String, token: u64) {
+    /// Renews the lease of `token`, granted for a request sent at `asked_at`, every third of its
+    /// time to live, until a renewal is refused.
+    async fn renew(self: Rc<Self>, bus: Bus, session: String, mut token: u64, asked_at: u64) {
         let ttl_ms = self.env.config.lease_ttl_ms;
+        let mut live_until = asked_at.saturating_add(ttl_ms);
         loop {
             self.env.clock.sleep((ttl_ms / 3).max(1)).await;
             self.env.wait_while_paused().await;
             let request = json!({ "scope": OWNER_SCOPE, "key": session, "owner": self.env.host, "token": token, "ttl_ms": ttl_ms });
+            let asked_at = self.env.clock.now_ms();
             if let Ok(reply) = self.call(&bus, "state::renew-lease", request).await {
-                if reply["renewed"] != true {
-                    // Only this grant's lease: a newer one this worker took meanwhile (its own
-                    // request delivered twice, then asked again) is not lost with it.
-                    self.lose_grant(&session, token);
-                    return;
+                if reply["renewed"] == true {
+                    live_until = asked_at.saturating_add(ttl_ms);
+                    continue;
                 }
+                // Refused while the grant this worker heard of still lives: nobody else can
+                // have been granted the lease since, so a newer grant is this worker's own (its
+                // request delivered twice, both granted, the older answer heard). It carries on
+                // with that token rather than let its lease lapse mid-turn with no fault to
+                // cause it.
+                if asked_at < live_until {
+                    if let Some(newer) = self.granted_again(&bus, &session, token).await {
+                        token = newer;
+                        continue;
+                    }
+                }
+                // Only this grant's lease: a newer one this worker took meanwhile (its own
+                // request delivered twice, then asked again) is not lost with it.
+                self.lose_grant(&session, token);
+                return;
             }
         }
+    }
+
+    /// After a refused renewal of `token`: the newer token of a live grant to this worker's
+    /// host (one host is one live process), made the token its writes carry. None when the
+    /// lease is another's, expired, or no longer the grant of `token` here.
+    async fn granted_again(&self, bus: &Bus, session: &str, token: u64) -> Option<u64> {
+        let reply = self.call(bus, "state::get-lease", json!({ "scope": OWNER_SCOPE, "key": session })).await.ok()?;
+        let newer = reply["token"].as_u64().filter(|newer| *newer > token)?;
+        if reply["owner"] != self.env.host.as_str() || reply["expired"] != false {
+            return None;
+        }
+        let mut leases = self.leases.borrow_mut();
+        let lease = leases.get_mut(session).filter(|lease| lease.token == token)?;
+        lease.token = newer;
+        Some(newer)
     }
 
     /// Forgets a lease that a newer owner took.

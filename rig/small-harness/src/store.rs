@@ -159,6 +159,7 @@ impl Worker {
         }
         let request = json!({ "scope": OWNER_SCOPE, "key": session, "owner": self.env.host, "ttl_ms": ttl_ms });
         for attempt in 0..TRIES {
+            let asked_at = self.env.clock.now_ms();
             let reply = match self.call(bus, "state::acquire-lease", request.clone()).await {
                 Ok(reply) => reply,
                 Err(error) => {
@@ -172,7 +173,7 @@ impl Worker {
                 }
             };
             if let Some(token) = reply["token"].as_u64().filter(|_| reply["granted"] == true) {
-                let renewal = tokio::task::spawn_local(Rc::clone(self).renew(bus.clone(), session.to_string(), token));
+                let renewal = tokio::task::spawn_local(Rc::clone(self).renew(bus.clone(), session.to_string(), token, asked_at));
                 self.leases.borrow_mut().insert(session.to_string(), Lease { token, renewal });
                 return Ok(());
             }
@@ -187,8 +188,11 @@ impl Worker {
         Err(format!("the lease of session {session} was not granted"))
     }
 
-    async fn renew(self: Rc<Self>, bus: Bus, session: String, token: u64) {
+    /// Renews the lease of `token`, granted for a request sent at `asked_at`, every third of its
+    /// time to live, until a renewal is refused.
+    async fn renew(self: Rc<Self>, bus: Bus, session: String, mut token: u64, asked_at: u64) {
         let ttl_ms = self.env.config.lease_ttl_ms;
+        let mut live_until = asked_at.saturating_add(ttl_ms);
         loop {
             // (The planted bug: renewed when the time to live is up, "no sooner than needed".)
             let every = if rig::planted!("small-lease-renewed-as-it-runs-out") { ttl_ms } else { ttl_ms / 3 };
@@ -197,15 +201,43 @@ impl Worker {
                 self.env.wait_while_paused().await;
             }
             let request = json!({ "scope": OWNER_SCOPE, "key": session, "owner": self.env.host, "token": token, "ttl_ms": ttl_ms });
+            let asked_at = self.env.clock.now_ms();
             if let Ok(reply) = self.call(&bus, "state::renew-lease", request).await {
-                if reply["renewed"] != true {
-                    // Only this grant's lease: a newer one this worker took meanwhile (its own
-                    // request delivered twice, then asked again) is not lost with it.
-                    self.lose_grant(&session, token);
-                    return;
+                if reply["renewed"] == true {
+                    live_until = asked_at.saturating_add(ttl_ms);
+                    continue;
                 }
+                // Refused while the grant this worker heard of still lives: nobody else can
+                // have been granted the lease since, so a newer grant is this host's own (its
+                // request delivered twice, both granted, the older answer heard): carry on with
+                // it rather than let the lease lapse mid-turn with no fault to cause it.
+                if asked_at < live_until {
+                    if let Some(newer) = self.granted_again(&bus, &session, token).await {
+                        token = newer;
+                        continue;
+                    }
+                }
+                // Only this grant's lease: a newer one this worker took meanwhile (its own
+                // request delivered twice, then asked again) is not lost with it.
+                self.lose_grant(&session, token);
+                return;
             }
         }
+    }
+
+    /// After a refused renewal of `token`: the newer token of a live grant to this host, made
+    /// the token its writes carry. None when the lease is another's, expired, or no longer the
+    /// grant of `token` here.
+    async fn granted_again(&self, bus: &Bus, session: &str, token: u64) -> Option<u64> {
+        let lease = self.call(bus, "state::get-lease", json!({ "scope": OWNER_SCOPE, "key": session })).await.ok()?;
+        let newer = lease["token"].as_u64().filter(|newer| *newer > token)?;
+        if lease["owner"] != self.env.host.as_str() || lease["expired"] != false {
+            return None;
+        }
+        let mut leases = self.leases.borrow_mut();
+        let held = leases.get_mut(session).filter(|held| held.token == token)?;
+        held.token = newer;
+        Some(newer)
     }
 
     /// Who holds the session's lease now, if anyone does and it has not run out.
