@@ -30,7 +30,16 @@ impl Worker {
             self.finish_after_a_crash(bus, &session, &record).await;
             return Ok(json!({ "session_id": session, "turn_id": turn_id, "held": false }));
         }
-        self.own(bus, &session, false).await?;
+        // The queue offers its letters to this worker's handler whoever ran the turn: a session
+        // it handed over is taken back to deal with the letter (the importer may be gone, and
+        // nobody else will), unless the importer still holds the lease.
+        let handed_over = self.exported.borrow().contains(&session);
+        if let Err(refused) = self.own(bus, &session, true).await {
+            if handed_over {
+                self.exported.borrow_mut().insert(session.clone());
+            }
+            return Err(refused);
+        }
         let record = self.read_owned(bus, &session).await?;
         if !is_current(&record, &turn_id, 0) {
             self.release(bus, &session).await;

@@ -74,6 +74,7 @@ impl HarnessFactory for SecondHarness {
             env,
             leases: RefCell::default(),
             exported: RefCell::default(),
+            owing: RefCell::default(),
             working: RefCell::default(),
             sending: RefCell::default(),
         });
@@ -97,6 +98,10 @@ pub(crate) struct Worker {
     pub(crate) leases: RefCell<BTreeMap<String, store::Lease>>,
     /// Sessions it handed over: it does no more work on them.
     pub(crate) exported: RefCell<std::collections::BTreeSet<String>>,
+    /// Sessions whose turn end is still owed in the background ([`turn`]'s `OwedEnd`), with
+    /// how many: their leases are kept, whichever delivery ends meanwhile, since the write
+    /// carries the lease's fence (handed back once the end lands).
+    pub(crate) owing: RefCell<BTreeMap<String, u32>>,
     /// One delivery at a time works on a session: a second one waits, then finds where the
     /// first left the turn.
     working: RefCell<BTreeMap<String, Rc<tokio::sync::Mutex<()>>>>,

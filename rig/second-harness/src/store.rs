@@ -320,7 +320,12 @@ impl Worker {
     }
 
     /// Hands the session's lease back, once its turn needs no more work.
+    /// A lease an owed end still needs is kept: that end hands it back once it lands (unless the
+    /// session is handed over: the end is then the importer's to settle, and the lease its).
     pub(crate) async fn release(&self, bus: &Bus, session: &str) {
+        if self.owing.borrow().contains_key(session) && !self.exported.borrow().contains(session) {
+            return;
+        }
         let lease = self.leases.borrow_mut().remove(session);
         let Some(lease) = lease else { return };
         let request = json!({ "scope": OWNER_SCOPE, "key": session, "owner": self.env.host, "token": lease.token });

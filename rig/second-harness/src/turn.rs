@@ -269,6 +269,8 @@ impl Worker {
         match self.put_turn_attempts(bus, &record, attempts).await {
             Ok(()) => Ended::Recorded { status: status.into(), durable: true },
             Err(WriteError::Failed(_)) => {
+                let session = record["session_id"].as_str().unwrap_or_default().to_string();
+                *self.owing.borrow_mut().entry(session).or_default() += 1;
                 tokio::task::spawn_local(OwedEnd { record, tries }.write(Rc::clone(self), bus.clone()));
                 Ended::Recorded { status: status.into(), durable: false }
             }
@@ -361,23 +363,42 @@ impl OwedEnd {
     /// recorded end.
     async fn write(self, worker: Rc<Worker>, bus: Bus) {
         let session = self.record["session_id"].as_str().unwrap_or_default().to_string();
-        let mut settling = worker.settling(self.tries + 1);
-        while worker.next_try(&bus, &mut settling).await {
-            match worker.put_turn(&bus, &self.record, 1).await {
-                Ok(()) => {
-                    worker.tell_completed(&bus, &self.record).await;
-                    // One admission of the session at a time: a starting worker's recovery, a
-                    // dead letter or a delivery may be admitting its input too.
-                    let lock = worker.session_lock(&session);
-                    let _working = lock.lock().await;
-                    worker.admit(&bus, &session).await;
-                    worker.release(&bus, &session).await;
-                    return;
+        let landed = self.tried(&worker, &bus).await;
+        {
+            let mut owing = worker.owing.borrow_mut();
+            if let Some(count) = owing.get_mut(&session) {
+                *count -= 1;
+                if *count == 0 {
+                    owing.remove(&session);
                 }
-                Err(WriteError::Failed(_)) => continue,
-                Err(_) => return,
             }
         }
+        if landed {
+            worker.tell_completed(&bus, &self.record).await;
+        }
+        // One admission of the session at a time: a starting worker's recovery, a dead letter or
+        // a delivery may be admitting its input too. Landed or not (ended elsewhere, its time
+        // over), the lease it kept is handed back once no delivery here works on the session.
+        let lock = worker.session_lock(&session);
+        let _working = lock.lock().await;
+        if landed {
+            worker.admit(&bus, &session).await;
+        }
+        worker.release(&bus, &session).await;
+    }
+
+    /// The tries of [`OwedEnd::write`]: whether the end landed (false once a newer owner or an
+    /// end recorded elsewhere stops it, or its time is over).
+    async fn tried(&self, worker: &Rc<Worker>, bus: &Bus) -> bool {
+        let mut settling = worker.settling(self.tries + 1);
+        while worker.next_try(bus, &mut settling).await {
+            match worker.put_turn(bus, &self.record, 1).await {
+                Ok(()) => return true,
+                Err(WriteError::Failed(_)) => continue,
+                Err(_) => return false,
+            }
+        }
+        false
     }
 }
 
