@@ -131,6 +131,13 @@ impl Worker {
                     Err(why) => return self.end(bus, record, "failed", why).await,
                 }
             }
+            // The round's calls go into the transcript before any of their results, whoever
+            // runs the round: the delivery that planned it, or one that finds it planned after
+            // an append the session refused or a worker that died (keyed: kept once). The
+            // model is never asked from a transcript that lacks them.
+            if !self.transcribe_calls(bus, &record).await {
+                return Ended::Unrecorded("the round's function calls could not be put into the transcript".into());
+            }
             let mut held = Vec::new();
             for id in self.round_actions(&record) {
                 match self.settle(bus, &mut record, &id).await {
@@ -178,8 +185,7 @@ impl Worker {
         planned.into_iter().map(|(_, id)| id).collect()
     }
 
-    /// Records a round: every call it asks for, planned, in one write; then the calls into the
-    /// transcript.
+    /// Records a round: every call it asks for, planned, in one write.
     async fn plan(&self, bus: &Bus, record: &mut Value, calls: &[Value]) -> Result<(), Unwritten> {
         let turn_id = record["turn_id"].as_str().unwrap_or_default().to_string();
         let step = record["step"].as_u64().unwrap_or(0);
@@ -187,7 +193,6 @@ impl Worker {
         if !record[ACTIONS_FIELD].is_object() {
             record[ACTIONS_FIELD] = json!({});
         }
-        let mut content = Vec::new();
         for (index, call) in calls.iter().enumerate() {
             let id = format!("{turn_id}/{step}.{index}");
             let call_id = call["id"].as_str().map_or_else(|| id.clone(), str::to_string);
@@ -196,14 +201,26 @@ impl Worker {
                 "status": PLANNED, "owner": self.env.host,
                 "idempotency_key": format!("{session}/{id}"), "client_reference": id,
             });
-            content.push(
-                json!({ "type": "function_call", "id": call_id, "function_id": call["tool"], "arguments": call["args"] }),
-            );
         }
-        self.write_turn(bus, record, TRIES).await?;
+        self.write_turn(bus, record, TRIES).await
+    }
+
+    /// Puts the planned round's calls into the transcript, as one entry keyed by the turn and
+    /// step; whether the session took it.
+    async fn transcribe_calls(&self, bus: &Bus, record: &Value) -> bool {
+        let turn_id = record["turn_id"].as_str().unwrap_or_default();
+        let step = record["step"].as_u64().unwrap_or(0);
+        let session = record["session_id"].as_str().unwrap_or_default();
+        let content: Vec<Value> = self
+            .round_actions(record)
+            .iter()
+            .map(|id| &record[ACTIONS_FIELD][id])
+            .map(|call| {
+                json!({ "type": "function_call", "id": call["call_id"], "function_id": call["tool"], "arguments": call["args"] })
+            })
+            .collect();
         let entry = json!({ "role": "assistant", "content": content, "entry_key": format!("{turn_id}/{step}:calls") });
-        self.append(bus, &session, entry).await;
-        Ok(())
+        self.append(bus, session, entry).await
     }
 
     /// A completed turn: its answer tried once in the transcript, then its end recorded with
