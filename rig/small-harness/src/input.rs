@@ -117,17 +117,31 @@ impl Worker {
             return;
         }
         let Some(queued) = self.list_until(&bus, INPUT_SCOPE, give_up_at).await else { return };
-        let waiting = sessions
-            .into_iter()
-            .filter(|session| queued.iter().any(|entry| entry["value"]["session_id"] == session.as_str()));
-        for session in waiting {
+        let admitted = |session: &str| {
+            turns.iter().map(|entry| &entry["value"]).any(|record| record["session_id"] == session && admitting(record))
+        };
+        for session in sessions {
+            let waiting = queued.iter().any(|entry| entry["value"]["session_id"] == session.as_str());
+            // A new turn whose input is all removed already may still be off the turn queue (its
+            // worker died between the last removal and the enqueue): finished too.
+            if !waiting && !admitted(&session) {
+                continue;
+            }
             let lock = self.session_lock(&session);
             let _working = lock.lock().await;
             // Owned by another worker, which admits it itself.
             if self.own(&bus, &session).await.is_err() {
                 continue;
             }
-            self.admit(&bus, &session).await;
+            if waiting {
+                self.admit(&bus, &session).await;
+            } else if let Ok(record) = self.read_turn(&bus, &session).await {
+                // (Not one this start of the worker admitted itself meanwhile.)
+                let ours = record["turn_id"].as_str().is_some_and(|id| self.enqueued.borrow().contains(id));
+                if admitting(&record) && !ours {
+                    self.finish_admission_or_later(&bus, record).await;
+                }
+            }
             self.release(&bus, &session).await;
         }
     }
@@ -206,7 +220,10 @@ impl Worker {
             }
             self.remove_input(bus, key).await;
         }
-        let Err(why) = self.enqueue(bus, &record).await else { return true };
+        let Err(why) = self.enqueue(bus, &record).await else {
+            self.enqueued.borrow_mut().insert(record["turn_id"].as_str().unwrap_or_default().to_string());
+            return true;
+        };
         // (The planted bug: "it is recorded, so it will run": a turn nobody delivers left running.)
         if rig::planted!("small-unqueued-turn-left-running") {
             return true;

@@ -112,7 +112,7 @@ impl HarnessFactory for SmallHarness {
     }
 
     fn start(&self, _policy: &str, env: HarnessEnv) -> Rc<dyn Provider> {
-        let worker = Rc::new(Worker { env, leases: RefCell::default(), busy: RefCell::default() });
+        let worker = Rc::new(Worker { env, leases: RefCell::default(), busy: RefCell::default(), enqueued: RefCell::default() });
         tokio::task::spawn_local(Rc::clone(&worker).recover_on_start());
         worker
     }
@@ -137,6 +137,9 @@ pub(crate) struct Worker {
     /// One delivery at a time works on a session; another waits for it, then reads where the
     /// first left the turn.
     busy: RefCell<BTreeMap<String, Rc<tokio::sync::Mutex<()>>>>,
+    /// The new turns this start of the worker put on the turn queue: what it finds recorded and
+    /// not among them, as it starts, a dead predecessor may have left off the queue.
+    pub(crate) enqueued: RefCell<std::collections::BTreeSet<String>>,
 }
 
 impl Worker {
