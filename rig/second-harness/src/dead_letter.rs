@@ -31,8 +31,8 @@ impl Worker {
             return Ok(json!({ "session_id": session, "turn_id": turn_id, "held": false }));
         }
         // The queue offers its letters to this worker's handler whoever ran the turn: a session
-        // it handed over is taken back to deal with the letter (the importer may be gone, and
-        // nobody else will), unless the importer still holds the lease.
+        // it handed over is taken back (the importer may be gone, and nobody else will deal
+        // with the letter), unless the importer still holds the lease.
         let handed_over = self.exported.borrow().contains(&session);
         if let Err(refused) = self.own(bus, &session, true).await {
             if handed_over {
@@ -44,6 +44,15 @@ impl Worker {
         if !is_current(&record, &turn_id, 0) {
             self.release(bus, &session).await;
             return Ok(json!({ "session_id": session, "turn_id": turn_id, "held": false }));
+        }
+        if handed_over {
+            // A switch left half done, as a take-back finds it: the turn is driven on here, and
+            // the letter answered once its end is in the store.
+            let reply = self.continue_turn(bus, record).await?;
+            if reply["finalized"] == false {
+                return Err(unavailable("the end of the taken-back turn is not in the store yet".into()));
+            }
+            return Ok(json!({ "session_id": session, "turn_id": turn_id, "held": false, "driven_on": reply }));
         }
         let why = format!(
             "dead letter {} of queue {}: {} deliveries of {} failed ({}); a person decides what the turn does next",

@@ -240,7 +240,8 @@ impl Worker {
         let Some(token) = reply["token"].as_u64().filter(|_| reply["granted"] == true) else {
             return Err(ErrorBody::new("owned_elsewhere", format!("session {session} is owned by {}", reply["owner"])));
         };
-        let renewal = tokio::task::spawn_local(Rc::clone(self).renew(bus.clone(), session.to_string(), token, asked_at));
+        let renewal =
+            tokio::task::spawn_local(Rc::clone(self).renew(bus.clone(), session.to_string(), token, asked_at));
         self.leases.borrow_mut().insert(session.to_string(), Lease { token, renewal });
         Ok(())
     }

@@ -112,7 +112,8 @@ impl HarnessFactory for SmallHarness {
     }
 
     fn start(&self, _policy: &str, env: HarnessEnv) -> Rc<dyn Provider> {
-        let worker = Rc::new(Worker { env, leases: RefCell::default(), busy: RefCell::default(), enqueued: RefCell::default() });
+        let worker =
+            Rc::new(Worker { env, leases: RefCell::default(), busy: RefCell::default(), enqueued: RefCell::default() });
         tokio::task::spawn_local(Rc::clone(&worker).recover_on_start());
         worker
     }

@@ -173,7 +173,8 @@ impl Worker {
                 }
             };
             if let Some(token) = reply["token"].as_u64().filter(|_| reply["granted"] == true) {
-                let renewal = tokio::task::spawn_local(Rc::clone(self).renew(bus.clone(), session.to_string(), token, asked_at));
+                let renewal =
+                    tokio::task::spawn_local(Rc::clone(self).renew(bus.clone(), session.to_string(), token, asked_at));
                 self.leases.borrow_mut().insert(session.to_string(), Lease { token, renewal });
                 return Ok(());
             }
