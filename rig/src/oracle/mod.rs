@@ -321,15 +321,20 @@ fn fencing(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
 }
 
 /// What the services have seen of one action: the keys and references it was sent under, the
-/// last request that sent it, and who asked about it since.
+/// last request that sent it, and who asked about it when.
 #[derive(Default)]
 struct ActionSeen {
     keys: BTreeSet<String>,
     references: BTreeSet<String>,
-    /// The worker and invocation of the last request that sent it.
-    last_send: Option<(String, String)>,
-    /// Workers that asked the service about it since it was last sent, and when.
-    asked_since: BTreeMap<String, u64>,
+    /// The worker and invocation of the last request that took effect, and where in the events
+    /// that request reached the service: a question counts from when it was sent, not from when
+    /// it took effect (a request held on the way takes effect after the questions its sender
+    /// rightly asked while waiting for it).
+    last_send: Option<(String, String, usize)>,
+    /// Where in the events each of its requests reached the service (by invocation).
+    sent_at: BTreeMap<String, usize>,
+    /// Each worker's latest question to the service about it: where in the events, and when.
+    asked: BTreeMap<String, (usize, u64)>,
     /// The order in which its requests reached the service (by invocation): a request held on
     /// the way (a `late` cut) takes effect after a later one, and is no new send of it.
     arrivals: BTreeMap<String, usize>,
@@ -342,7 +347,7 @@ fn blind_replay(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
     let mut tokens_seen: BTreeSet<(&str, u64)> = BTreeSet::new();
     let text = |value: &Value, field: &str| value[field].as_str().map(str::to_string);
     let functions = &evidence.effect_functions;
-    for event in evidence.events {
+    for (position, event) in evidence.events.iter().enumerate() {
         match &event.kind {
             EventKind::Lease { domain, owner, token, .. } if tokens_seen.insert((domain.as_str(), *token)) => {
                 owned_since.insert(owner.as_str(), event.at_ms);
@@ -357,21 +362,23 @@ fn blind_replay(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
                     if let Some(request) = invocation_id {
                         let next = seen.arrivals.len();
                         seen.arrivals.entry(request.clone()).or_insert(next);
+                        seen.sent_at.entry(request.clone()).or_insert(position);
                     }
                 }
             }
             // A reconciliation names the action by a key or a reference it was sent with before;
-            // it counts for the worker that asked, at the moment it asked.
+            // it counts for the worker that asked, at the moment it asked -- also while no request
+            // of it has taken effect yet (one may be on its way).
             EventKind::Call { function, payload, caller: Some(caller), .. }
                 if functions.reconciliations.iter().any(|(f, _)| f == function) =>
             {
                 let key = text(payload, "idempotency_key");
                 let reference = text(payload, "client_reference");
-                for seen in actions.values_mut().filter(|s| s.last_send.is_some()) {
+                for seen in actions.values_mut() {
                     let names_it = key.as_ref().is_some_and(|k| seen.keys.contains(k))
                         || reference.as_ref().is_some_and(|r| seen.references.contains(r));
                     if names_it {
-                        seen.asked_since.insert(caller.clone(), event.at_ms);
+                        seen.asked.insert(caller.clone(), (position, event.at_ms));
                     }
                 }
             }
@@ -385,37 +392,45 @@ fn blind_replay(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
                 let seen = actions.entry(action.clone()).or_default();
                 match &seen.last_send {
                     // The network repeated the same request: not the worker's doing.
-                    Some((_, last)) if !request.is_empty() && *last == request => continue,
+                    Some((_, last, _)) if !request.is_empty() && *last == request => continue,
                     // An earlier request taking effect late, after the one that sent it again:
                     // that send was judged when it took effect.
-                    Some((_, last)) if matches!((seen.arrivals.get(&request), seen.arrivals.get(last)), (Some(this), Some(last)) if this < last) => {
+                    Some((_, last, _)) if matches!((seen.arrivals.get(&request), seen.arrivals.get(last)), (Some(this), Some(last)) if this < last) => {
                         continue
                     }
-                    Some(_) => {
+                    Some((_, _, last_sent)) => {
+                        let last_sent = *last_sent;
                         let since = owned_since.get(sender.as_str()).copied().unwrap_or(0);
-                        let asked = seen
-                            .asked_since
-                            .get(&sender)
-                            .is_some_and(|&at| crate::planted!("blind-replay-asked-before-takeover") || at >= since);
+                        // Asked after the last request that took effect was sent (planted: one
+                        // question excuses every later send).
+                        let after_the_send =
+                            |at: usize| crate::planted!("blind-replay-asked-survives-a-send") || at > last_sent;
+                        let asked = seen.asked.get(&sender).is_some_and(|&(at, at_ms)| {
+                            after_the_send(at)
+                                && (crate::planted!("blind-replay-asked-before-takeover") || at_ms >= since)
+                        });
                         if !asked {
+                            let others: Vec<&str> = seen
+                                .asked
+                                .iter()
+                                .filter(|(_, &(at, _))| after_the_send(at))
+                                .map(|(who, _)| who.as_str())
+                                .collect();
                             violations.push(violation(
                                 Oracle::BlindReplay,
                                 format!(
                                     "action `{action}` was sent to `{effect}` again at {} ms by `{sender}`, which had not asked the service about it since it was last sent{}",
                                     event.at_ms,
-                                    if seen.asked_since.is_empty() { String::new() } else {
-                                        format!(" (only {} did)", seen.asked_since.keys().cloned().collect::<Vec<_>>().join(", "))
-                                    }
+                                    if others.is_empty() { String::new() } else { format!(" (only {} did)", others.join(", ")) }
                                 ),
                             ));
                         }
                     }
                     None => {}
                 }
-                seen.last_send = Some((sender, request));
-                if !crate::planted!("blind-replay-asked-survives-a-send") {
-                    seen.asked_since.clear();
-                }
+                // A request whose arrival was not seen counts as sent when it took effect.
+                let sent = seen.sent_at.get(&request).copied().unwrap_or(position);
+                seen.last_send = Some((sender, request, sent));
             }
             _ => {}
         }

@@ -248,6 +248,41 @@ fn blind_replay_takes_a_late_request_for_the_send_it_was() {
         effect_from(2_010, "harness", "i2010", None, false, "duplicate key"),
     ];
     assert_eq!(fired(&blind), vec![Oracle::BlindReplay]);
+    // The late copy is let go just before the second request takes effect: the question asked
+    // after the first was sent (while it was held) still counts for the second.
+    let late_copy_first = [
+        request(1),
+        ask(2_000, "harness", "ticket::status"),
+        request(2_010),
+        effect_from(2_010, "harness", "i1", None, true, "created"),
+        effect_from(2_010, "harness", "i2010", None, false, "duplicate key"),
+    ];
+    assert!(fired(&late_copy_first).is_empty(), "{:?}", fired(&late_copy_first));
+    // Unasked, the same order is blind; and a question asked before the first send counts for
+    // neither.
+    let unasked = [
+        late_copy_first[0].clone(),
+        late_copy_first[2].clone(),
+        late_copy_first[3].clone(),
+        late_copy_first[4].clone(),
+    ];
+    assert_eq!(fired(&unasked), vec![Oracle::BlindReplay]);
+    let asked_too_early = [
+        ask(0, "harness", "ticket::lookup"),
+        request(1),
+        request(2_010),
+        effect_from(2_010, "harness", "i1", None, true, "created"),
+        effect_from(2_010, "harness", "i2010", None, false, "duplicate key"),
+    ];
+    assert_eq!(fired(&asked_too_early), vec![Oracle::BlindReplay]);
+    // A question between two sends that took effect counts for the second, not the third.
+    let asked_once_sent_twice = flat(&[
+        &send(1, "harness", true, "created"),
+        &[ask(2, "harness", "ticket::status")],
+        &send(3, "harness", false, "duplicate key"),
+        &send(5, "harness", false, "duplicate key"),
+    ]);
+    assert_eq!(fired(&asked_once_sent_twice), vec![Oracle::BlindReplay]);
 }
 
 #[test]
