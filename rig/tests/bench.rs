@@ -98,3 +98,32 @@ fn against_another_binary_the_planted_slowdown_is_this_binarys_alone() {
     assert_eq!(out.status.code(), Some(0), "{stdout}");
     assert!(stdout.contains("B/A CPU per pass: "), "{stdout}");
 }
+
+/// An older binary that does not know a key a newer file uses refuses the whole selection. The
+/// comparison says so, leaves that file out by name, and compares the rest: before, it printed
+/// "0 of N files pass under both" and nothing about why.
+#[test]
+fn against_a_binary_that_cannot_read_a_file_names_it_and_compares_the_rest() {
+    use std::os::unix::fs::PermissionsExt;
+    const NEWER: &str = "scenarios/smoke/healthy-turn.toml";
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("bench-against-unreadable");
+    std::fs::create_dir_all(&dir).expect("a temporary folder");
+    // A stand-in for an older rig: it rejects NEWER as a real one rejects an unknown key (the
+    // error names the file, exit 2, no run), and runs everything else as this binary does.
+    let old = dir.join("old-rig");
+    let script = format!(
+        "#!/bin/sh\nfor arg in \"$@\"; do\n  if [ \"$arg\" = {NEWER} ]; then\n    echo \"error: {NEWER}:50:1: unknown field \\`new_key\\`\" >&2\n    exit 2\n  fi\ndone\nexec {} \"$@\"\n",
+        env!("CARGO_BIN_EXE_rig")
+    );
+    std::fs::write(&old, script).expect("the stand-in is written");
+    std::fs::set_permissions(&old, std::fs::Permissions::from_mode(0o755)).expect("the stand-in runs");
+    let old = old.display().to_string();
+    let out =
+        rig(&["bench", "--against", &old, FILE, NEWER, "--seeds", "0..1", "--rounds", "1", "--threshold", "100"], None);
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    assert!(stderr.contains("cannot read the selection") && stderr.contains("unknown field `new_key`"), "{stderr}");
+    assert!(stdout.contains(&format!("left out: {NEWER} (A cannot read it: error: {NEWER}:50:1:")), "{stdout}");
+    assert!(stdout.contains("1 of 2 files pass under both (1 left out as unreadable by one of them)"), "{stdout}");
+    assert!(stdout.contains("round 1 A: 3 runs") && stdout.contains("round 1 B: 3 runs"), "{stdout}");
+}

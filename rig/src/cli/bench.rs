@@ -551,13 +551,21 @@ struct Timed {
     runs: u64,
 }
 
+/// What one binary's pass made: its figures, which files passed every run, and, when it could
+/// not read its input (exit status 2, no run made), the error lines it printed.
+struct BinaryPass {
+    timed: Timed,
+    passed: BTreeMap<String, bool>,
+    load_errors: Option<Vec<String>>,
+}
+
 /// Runs `binary run FILES --seeds S --jobs 1 --json`, and says which files passed every run.
 fn run_binary(
     binary: &Path,
     files: &[PathBuf],
     seeds: &std::ops::Range<u64>,
     planted: bool,
-) -> Result<(Timed, BTreeMap<String, bool>), String> {
+) -> Result<BinaryPass, String> {
     use std::io::Read;
     let mut command = std::process::Command::new(binary);
     command.arg("run").args(files).args([
@@ -572,11 +580,19 @@ fn run_binary(
     }
     let mut child = command
         .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
         .spawn()
         .map_err(|e| format!("cannot run {}: {e}", binary.display()))?;
+    // Its errors are read on the side, so that neither stream fills while the other is read.
+    let mut stderr = child.stderr.take().expect("piped");
+    let errors = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stderr.read_to_string(&mut text);
+        text
+    });
     let mut output = String::new();
     child.stdout.take().expect("piped").read_to_string(&mut output).map_err(|e| e.to_string())?;
+    let errors = errors.join().unwrap_or_default();
     // Its own CPU time and peak memory, from the kernel's account of it.
     let (mut status, mut usage) = (0, unsafe { std::mem::zeroed::<libc::rusage>() });
     let pid = libc::pid_t::try_from(child.id()).map_err(|e| e.to_string())?;
@@ -601,7 +617,52 @@ fn run_binary(
         peak_kib: u64::try_from(usage.ru_maxrss).unwrap_or(0),
         runs,
     };
-    Ok((timed, passed))
+    // `rig run` exits 2 without a run when it cannot read a file (or an argument).
+    let bad_input = libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == i32::from(EXIT_BAD_INPUT);
+    let load_errors = (bad_input && runs == 0).then(|| {
+        let lines: Vec<String> = errors.lines().filter(|l| !l.trim().is_empty()).map(str::to_string).collect();
+        if lines.is_empty() {
+            vec!["error: (it printed no reason)".to_string()]
+        } else {
+            lines
+        }
+    });
+    Ok(BinaryPass { timed, passed, load_errors })
+}
+
+/// Files a binary cannot read, each with its error.
+type Rejected = Vec<(PathBuf, String)>;
+
+/// The files of `files` that `binary` can read, with the error of each it cannot. A binary
+/// that rejects one file (an older one, say, that does not know a newer key) rejects the whole
+/// selection, so the files its errors name are left out and the rest tried again; if its errors
+/// name none, each file is tried alone. Each try runs the first seed only.
+fn readable(
+    binary: &Path,
+    files: &[PathBuf],
+    first: Vec<String>,
+    seeds: &std::ops::Range<u64>,
+) -> Result<(Vec<PathBuf>, Rejected), String> {
+    let named = |file: &PathBuf, error: &str| error.contains(&format!("{}:", file.display()));
+    let mut rejected: Rejected = Vec::new();
+    for file in files {
+        if let Some(error) = first.iter().find(|e| named(file, e)) {
+            rejected.push((file.clone(), error.clone()));
+        }
+    }
+    let one = seeds.start..seeds.start.saturating_add(1);
+    let mut kept: Vec<PathBuf> = files.iter().filter(|f| !rejected.iter().any(|(r, _)| r == *f)).cloned().collect();
+    if !rejected.is_empty() && !kept.is_empty() && run_binary(binary, &kept, &one, false)?.load_errors.is_none() {
+        return Ok((kept, rejected));
+    }
+    (kept, rejected) = (Vec::new(), Vec::new());
+    for file in files {
+        match run_binary(binary, std::slice::from_ref(file), &one, false)?.load_errors {
+            None => kept.push(file.clone()),
+            Some(errors) => rejected.push((file.clone(), errors.into_iter().next().unwrap_or_default())),
+        }
+    }
+    Ok((kept, rejected))
 }
 
 /// `--against`: the other binary (A) and this one (B), in turn, on the files both pass.
@@ -635,21 +696,53 @@ fn against(args: &BenchArgs, other: &Path, harness: &Harness) -> ExitCode {
     // A first, untimed pass of each finds the files both pass: a file one of them fails (or
     // cannot read) does different work in each.
     let mut common: Vec<PathBuf> = Vec::new();
-    match (run_binary(other, &files, seeds, false), run_binary(&this, &files, seeds, planted)) {
-        (Ok((_, a)), Ok((_, b))) => {
-            for file in &files {
-                let name = file.display().to_string();
-                if a.get(&name) == Some(&true) && b.get(&name) == Some(&true) {
-                    common.push(file.clone());
+    let mut unread = 0;
+    let mut passes = Vec::new();
+    for (which, binary, planted) in [("A", other, false), ("B", this.as_path(), planted)] {
+        let pass = match run_binary(binary, &files, seeds, planted) {
+            Ok(BinaryPass { load_errors: Some(errors), .. }) => {
+                // Said, not swallowed: otherwise no file "passes under both" and nothing says why.
+                err!("{which} ({}) cannot read the selection:", binary.display());
+                errors.iter().take(5).for_each(|e| err!("  {e}"));
+                let (kept, rejected) = match readable(binary, &files, errors, seeds) {
+                    Ok(found) => found,
+                    Err(error) => {
+                        err!("error: {error}");
+                        return ExitCode::from(EXIT_BAD_INPUT);
+                    }
+                };
+                for (file, error) in &rejected {
+                    out!("left out: {} ({which} cannot read it: {error})", file.display());
+                }
+                unread += rejected.len();
+                if kept.is_empty() {
+                    Ok(BinaryPass {
+                        timed: Timed { cpu_ns: 0, peak_kib: 0, runs: 0 },
+                        passed: BTreeMap::new(),
+                        load_errors: None,
+                    })
+                } else {
+                    run_binary(binary, &kept, seeds, planted)
                 }
             }
-        }
-        (Err(error), _) | (_, Err(error)) => {
-            err!("error: {error}");
-            return ExitCode::from(EXIT_BAD_INPUT);
+            other => other,
+        };
+        match pass {
+            Ok(pass) => passes.push(pass.passed),
+            Err(error) => {
+                err!("error: {error}");
+                return ExitCode::from(EXIT_BAD_INPUT);
+            }
         }
     }
-    out!("{} of {} files pass under both", common.len(), files.len());
+    for file in &files {
+        let name = file.display().to_string();
+        if passes.iter().all(|passed| passed.get(&name) == Some(&true)) {
+            common.push(file.clone());
+        }
+    }
+    let unread = if unread > 0 { format!(" ({unread} left out as unreadable by one of them)") } else { String::new() };
+    out!("{} of {} files pass under both{unread}", common.len(), files.len());
     if common.is_empty() {
         err!("error: no file passes under both binaries: nothing to compare");
         return ExitCode::from(EXIT_BAD_INPUT);
@@ -658,7 +751,7 @@ fn against(args: &BenchArgs, other: &Path, harness: &Harness) -> ExitCode {
     for round in 1..=args.rounds {
         for (which, binary, times, planted) in [("A", other, &mut a, false), ("B", this.as_path(), &mut b, planted)] {
             match run_binary(binary, &common, seeds, planted) {
-                Ok((timed, _)) => {
+                Ok(BinaryPass { timed, .. }) => {
                     out!(
                         "  round {round} {which}: {} runs, {:.2} s CPU, {} MiB",
                         timed.runs,
