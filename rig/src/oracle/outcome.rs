@@ -366,14 +366,19 @@ fn differences(
                 // `liveness` judges there): there is no outcome to hold the run to.
                 (_, Some(uncut_end)) if !came_to_an_end(layout, &uncut_end.status) => cut_short = true,
                 (Some(end), _) if permitted_end(layout, &end.status) => cut_short = true,
-                (Some(end), Some(uncut_end)) => found.push(format!(
-                    "{name}: turn #{} ({}) ended `{}`, where the uncut run's ({}) ended `{}`",
-                    index + 1,
-                    end.turn_id,
-                    end.status,
-                    uncut_end.turn_id,
-                    uncut_end.status
-                )),
+                // Another end is the difference; the answer and the effects it did not come to
+                // are that difference, not more (effects beyond the uncut run's still are).
+                (Some(end), Some(uncut_end)) => {
+                    found.push(format!(
+                        "{name}: turn #{} ({}) ended `{}`, where the uncut run's ({}) ended `{}`",
+                        index + 1,
+                        end.turn_id,
+                        end.status,
+                        uncut_end.turn_id,
+                        uncut_end.status
+                    ));
+                    cut_short = true;
+                }
                 (None, Some(uncut_end)) if judged.script_complete => found.push(format!(
                     "{name}: the uncut run's turn #{} ({}, ended `{}`) never happened",
                     index + 1,
@@ -475,6 +480,11 @@ mod tests {
             cancelled[0].contains("ended `cancelled`, where the uncut run's (t1) ended `completed`"),
             "{cancelled:?}"
         );
+        // What a turn that ended otherwise did not come to is the same difference, reported once.
+        let cancelled_early = judge(&session(&["cancelled"], 0, &[]), &uncut, true, true);
+        assert_eq!(cancelled_early.len(), 1, "{cancelled_early:?}");
+        // More effects than the uncut run's are a difference of their own.
+        assert_eq!(judge(&session(&["cancelled"], 2, &[]), &uncut, true, true).len(), 2);
         let fewer = judge(&session(&["completed"], 0, &["done"]), &uncut, true, false);
         assert!(fewer[0].contains("0 action(s) had `ticket.create`"), "{fewer:?}");
         let more = judge(&session(&["completed"], 2, &["done"]), &uncut, true, false);
