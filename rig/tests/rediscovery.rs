@@ -117,6 +117,9 @@ fn table() -> Vec<Row> {
         row("run-on-expiry", "approval-expires-before-a-late-release.toml", Uncut, "approval-expiry"),
         row("unversioned-requests", "config-promoted-and-withdrawn.toml", Uncut, "pinned-config"),
         row("hold-over-the-end", "budget-across-a-retry.toml", Explore(0..1), "monotonic"),
+        row("timeout-as-cancelled", "multi-round.toml", Explore(11..12), "outcome"),
+        row("retry-as-new-action", "multi-round.toml", Explore(4..5), "ledger"),
+        row("unkeyed-answer", "multi-round.toml", Explore(6..7), "outcome"),
     ]
 }
 

@@ -200,6 +200,9 @@ impl Worker {
                 }
             }
         }
+        // The action the request is sent as: the call's own, but for `retry-as-new-action`'s
+        // retries.
+        let mut attempt = action_id.to_string();
         for send in 1..=SENDS_MAX {
             if record["calls"][action_id]["reconciled"] == json!(true) {
                 // "Known not to have happened" holds only until it is sent again: from here on,
@@ -216,17 +219,20 @@ impl Worker {
             if let Some(why) = self.taken_away(bus, record, &tool).await? {
                 return self.settle_unavailable(bus, record, action_id, why).await;
             }
-            let entry = &record["calls"][action_id];
+            let entry = &record["calls"][&attempt];
             let request = json!({
-                "action_id": action_id, "idempotency_key": entry["idempotency_key"], "client_reference": entry["client_reference"],
+                "action_id": attempt, "idempotency_key": entry["idempotency_key"], "client_reference": entry["client_reference"],
                 "args": entry["args"], "fencing": self.effect_fence(&session_id),
             });
             let error = match bus.invoke(&tool.function, request, self.env.config.tool_timeout_ms).await {
                 Ok(result) => {
                     self.env.checkpoint("after_acceptance", action_id).await;
-                    record["calls"][action_id]["status"] = json!("complete");
-                    record["calls"][action_id]["result"] = result;
-                    record["calls"][action_id]["completed_at_ms"] = json!(self.now());
+                    // (An attempt of `retry-as-new-action` that answers settles the call too.)
+                    for id in [action_id, attempt.as_str()] {
+                        record["calls"][id]["status"] = json!("complete");
+                        record["calls"][id]["result"] = result.clone();
+                        record["calls"][id]["completed_at_ms"] = json!(self.now());
+                    }
                     self.write(bus, record).await?;
                     self.env.checkpoint("after_completion", action_id).await;
                     // A safe point: after a tool's outcome is recorded.
@@ -237,6 +243,22 @@ impl Worker {
                 }
                 Err(error) => error,
             };
+            if error.outcome_unknown() && self.policy == Policy::RetryAsNewAction && send < SENDS_MAX {
+                // The known-bad retry: a request whose answer was lost is sent again at once as
+                // a new action (a new id, so a new key and reference), as a retry that mints
+                // every attempt afresh; the call is taken for done by whichever attempt answers,
+                // and an attempt left unknown between them is the close's to settle.
+                record["calls"][&attempt]["status"] = json!("unknown");
+                let next = format!("{action_id}/{}", send + 1);
+                let mut retry = record["calls"][&attempt].clone();
+                retry["status"] = json!("started");
+                retry["idempotency_key"] = json!(self.new_key());
+                retry["client_reference"] = json!(next);
+                record["calls"][&next] = retry;
+                self.write(bus, record).await?;
+                attempt = next;
+                continue;
+            }
             if !error.outcome_unknown() || self.policy == Policy::AssumeFailed {
                 // A definite refusal (or, under `assume-failed`, any error): it did not happen.
                 // A refusal answers one copy of the request, and the network delivers at least

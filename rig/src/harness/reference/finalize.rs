@@ -215,7 +215,14 @@ impl Worker {
                 _ => return self.unfinalized(bus, request, Intent::Failed { cause: failure.summary() }, &error).await,
             },
         };
-        self.close(bus, request, failed_record(record, &failure.summary(), self.now())).await
+        let mut terminal = failed_record(record, &failure.summary(), self.now());
+        if self.policy == Policy::TimeoutAsCancelled && matches!(failure.error, InvokeError::Timeout { .. }) {
+            // The known-bad mapping: a step its timeout gave up on is taken for a cancelled
+            // task (as a timeout that cancels the awaiting task is caught by the cancellation
+            // handler), so the turn ends `cancelled` where it failed.
+            terminal["status"] = json!("cancelled");
+        }
+        self.close(bus, request, terminal).await
     }
 
     /// Records a terminal turn and finishes finalising it, after settling every action the
@@ -587,6 +594,9 @@ impl Worker {
         let (mut entry, session_status) = presentation(terminal);
         let key =
             entry.as_object_mut().and_then(|e| e.remove("entry_key")).and_then(|k| k.as_str().map(str::to_string));
+        // The known-bad presentation: the answer goes in unkeyed, as a plain message, so the
+        // session cannot tell a presentation made again from a new one.
+        let key = key.filter(|_| self.policy != Policy::UnkeyedAnswer);
         self.append_entry_tried(bus, session_id, key, entry, 1).await;
         let _ = bus
             .invoke("session::set-status", json!({ "session_id": session_id, "status": session_status }), timeout)

@@ -99,6 +99,12 @@
 //! - `hold-over-the-end`: the dead-letter handler writes the turn a dead letter carried `held`
 //!   without looking at its status, and the worker's writes carry no guard against reopening an
 //!   ended turn: a turn that ended meanwhile is taken back from its end.
+//! - `timeout-as-cancelled`: a turn whose step timed out is recorded `cancelled`, as a task its
+//!   timeout cancelled, not `failed`.
+//! - `retry-as-new-action`: an effect request whose answer was lost (a timeout) is sent again at
+//!   once as a new action, with a new id and key, and the call is done when an attempt answers.
+//! - `unkeyed-answer`: a turn's answer enters the transcript without an entry key, so presenting
+//!   it again (as whoever finds the turn ended does) appends a second copy.
 
 mod actions;
 mod approvals;
@@ -186,10 +192,13 @@ pub enum Policy {
     UnversionedRequests,
     OverlayOfTheFirstTurn,
     HoldOverTheEnd,
+    TimeoutAsCancelled,
+    RetryAsNewAction,
+    UnkeyedAnswer,
 }
 
 impl Policy {
-    pub const ALL: [Policy; 47] = [
+    pub const ALL: [Policy; 50] = [
         Policy::Swallow,
         Policy::Propagate,
         Policy::Reference,
@@ -237,6 +246,9 @@ impl Policy {
         Policy::UnversionedRequests,
         Policy::OverlayOfTheFirstTurn,
         Policy::HoldOverTheEnd,
+        Policy::TimeoutAsCancelled,
+        Policy::RetryAsNewAction,
+        Policy::UnkeyedAnswer,
     ];
 
     pub fn name(self) -> &'static str {
@@ -288,6 +300,9 @@ impl Policy {
             Policy::UnversionedRequests => "unversioned-requests",
             Policy::OverlayOfTheFirstTurn => "overlay-of-the-first-turn",
             Policy::HoldOverTheEnd => "hold-over-the-end",
+            Policy::TimeoutAsCancelled => "timeout-as-cancelled",
+            Policy::RetryAsNewAction => "retry-as-new-action",
+            Policy::UnkeyedAnswer => "unkeyed-answer",
         }
     }
 
