@@ -287,6 +287,10 @@ impl Runner {
     /// host runs nothing at all (it neither answers nor sends), as a suspended process, whatever
     /// its software would rather do.
     fn freeze_paused_hosts(&mut self, now: u64) {
+        // Called on every step: with no pause anywhere there is nothing to list.
+        if self.frozen.is_empty() && !self.world.has_pauses() {
+            return;
+        }
         let paused: BTreeSet<String> = self.world.pauses_after(now).into_iter().map(|(host, _)| host).collect();
         for host in self.frozen.difference(&paused) {
             self.sim.freeze(host.as_str(), false);

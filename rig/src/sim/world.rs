@@ -144,6 +144,11 @@ impl World {
         self.paused.borrow().iter().filter(|(_, until)| **until > now_ms).map(|(h, u)| (h.clone(), *u)).collect()
     }
 
+    /// Whether any host has a pause on record (over or not).
+    pub fn has_pauses(&self) -> bool {
+        !self.paused.borrow().is_empty()
+    }
+
     /// Ends `host`'s pause: its process died or was restarted, and a new one is not paused.
     pub fn end_pause(&self, host: &str) {
         self.paused.borrow_mut().remove(host);
