@@ -331,13 +331,12 @@ struct ActionSeen {
     /// it took effect (a request held on the way takes effect after the questions its sender
     /// rightly asked while waiting for it).
     last_send: Option<(String, String, usize)>,
-    /// Where in the events each of its requests reached the service (by invocation).
+    /// Where in the events each of its requests reached the service (by invocation), which is
+    /// also the order they reached it in: a request held on the way (a `late` cut) takes effect
+    /// after a later one, and is no new send of it.
     sent_at: BTreeMap<String, usize>,
     /// Each worker's latest question to the service about it: where in the events, and when.
     asked: BTreeMap<String, (usize, u64)>,
-    /// The order in which its requests reached the service (by invocation): a request held on
-    /// the way (a `late` cut) takes effect after a later one, and is no new send of it.
-    arrivals: BTreeMap<String, usize>,
 }
 
 fn blind_replay(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
@@ -360,8 +359,6 @@ fn blind_replay(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
                     seen.keys.extend(text(payload, "idempotency_key"));
                     seen.references.extend(text(payload, "client_reference"));
                     if let Some(request) = invocation_id {
-                        let next = seen.arrivals.len();
-                        seen.arrivals.entry(request.clone()).or_insert(next);
                         seen.sent_at.entry(request.clone()).or_insert(position);
                     }
                 }
@@ -395,7 +392,7 @@ fn blind_replay(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
                     Some((_, last, _)) if !request.is_empty() && *last == request => continue,
                     // An earlier request taking effect late, after the one that sent it again:
                     // that send was judged when it took effect.
-                    Some((_, last, _)) if matches!((seen.arrivals.get(&request), seen.arrivals.get(last)), (Some(this), Some(last)) if this < last) => {
+                    Some((_, last, _)) if matches!((seen.sent_at.get(&request), seen.sent_at.get(last)), (Some(this), Some(last)) if this < last) => {
                         continue
                     }
                     Some((_, _, last_sent)) => {
