@@ -400,8 +400,17 @@ fn changes_tells_new_ongoing_and_gone_from_the_nights_before() {
         out.contains(&format!("    repro: {program} run scenarios/lost-result.toml --policy reference --seed 0")),
         "{out}"
     );
+    // The bisect script builds the binary's own profile: a debug build says so, a release build
+    // (`cargo test --release`) is the script's default and says nothing.
+    let profile = if std::path::Path::new(program).parent().and_then(|p| p.file_name()) == Some("debug".as_ref()) {
+        "RIG_PROFILE=dev "
+    } else {
+        ""
+    };
     assert!(
-        out.contains("    bisect: RIG_BIN=naive-harness RIG_PROFILE=dev .ci/bisect-finding aaa bbb scenarios/lost-result.toml --policy reference --seed 0"),
+        out.contains(&format!(
+            "    bisect: RIG_BIN=naive-harness {profile}.ci/bisect-finding aaa bbb scenarios/lost-result.toml --policy reference --seed 0"
+        )),
         "{out}"
     );
     // Gone: its repro passes now.
