@@ -505,6 +505,7 @@ pub(crate) fn judge(
         sessions: &sessions,
         layout,
         dead_letters: queues.unresolved_dead_letters(),
+        given_up: queues.given_up(),
         effect_functions: scenario.world.services.effect_functions(),
         healed_at_ms: settled.healed_at_ms,
         ended_at_ms,

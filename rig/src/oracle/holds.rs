@@ -11,7 +11,9 @@ use std::collections::BTreeMap;
 
 /// A turn still held at the end for a call a `pre-trigger` hook held (its configured answer is
 /// `hold`), which never ran again since it was first held after that answer, and none of whose actions is
-/// recorded held: a release names a held call, and there is none to name.
+/// recorded held: a release names a held call, and there is none to name. A turn first held
+/// after that answer by a write made once its queue had given up on it is held for the dead
+/// letter, not for the call, and is not judged here.
 pub(super) fn held_for_nothing(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
     let layout = evidence.layout;
     let holds_calls = |function: &str| evidence.hook_replies.get(function).is_some_and(|r| r["decision"] == "hold");
@@ -31,27 +33,41 @@ pub(super) fn held_for_nothing(evidence: &Evidence<'_>, violations: &mut Vec<Vio
             continue;
         }
         // From the first hold of the turn recorded after the hook's answer on, the turn never ran.
-        let commits = evidence.events[position..].iter().filter_map(|event| match &event.kind {
-            EventKind::Commit { scope, key, value, .. }
-                if *scope == layout.turn_scope && key == session && !value.is_null() =>
-            {
-                Some(value)
-            }
-            _ => None,
-        });
+        let commits: Vec<(usize, &Value)> = evidence
+            .events
+            .iter()
+            .enumerate()
+            .skip(position)
+            .filter_map(|(at, event)| match &event.kind {
+                EventKind::Commit { scope, key, value, .. }
+                    if *scope == layout.turn_scope && key == session && !value.is_null() =>
+                {
+                    Some((at, value))
+                }
+                _ => None,
+            })
+            .collect();
         let ran = |value: &Value| {
             !layout.is_terminal(value) && layout.status(value) != layout.held_status && !layout.is_parked(value)
         };
+        let first_held = commits.iter().position(|(_, value)| layout.status(value) == layout.held_status);
         // (The planted bug: the turn's writes before its hold was recorded count as running again.)
         let ran_again = match crate::planted!("liveness-hold-ran-before-its-record-counts") {
-            true => {
-                let mut commits = commits;
-                commits.any(ran)
-            }
-            false => commits.skip_while(|value| layout.status(value) != layout.held_status).any(ran),
+            true => commits.iter().any(|(_, value)| ran(value)),
+            false => first_held.is_some_and(|first| commits[first..].iter().any(|(_, value)| ran(value))),
         };
+        // A hold first written after the turn's queue gave up on it is the dead letter's: the
+        // contract lets a harness hold (or fail) a turn whose delivery was given up on, for a
+        // person to deal with as a dead letter, whatever the turn was doing when its deliveries
+        // ran out. It promises no held call, so no release is owed.
+        let turn_id = layout.turn_id(record);
+        let for_a_dead_letter =
+            first_held.is_some_and(|first| given_up_before(evidence, session, turn_id, commits[first].0));
         let actions = layout.turn_actions(evidence.store, session, record);
-        if ran_again || actions.iter().any(|(_, action)| layout.classify(action) == ActionClass::Held) {
+        if ran_again
+            || for_a_dead_letter
+            || actions.iter().any(|(_, action)| layout.classify(action) == ActionClass::Held)
+        {
             continue;
         }
         violations.push(violation(
@@ -63,6 +79,22 @@ pub(super) fn held_for_nothing(evidence: &Evidence<'_>, violations: &mut Vec<Vio
             ),
         ));
     }
+}
+
+/// Whether a queue gave up on a message carrying this turn (its `session_id`, and its `turn_id`
+/// or none) before trace position `before`.
+fn given_up_before(evidence: &Evidence<'_>, session: &str, turn_id: &str, before: usize) -> bool {
+    let carried = |data: &Value| {
+        data["session_id"].as_str() == Some(session) && data["turn_id"].as_str().is_none_or(|id| id == turn_id)
+    };
+    evidence.given_up.iter().filter(|(_, _, data)| carried(data)).any(|(queue, message_id, _)| {
+        evidence.events[..before].iter().any(|event| match &event.kind {
+            EventKind::Note { what, detail } if what == "queue_dead_letter" => {
+                detail["queue"] == *queue && detail["message_id"] == *message_id
+            }
+            _ => false,
+        })
+    })
 }
 
 /// A turn parked at the end whose last command of the two that park and unpark it, by when each

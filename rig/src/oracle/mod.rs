@@ -168,6 +168,9 @@ pub struct Evidence<'a> {
     pub layout: &'a RecordLayout,
     /// Dead letters no handler took, as `(queue, message_id, data)`.
     pub dead_letters: Vec<(&'a str, &'a str, &'a Value)>,
+    /// Every message a queue gave up on (a dead letter), taken by a handler or not, as `(queue,
+    /// message_id, data)`.
+    pub given_up: Vec<(&'a str, &'a str, &'a Value)>,
     /// How effect requests and reconciliations look on the wire, for this world's services.
     pub effect_functions: EffectFunctions,
     /// When the final heal happened and how long turns had afterwards to settle.

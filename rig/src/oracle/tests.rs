@@ -116,6 +116,7 @@ fn evidence<'a>(
         sessions,
         layout,
         dead_letters: Vec::new(),
+        given_up: Vec::new(),
         effect_functions: tickets(),
         healed_at_ms: 0,
         ended_at_ms,
@@ -1629,6 +1630,49 @@ fn liveness_catches_a_turn_held_for_a_hook_hold_no_action_records() {
     // No hook held anything.
     let no_hold = [commit(3, held_turn(json!({})))];
     assert!(judged(&no_hold, &not_recorded).is_empty());
+}
+
+#[test]
+fn liveness_leaves_a_hook_held_turn_alone_once_a_dead_letter_holds_it() {
+    let (layout, sessions) = (RecordLayout::default(), doubles::SessionService::new());
+    let hook = call_from(
+        1,
+        "harness",
+        "hooks::hold",
+        json!({"point": "pre_trigger", "session_id": "s1", "call": {"id": "c1"}}),
+    );
+    let given_up = event(
+        3,
+        EventKind::Note {
+            what: "queue_dead_letter".into(),
+            detail: json!({"queue": "harness-turn", "message_id": "m1", "attempt": 4}),
+        },
+    );
+    let held = |at_ms: u64| commit(at_ms, json!({"turn_id": "t1", "status": "held", "held_reason": "dead-lettered"}));
+    let store =
+        store_with("harness_turn", "s1", json!({"turn_id": "t1", "status": "held", "held_reason": "dead-lettered"}));
+    let (this_turn, another_turn) =
+        (json!({"session_id": "s1", "turn_id": "t1"}), json!({"session_id": "s1", "turn_id": "t0"}));
+    let judged = |events: &[Event], letter: &Value| {
+        let replies = BTreeMap::from([("hooks::hold".to_string(), json!({"decision": "hold"}))]);
+        let given_up = vec![("harness-turn", "m1", letter)];
+        details(&Evidence { hook_replies: replies, given_up, ..evidence(events, &store, &sessions, &layout, 10) })
+    };
+    // The hook held the call, the hold was never recorded, the queue gave the turn up, and the
+    // dead letter's handler held it: the turn waits on the dead letter, not on a release.
+    let dead_lettered = [hook.clone(), given_up.clone(), held(4)];
+    assert!(judged(&dead_lettered, &this_turn).is_empty());
+    let whole_session = json!({"session_id": "s1"});
+    assert!(judged(&dead_lettered, &whole_session).is_empty(), "a letter naming only the session carried its turn");
+    // Held for the hook before the queue gave up: a dead letter after it excuses nothing.
+    let held_first = [hook.clone(), held(2), given_up.clone(), held(4)];
+    let found = judged(&held_first, &this_turn);
+    assert!(found.len() == 1 && found[0].contains("nothing can release it"), "{found:?}");
+    // A dead letter of another turn of the session, or of another session, holds nothing here.
+    let found = judged(&dead_lettered, &another_turn);
+    assert!(found.len() == 1 && found[0].contains("nothing can release it"), "{found:?}");
+    let found = judged(&dead_lettered, &json!({"session_id": "s2", "turn_id": "t1"}));
+    assert!(found.len() == 1 && found[0].contains("nothing can release it"), "{found:?}");
 }
 
 #[test]

@@ -370,6 +370,15 @@ impl Queues {
             .collect()
     }
 
+    /// Every message a queue gave up on, taken by a handler or not, as `(queue, message_id,
+    /// data)`: what a turn held for a dead letter was held for.
+    pub fn given_up(&self) -> Vec<(&str, &str, &Value)> {
+        self.queues
+            .iter()
+            .flat_map(|(name, q)| q.dead.iter().map(move |d| (name.as_str(), d.message.id.as_str(), &d.message.data)))
+            .collect()
+    }
+
     /// The earliest time, after `now_ms`, that a waiting message becomes available or a dead
     /// letter is due to be offered again.
     pub fn next_available_after(&self, now_ms: u64) -> Option<u64> {
@@ -688,5 +697,6 @@ mod tests {
         assert_eq!(queues.unresolved_dead_letters().len(), 1);
         queues.dead_letter_handled("q", &id);
         assert!(queues.unresolved_dead_letters().is_empty());
+        assert_eq!(queues.given_up(), [("q", id.as_str(), &json!({"s": "s1"}))], "taken, and still given up on");
     }
 }
