@@ -88,6 +88,17 @@ pub(super) struct PendingTerminal {
     pub(super) left_in_record: bool,
 }
 
+/// Where a terminal state owed to a turn stands once its worker tried to leave it in the record
+/// ([`Worker::leave_terminal_pending`]).
+enum Left {
+    /// In the record, or the turn no longer running there: a worker that starts finishes it.
+    Durably,
+    /// Owed in this process's memory only: a crash of this worker would lose it.
+    InMemory,
+    /// The record holds the very terminal record owed (a write whose outcome was unknown landed).
+    Landed,
+}
+
 /// The field of a turn record naming the queued input entries it was admitted from.
 const INPUT_KEYS: &str = "input_keys";
 /// The field of a turn record naming input entries earlier turns were admitted from and whose
@@ -349,7 +360,18 @@ impl Worker {
                     json!({ "session_id": request.session_id, "turn_id": request.turn_id, "cause": error.to_string() }),
                 );
                 // Before the delivery is answered: the retry below lives in this process only.
-                let left_in_record = self.leave_terminal_pending(bus, request, &intent).await;
+                let left = self.leave_terminal_pending(bus, request, &intent).await;
+                if let (Left::Landed, Intent::Record(terminal)) = (&left, &intent) {
+                    // The terminal write whose outcome was unknown landed, as this read shows
+                    // (the whole record, as the readback compares it): finalising goes on here,
+                    // before the delivery is answered. Answered first, with the end owed, no
+                    // queue delivers the turn again, and the record names no worker to show its
+                    // answer once this one dies before its background retry: the answer would be
+                    // left out of the transcript for good.
+                    self.note("terminal_write_confirmed", json!({ "turn_id": terminal["turn_id"] }));
+                    return Ok(self.after_terminal(bus, terminal).await);
+                }
+                let left_in_record = !matches!(left, Left::InMemory);
                 let status = intent.status();
                 let pending =
                     PendingTerminal { turn_id: request.turn_id.clone(), intent: intent.clone(), left_in_record };
@@ -374,19 +396,24 @@ impl Worker {
     }
 
     /// Leaves the terminal state owed to a running turn in its record, so a worker that starts
-    /// after this one died finishes it. Whether nothing is owed in memory only any more: the
-    /// state is in the record, or the turn is no longer running there.
-    async fn leave_terminal_pending(&self, bus: &Bus, request: &TurnRequest, intent: &Intent) -> bool {
+    /// after this one died finishes it, and says where the owed state stands.
+    async fn leave_terminal_pending(&self, bus: &Bus, request: &TurnRequest, intent: &Intent) -> Left {
         let mut record = match self.get_turn(bus, &request.session_id).await {
             Ok(Some(record)) if is_current(&record, request) => record,
-            Ok(_) => return true,
-            Err(_) => return false,
+            Ok(Some(record)) if matches!(intent, Intent::Record(terminal) if *terminal == record) => {
+                return Left::Landed
+            }
+            Ok(_) => return Left::Durably,
+            Err(_) => return Left::InMemory,
         };
         if record.get(TERMINAL_PENDING).is_some() || crate::planted!("ref-owed-terminal-kept-in-memory") {
-            return true;
+            return Left::Durably;
         }
         record[TERMINAL_PENDING] = intent.to_json();
-        self.put_turn(bus, &record).await.is_ok()
+        match self.put_turn(bus, &record).await {
+            Ok(()) => Left::Durably,
+            Err(_) => Left::InMemory,
+        }
     }
 
     /// Gives up a hold owed to the turn of `record` (`turn_id`), in memory or in the record,
@@ -436,7 +463,7 @@ impl Worker {
         let Some(intent) = self.pending_terminal.borrow().get(&request.session_id).map(|p| p.intent.clone()) else {
             return Ok(self.skipped(request, "terminalization pending"));
         };
-        if !self.leave_terminal_pending(bus, request, &intent).await {
+        if matches!(self.leave_terminal_pending(bus, request, &intent).await, Left::InMemory) {
             return Err(self.terminal_owed_in_memory(request));
         }
         if let Some(pending) = self.pending_terminal.borrow_mut().get_mut(&request.session_id) {
