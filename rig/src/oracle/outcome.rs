@@ -603,6 +603,139 @@ mod tests {
         assert_eq!(took_effect(&cancel), "state applied");
     }
 
+    fn at(kind: EventKind) -> Event {
+        Event { at_ms: 1, host: "worker".into(), kind }
+    }
+
+    fn commit(scope: &str, key: &str, value: Value) -> Event {
+        at(EventKind::Commit { scope: scope.into(), key: key.into(), value, version: 1 })
+    }
+
+    fn call(function: &str, invocation: &str, payload: Value) -> Event {
+        at(EventKind::Call {
+            service: "tickets".into(),
+            function: function.into(),
+            payload,
+            caller: Some("worker".into()),
+            invocation_id: Some(invocation.into()),
+        })
+    }
+
+    fn ledger(action: &str, invocation: &str, accepted: bool, reason: &str) -> Event {
+        at(EventKind::Effect {
+            effect: "ticket.create".into(),
+            action: action.into(),
+            idempotency_key: None,
+            token: None,
+            domain: None,
+            accepted,
+            reason: reason.into(),
+            by: Some("worker".into()),
+            invocation_id: Some(invocation.into()),
+        })
+    }
+
+    fn cut(index: usize) -> Event {
+        at(EventKind::Cut { cut: index, action: "reject".into(), function: "ticket::create".into() })
+    }
+
+    /// Reading a run's outcome: every kind of evidence `Outcome::of` reads, each once the way a
+    /// run leaves it and once the way it must not be read (a delete, a record of another scope, a
+    /// cut that does not refuse, a duplicate-key refusal, a message asked once).
+    #[test]
+    fn a_run_s_outcome_is_read_from_its_trace_store_and_transcripts() {
+        use serde_json::json;
+        let ticket = |action: &str, title: &str| json!({"action_id": action, "idempotency_key": format!("k-{action}"), "client_reference": action, "title": title});
+        let calls = json!({"a1": {"status": "complete"}, "a2": {"status": "pending"}, "a3": {"status": "complete"}, "a4": {"status": "complete"}});
+        let events = vec![
+            commit("harness_turn", "s1", json!({"turn_id": "t1", "status": "running", "calls": calls})),
+            // A delete and a record of another scope are no turns.
+            commit("harness_turn", "s9", Value::Null),
+            commit("harness_queue", "s1:q1", json!({"session_id": "s1", "turn_id": "q", "status": "queued"})),
+            call(GENERATE, "g1", json!({"messages": ["hi"]})),
+            call(GENERATE, "g2", json!({"messages": ["hi"]})),
+            call(GENERATE, "g3", json!({"messages": ["hi", "done"]})),
+            // Accepted; sent again and refused as a duplicate (that is no refusal).
+            call("ticket::create", "i1", ticket("a1", "refund")),
+            ledger("a1", "i1", true, "created"),
+            call("ticket::create", "i5", ticket("a1", "refund")),
+            ledger("a1", "i5", false, "duplicate key"),
+            // Refused by a cut that answers no; then one cut that does not.
+            call("ticket::create", "i2", ticket("a2", "second")),
+            cut(0),
+            call("ticket::create", "i3", ticket("a3", "third")),
+            cut(1),
+            ledger("a3", "i3", true, "created"),
+            // Refused by the service.
+            call("ticket::create", "i4", json!({"action_id": "a4", "args": {"title": "fourth"}})),
+            ledger("a4", "i4", false, "invalid"),
+            // A question the cut refused is no effect refused.
+            call("ticket::status", "i6", json!({"action_id": "a1", "idempotency_key": "k-a1"})),
+            cut(0),
+            at(EventKind::Rpc {
+                name: "release".into(),
+                function: "harness::release".into(),
+                outcome: json!({"outcome": "ok", "result": {"resolved": true}}),
+            }),
+            at(EventKind::Rpc {
+                name: "other".into(),
+                function: "harness::status".into(),
+                outcome: json!({"outcome": "ok", "result": {}}),
+            }),
+            commit("harness_turn", "s1", json!({"turn_id": "t1", "status": "completed", "calls": calls})),
+        ];
+        let mut store = StateStore::new();
+        store.seed("harness_turn", "s1", json!({"turn_id": "t1", "status": "completed", "calls": calls}));
+        store.seed(
+            "harness_turn",
+            "s2",
+            json!({"turn_id": "t2", "status": "completed", "calls": {"b1": {"status": "complete"}}}),
+        );
+        store.seed(CONTROL_SCOPE, "s1", json!({"commands": {"c1": {"command": "cancel", "state": "applied"}}}));
+        let mut sessions = SessionService::new();
+        for entry in [
+            json!({"role": "user", "text": "hi"}),
+            json!({"role": "assistant", "text": "done"}),
+            json!({"role": "assistant"}),
+        ] {
+            sessions.seed_message("s1", entry);
+        }
+        let seeded = vec![
+            ("harness_turn".to_string(), "s0".to_string(), json!({"turn_id": "t0", "status": "failed"})),
+            ("harness_queue".to_string(), "s0:q1".to_string(), json!({"session_id": "s0", "message": "hi"})),
+        ];
+        let workload = Workload {
+            seeded: &seeded,
+            refusing: BTreeSet::from([0]),
+            commanded: BTreeMap::from([("release".to_string(), "s1".to_string())]),
+        };
+        let effects =
+            crate::services::Services { tickets: Some(Default::default()), ..Default::default() }.effect_functions();
+        let outcome = Outcome::of(&events, &store, &sessions, &workload, &RecordLayout::default(), &effects);
+        let named = |title: &str| ("ticket.create".to_string(), format!("{{\"title\":\"{title}\"}}"));
+        let s0 = SessionOutcome {
+            turns: vec![TurnEnd { turn_id: "t0".into(), status: "failed".into() }],
+            ..SessionOutcome::default()
+        };
+        let s1 = SessionOutcome {
+            turns: vec![TurnEnd { turn_id: "t1".into(), status: "completed".into() }],
+            effects: BTreeMap::from([(named("refund"), 1), (named("third"), 1)]),
+            refused: BTreeMap::from([(named("second"), 1), (named("fourth"), 1)]),
+            unresolved: true,
+            answers: vec!["done".to_string()],
+            commands: BTreeMap::from([
+                ("c1".to_string(), "cancel applied".to_string()),
+                ("reply release".to_string(), "resolved true".to_string()),
+            ]),
+        };
+        let s2 = SessionOutcome { turns: Vec::new(), unresolved: false, ..SessionOutcome::default() };
+        let expected = Outcome {
+            sessions: BTreeMap::from([("s0".to_string(), s0), ("s1".to_string(), s1), ("s2".to_string(), s2)]),
+            repeated_generations: 1,
+        };
+        assert_eq!(outcome, expected);
+    }
+
     #[test]
     fn a_replay_safe_effect_may_be_repeated() {
         let uncut = session(&["completed"], 1, &["done"]);
