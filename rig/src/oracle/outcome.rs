@@ -528,6 +528,73 @@ mod tests {
     }
 
     #[test]
+    fn a_later_turn_the_uncut_run_never_ended_is_owed_by_no_run() {
+        // The turns before it ended alike; the uncut run's next turn ran into its bound, so a run
+        // that never began it missed nothing.
+        let uncut = session(&["completed", "running"], 1, &["done"]);
+        let run = session(&["completed"], 1, &["done"]);
+        assert!(judge(&run, &uncut, true, true).is_empty(), "{:?}", judge(&run, &uncut, true, true));
+        // One that did end is owed.
+        let ended = session(&["completed", "completed"], 1, &["done"]);
+        let missing = judge(&run, &ended, true, true);
+        assert!(missing[0].contains("turn #2 (t2, ended `completed`) never happened"), "{missing:?}");
+    }
+
+    #[test]
+    fn the_oracle_reports_each_difference_and_judges_nothing_without_an_uncut_run() {
+        let (uncut, run) = (session(&["completed"], 1, &["done"]), session(&["completed"], 2, &["done", "done"]));
+        let judged = |outcome| {
+            let (store, sessions, layout) = (StateStore::new(), SessionService::new(), RecordLayout::default());
+            let evidence = Evidence {
+                events: &[],
+                replies: &[],
+                store: &store,
+                sessions: &sessions,
+                layout: &layout,
+                dead_letters: Vec::new(),
+                effect_functions: EffectFunctions::default(),
+                healed_at_ms: 0,
+                ended_at_ms: 10,
+                quiescent: true,
+                effects_per_action_max: 1,
+                recovery: None,
+                config: None,
+                tool_functions: BTreeMap::new(),
+                hook_replies: BTreeMap::new(),
+                generations: &[],
+                seeded: &[],
+                sends: Vec::new(),
+                outcome,
+            };
+            let mut violations = Vec::new();
+            same_outcome(&evidence, &mut violations);
+            violations.into_iter().map(|v| (v.oracle, v.detail)).collect::<Vec<_>>()
+        };
+        assert!(judged(None).is_empty());
+        let against = OutcomeJudged {
+            run: &run,
+            uncut: &uncut,
+            script_complete: true,
+            deterministic_model: true,
+            written_by_script: BTreeSet::new(),
+        };
+        let found = judged(Some(against));
+        assert_eq!(found.len(), 2, "{found:?}");
+        assert!(found.iter().all(|(oracle, _)| *oracle == Oracle::Outcome), "{found:?}");
+        assert!(found[0].1.contains("2 action(s) had `ticket.create`"), "{found:?}");
+        assert!(found[1].1.contains("holds 2 assistant answer(s)"), "{found:?}");
+        let public = OutcomeJudged {
+            run: &run,
+            uncut: &uncut,
+            script_complete: true,
+            deterministic_model: true,
+            written_by_script: BTreeSet::new(),
+        };
+        let listed = outcome_differences(&public, &RecordLayout::default(), &EffectFunctions::default());
+        assert_eq!(listed, found.into_iter().map(|(_, detail)| detail).collect::<Vec<_>>());
+    }
+
+    #[test]
     fn a_turn_the_script_wrote_itself_owes_no_answer_but_never_more_effects() {
         let uncut = session(&["completed"], 1, &["done"]);
         let run = session(&["completed"], 0, &[]);
