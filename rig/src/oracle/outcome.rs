@@ -552,6 +552,7 @@ mod tests {
                 sessions: &sessions,
                 layout: &layout,
                 dead_letters: Vec::new(),
+                given_up: Vec::new(),
                 effect_functions: EffectFunctions::default(),
                 healed_at_ms: 0,
                 ended_at_ms: 10,

@@ -1538,6 +1538,49 @@ fn stranded_catches_queued_input_removed_and_never_admitted() {
     assert_eq!(details(&evidence_seeded).len(), 1);
 }
 
+/// What `stranded` takes as a turn made of a removed message, exactly: a turn record of its
+/// session (seeded or committed, not a record of another scope) naming its key or carrying it
+/// within three levels, or the message itself in the transcript (plain text by its `text`).
+#[test]
+fn stranded_takes_only_a_turn_record_of_the_session_or_the_transcript_as_the_message_admitted() {
+    let layout = RecordLayout::default();
+    let message = json!({"role": "user", "text": "hi"});
+    let queued = commit_in(1, "harness_queue", "s1:q1", json!({"session_id": "s1", "message": message}));
+    let removed = commit_in(9, "harness_queue", "s1:q1", Value::Null);
+    let (store, sessions) = (StateStore::new(), doubles::SessionService::new());
+    let vanished = |events: &[Event], seeded: &[(String, String, Value)], sessions: &doubles::SessionService| {
+        let evidence = Evidence { seeded, ..evidence(events, &store, sessions, &layout, 10) };
+        details(&evidence).iter().filter(|d| d.contains("the message vanished")).count()
+    };
+    let with = |record: Value| [queued.clone(), commit(2, record), removed.clone()];
+    // A turn record of the session that carries something else, or the message nested deeper
+    // than three levels (the search's bound), does not say the message was admitted.
+    let other = json!({"turn_id": "t1", "status": "completed", "input": [{"role": "user", "text": "bye"}]});
+    assert_eq!(vanished(&with(other), &[], &sessions), 1);
+    let deep = json!({"turn_id": "t1", "status": "completed", "a": {"b": {"c": {"d": message}}}});
+    assert_eq!(vanished(&with(deep), &[], &sessions), 1);
+    let at_the_bound = json!({"turn_id": "t1", "status": "completed", "a": {"b": {"c": message}}});
+    assert_eq!(vanished(&with(at_the_bound), &[], &sessions), 0);
+    // A record of another scope under the session's key is no turn made of it.
+    let noted = commit_in(2, "harness_notes", "s1", json!({"last_input": message}));
+    assert_eq!(vanished(&[queued.clone(), noted, removed.clone()], &[], &sessions), 1);
+    // Seeded turn records count as committed ones do: by the keys they name, or the message.
+    let seeded = |record: Value| vec![("harness_turn".to_string(), "s1".to_string(), record)];
+    let events = [queued.clone(), removed.clone()];
+    let named = seeded(json!({"turn_id": "t0", "status": "completed", "input_keys": ["s1:q1"]}));
+    assert_eq!(vanished(&events, &named, &sessions), 0);
+    let carried = seeded(json!({"turn_id": "t0", "status": "completed", "input": [message]}));
+    assert_eq!(vanished(&events, &carried, &sessions), 0);
+    // A message that is plain text reached the transcript as an entry with that text.
+    let plain = commit_in(1, "harness_queue", "s1:q1", json!({"session_id": "s1", "message": "hi"}));
+    let mut said = doubles::SessionService::new();
+    said.seed_message("s1", json!({"role": "user", "text": "hi"}));
+    assert_eq!(vanished(&[plain.clone(), removed.clone()], &[], &said), 0);
+    let mut other_text = doubles::SessionService::new();
+    other_text.seed_message("s1", json!({"role": "user", "text": "bye"}));
+    assert_eq!(vanished(&[plain, removed], &[], &other_text), 1);
+}
+
 #[test]
 fn admitted_once_counts_new_turns_against_the_messages_sent_by_key_or_invocation() {
     let (store, sessions, layout) = (StateStore::new(), doubles::SessionService::new(), RecordLayout::default());
