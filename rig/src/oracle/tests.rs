@@ -1758,6 +1758,80 @@ fn liveness_catches_a_turn_paused_again_after_its_last_resume_was_applied() {
     assert!(judged(&pause_then_resume, "paused", rejected).is_empty());
 }
 
+/// Which faults excuse a lease that lapsed: a process cut, a proxy rule, and anything the script
+/// did to hosts and links but healing them.
+#[test]
+fn recovery_cost_takes_a_process_cut_a_proxy_rule_or_a_world_change_but_a_heal_as_a_lapse_s_cause() {
+    let (store, sessions, layout) = (StateStore::new(), doubles::SessionService::new(), RecordLayout::default());
+    let grant = |at_ms: u64, owner: &str, token: u64, expires_at_ms: u64| {
+        event(at_ms, EventKind::Lease { domain: "harness_owner/s1".into(), owner: owner.into(), token, expires_at_ms })
+    };
+    let lapsed_around = |fault: EventKind| {
+        let events = [
+            commit(0, json!({"turn_id": "t1", "status": "running", "step": 1})),
+            grant(1, "harness", 1, 1500),
+            generate_from(2, "harness", json!([])),
+            event(500, fault),
+            grant(2000, "replacement", 2, 3500),
+            generate_from(2001, "replacement", json!([])),
+        ];
+        details(&evidence(&events, &store, &sessions, &layout, 10_000))
+            .into_iter()
+            .filter(|d| d.contains("with no fault to cause it"))
+            .count()
+    };
+    let frozen = EventKind::Interrupt {
+        interrupt: 0,
+        worker: "harness".into(),
+        point: "before-generate".into(),
+        action: "freeze".into(),
+    };
+    assert_eq!(lapsed_around(frozen), 0);
+    let dropped =
+        EventKind::ProxyRule { rule: 0, action: "drop".into(), direction: "to-worker".into(), frame: json!({}) };
+    assert_eq!(lapsed_around(dropped), 0);
+    let crashed = EventKind::Control { action: "crash".into(), target: "harness".into() };
+    assert_eq!(lapsed_around(crashed), 0);
+    let healed = EventKind::Control { action: "heal".into(), target: "network".into() };
+    assert_eq!(lapsed_around(healed), 1);
+}
+
+/// `admitted-once` counts the input seeded in the queue and the scenario's own puts there as
+/// messages (not a record of another scope), and takes as started only new turns of the turn
+/// scope that the run wrote first (not a seeded turn written again, not a record of another
+/// scope that names a step).
+#[test]
+fn admitted_once_counts_seeded_input_and_only_turns_the_run_started() {
+    let (store, sessions, layout) = (StateStore::new(), doubles::SessionService::new(), RecordLayout::default());
+    let sends = || vec![Sent { session_id: "s1".into(), identity: "key:m1".into() }];
+    let answered_twice = |events: &[Event], seeded: &[(String, String, Value)]| {
+        let evidence = Evidence { sends: sends(), seeded, ..evidence(events, &store, &sessions, &layout, 10) };
+        details(&evidence).iter().filter(|d| d.contains("a message was answered twice")).count()
+    };
+    let new_turn = |at_ms: u64, turn: &str| commit(at_ms, json!({"turn_id": turn, "status": "running", "step": 0}));
+    let two_turns = [new_turn(1, "ta"), new_turn(5, "tb")];
+    assert_eq!(answered_twice(&two_turns, &[]), 1);
+    // Input seeded in the queue is a message of its own; a seeded record of another scope is not.
+    let queued = [("harness_queue".to_string(), "s1:q1".to_string(), json!({"session_id": "s1", "message": {}}))];
+    assert_eq!(answered_twice(&two_turns, &queued), 0);
+    let noted = [("harness_notes".to_string(), "s1".to_string(), json!({"session_id": "s1"}))];
+    assert_eq!(answered_twice(&two_turns, &noted), 1);
+    // The scenario's own write to another scope puts no message in.
+    let put = Event {
+        host: crate::topology::DRIVER.into(),
+        ..commit_in(1, "harness_notes", "s1", json!({"session_id": "s1"}))
+    };
+    assert_eq!(answered_twice(&flat(&[&[put], &two_turns]), &[]), 1);
+    // A seeded turn written again by the worker was not started by the run.
+    let seeded_turn =
+        [("harness_turn".to_string(), "s1".to_string(), json!({"turn_id": "t0", "status": "running", "step": 0}))];
+    let finished = commit(2, json!({"turn_id": "t0", "status": "completed", "step": 0}));
+    assert_eq!(answered_twice(&[finished, new_turn(3, "ta")], &seeded_turn), 0);
+    // A record of another scope with a step of 0 is no turn.
+    let action = commit_in(2, "harness_action", "a1", json!({"turn_id": "ta", "step": 0}));
+    assert_eq!(answered_twice(&[new_turn(1, "ta"), action], &[]), 0);
+}
+
 #[test]
 fn recovery_cost_charges_work_repeated_after_a_lease_lapsed_with_no_fault_to_no_fault() {
     let (store, sessions, layout) = (StateStore::new(), doubles::SessionService::new(), RecordLayout::default());
