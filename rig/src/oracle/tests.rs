@@ -1758,6 +1758,68 @@ fn liveness_catches_a_turn_paused_again_after_its_last_resume_was_applied() {
     assert!(judged(&pause_then_resume, "paused", rejected).is_empty());
 }
 
+/// How `recovery-cost` follows a lease and its turn: a seeded turn is running from the start, only
+/// the turn scope's records say whether the turn ran, a release is the holder's own
+/// `release-lease` with its token before the lease ran out, a renewal keeps the grant's time, a
+/// takeover at the very millisecond of the expiry is no lapse, and a fault counts from the grant.
+#[test]
+fn recovery_cost_follows_the_turn_the_grant_and_the_release_of_a_lapsed_lease_exactly() {
+    let (store, sessions, layout) = (StateStore::new(), doubles::SessionService::new(), RecordLayout::default());
+    let grant = |at_ms: u64, owner: &str, token: u64, expires_at_ms: u64| {
+        event(at_ms, EventKind::Lease { domain: "harness_owner/s1".into(), owner: owner.into(), token, expires_at_ms })
+    };
+    let lease_call = |at_ms: u64, by: &str, function: &str, token: u64| {
+        call_from(at_ms, by, function, json!({"scope": "harness_owner", "key": "s1", "token": token}))
+    };
+    let running = commit(0, json!({"turn_id": "t1", "status": "running", "step": 1}));
+    let charged = |events: &[Event], seeded: &[(String, String, Value)]| {
+        let evidence = Evidence { seeded, ..evidence(events, &store, &sessions, &layout, 10_000) };
+        details(&evidence).into_iter().filter(|d| d.contains("with no fault to cause it")).count()
+    };
+    // The lease granted at 1 until 1500, `between` happening meanwhile, taken over at `taken_at`.
+    let lapse = |first: Event, between: Vec<Event>, taken_at: u64| {
+        let mut events = vec![first, grant(1, "harness", 1, 1500), generate_from(2, "harness", json!([]))];
+        events.extend(between);
+        events.push(grant(taken_at, "replacement", 2, taken_at + 1500));
+        events.push(generate_from(taken_at + 1, "replacement", json!([])));
+        events
+    };
+    assert_eq!(charged(&lapse(running.clone(), vec![], 2000), &[]), 1);
+    // A turn seeded running and never written in the run was running all the same.
+    let seeded = [("harness_turn".to_string(), "s1".to_string(), json!({"turn_id": "t1", "status": "running"}))];
+    let note = commit_in(0, "harness_notes", "n1", json!({}));
+    assert_eq!(charged(&lapse(note.clone(), vec![], 2000), &seeded), 1);
+    // A record of another scope under the session's key says nothing of its turn.
+    let other_scope = commit_in(3, "harness_session", "s1", json!({"status": "completed"}));
+    assert_eq!(charged(&lapse(running.clone(), vec![other_scope], 2000), &[]), 1);
+    // Only the holder's own release with its token, before the lease ran out, hands it back.
+    let renewal_call = lease_call(3, "harness", "state::renew-lease", 1);
+    assert_eq!(charged(&lapse(running.clone(), vec![renewal_call], 2000), &[]), 1);
+    let by_another = lease_call(3, "replacement", "state::release-lease", 1);
+    assert_eq!(charged(&lapse(running.clone(), vec![by_another], 2000), &[]), 1);
+    let too_late = lease_call(1600, "harness", "state::release-lease", 1);
+    assert_eq!(charged(&lapse(running.clone(), vec![too_late], 2000), &[]), 1);
+    let handed_back = lease_call(3, "harness", "state::release-lease", 1);
+    assert_eq!(charged(&lapse(running.clone(), vec![handed_back], 2000), &[]), 0);
+    // A renewal keeps the grant's time: a fault before it still counts as the lapse's cause.
+    let crash_then_renewal = vec![cut_event(500, "crash-caller-after"), grant(1000, "harness", 1, 2500)];
+    assert_eq!(charged(&lapse(running.clone(), crash_then_renewal, 2600), &[]), 0);
+    // Taken over at the millisecond the lease ran out: it had not lapsed.
+    assert_eq!(charged(&lapse(running.clone(), vec![], 1500), &[]), 0);
+    // A fault before the grant is no cause of its lapse; one at the grant's millisecond may be.
+    let early = vec![cut_event(0, "crash-caller-after"), running.clone()];
+    let mut before_grant = early.clone();
+    before_grant.extend(lapse(note.clone(), vec![], 2000));
+    assert_eq!(charged(&before_grant, &[]), 1);
+    // Work repeated after the next fault is that fault's to answer for.
+    let mut after_a_fault = lapse(running.clone(), vec![], 2000);
+    after_a_fault.insert(after_a_fault.len() - 1, cut_event(2000, "crash-caller-after"));
+    assert_eq!(charged(&after_a_fault, &[]), 0);
+    let mut at_grant = vec![running.clone(), cut_event(1, "crash-caller-after")];
+    at_grant.extend(lapse(note, vec![], 2000));
+    assert_eq!(charged(&at_grant, &[]), 0);
+}
+
 /// Which faults excuse a lease that lapsed: a process cut, a proxy rule, and anything the script
 /// did to hosts and links but healing them.
 #[test]
