@@ -1811,6 +1811,11 @@ fn recovery_cost_follows_the_turn_the_grant_and_the_release_of_a_lapsed_lease_ex
     let mut before_grant = early.clone();
     before_grant.extend(lapse(note.clone(), vec![], 2000));
     assert_eq!(charged(&before_grant, &[]), 1);
+    // A request the network delivered twice (one invocation) is one request repeated, not two.
+    let mut delivered_twice = lapse(running.clone(), vec![], 2000);
+    delivered_twice.push(generate_from(2001, "replacement", json!([])));
+    let once = details(&evidence(&delivered_twice, &store, &sessions, &layout, 10_000));
+    assert!(once.iter().any(|d| d.contains("1 model_calls repeated")), "{once:?}");
     // Work repeated after the next fault is that fault's to answer for.
     let mut after_a_fault = lapse(running.clone(), vec![], 2000);
     after_a_fault.insert(after_a_fault.len() - 1, cut_event(2000, "crash-caller-after"));
