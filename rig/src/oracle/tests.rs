@@ -1816,6 +1816,20 @@ fn recovery_cost_follows_the_turn_the_grant_and_the_release_of_a_lapsed_lease_ex
     delivered_twice.push(generate_from(2001, "replacement", json!([])));
     let once = details(&evidence(&delivered_twice, &store, &sessions, &layout, 10_000));
     assert!(once.iter().any(|d| d.contains("1 model_calls repeated")), "{once:?}");
+    // An action sent again after the takeover is repeated work too; one sent once is not.
+    let create = |at_ms: u64, by: &str, action: &str| {
+        call_from(at_ms, by, "ticket::create", json!({"action_id": action, "idempotency_key": action}))
+    };
+    let sent_again = [
+        running.clone(),
+        grant(1, "harness", 1, 1500),
+        create(2, "harness", "a1"),
+        grant(2000, "replacement", 2, 3500),
+        create(2001, "replacement", "a1"),
+        create(2002, "replacement", "a2"),
+    ];
+    let again = details(&evidence(&sent_again, &store, &sessions, &layout, 10_000));
+    assert!(again.iter().any(|d| d.contains("excessive recovery: 1 effect_requests repeated")), "{again:?}");
     // Work repeated after the next fault is that fault's to answer for.
     let mut after_a_fault = lapse(running.clone(), vec![], 2000);
     after_a_fault.insert(after_a_fault.len() - 1, cut_event(2000, "crash-caller-after"));
