@@ -1559,6 +1559,10 @@ fn stranded_takes_only_a_turn_record_of_the_session_or_the_transcript_as_the_mes
     assert_eq!(vanished(&with(other), &[], &sessions), 1);
     let deep = json!({"turn_id": "t1", "status": "completed", "a": {"b": {"c": {"d": message}}}});
     assert_eq!(vanished(&with(deep), &[], &sessions), 1);
+    let deep_in_lists = json!({"turn_id": "t1", "status": "completed", "a": [[[message]]]});
+    assert_eq!(vanished(&with(deep_in_lists), &[], &sessions), 1);
+    let in_lists_at_the_bound = json!({"turn_id": "t1", "status": "completed", "a": [[message]]});
+    assert_eq!(vanished(&with(in_lists_at_the_bound), &[], &sessions), 0);
     let at_the_bound = json!({"turn_id": "t1", "status": "completed", "a": {"b": {"c": message}}});
     assert_eq!(vanished(&with(at_the_bound), &[], &sessions), 0);
     // A record of another scope under the session's key is no turn made of it.
@@ -1908,9 +1912,9 @@ fn admitted_once_counts_seeded_input_and_only_turns_the_run_started() {
         [("harness_turn".to_string(), "s1".to_string(), json!({"turn_id": "t0", "status": "running", "step": 0}))];
     let finished = commit(2, json!({"turn_id": "t0", "status": "completed", "step": 0}));
     assert_eq!(answered_twice(&[finished, new_turn(3, "ta")], &seeded_turn), 0);
-    // A record of another scope with a step of 0 is no turn.
-    let action = commit_in(2, "harness_action", "a1", json!({"turn_id": "ta", "step": 0}));
-    assert_eq!(answered_twice(&[new_turn(1, "ta"), action], &[]), 0);
+    // A record of another scope under the session's key, naming a turn at step 0, is no turn.
+    let current = commit_in(2, "harness_session", "s1", json!({"turn_id": "tx", "step": 0}));
+    assert_eq!(answered_twice(&[new_turn(1, "ta"), current], &[]), 0);
 }
 
 #[test]
