@@ -1834,6 +1834,8 @@ fn recovery_cost_follows_the_turn_the_grant_and_the_release_of_a_lapsed_lease_ex
     ];
     let again = details(&evidence(&sent_again, &store, &sessions, &layout, 10_000));
     assert!(again.iter().any(|d| d.contains("excessive recovery: 1 effect_requests repeated")), "{again:?}");
+    let only_again = details(&evidence(&sent_again[..5], &store, &sessions, &layout, 10_000));
+    assert!(only_again.iter().any(|d| d.contains("excessive recovery: 1 effect_requests repeated")), "{only_again:?}");
     // Work repeated after the next fault is that fault's to answer for.
     let mut after_a_fault = lapse(running.clone(), vec![], 2000);
     after_a_fault.insert(after_a_fault.len() - 1, cut_event(2000, "crash-caller-after"));
