@@ -545,28 +545,7 @@ mod tests {
         let (uncut, run) = (session(&["completed"], 1, &["done"]), session(&["completed"], 2, &["done", "done"]));
         let judged = |outcome| {
             let (store, sessions, layout) = (StateStore::new(), SessionService::new(), RecordLayout::default());
-            let evidence = Evidence {
-                events: &[],
-                replies: &[],
-                store: &store,
-                sessions: &sessions,
-                layout: &layout,
-                dead_letters: Vec::new(),
-                given_up: Vec::new(),
-                effect_functions: EffectFunctions::default(),
-                healed_at_ms: 0,
-                ended_at_ms: 10,
-                quiescent: true,
-                effects_per_action_max: 1,
-                recovery: None,
-                config: None,
-                tool_functions: BTreeMap::new(),
-                hook_replies: BTreeMap::new(),
-                generations: &[],
-                seeded: &[],
-                sends: Vec::new(),
-                outcome,
-            };
+            let evidence = Evidence { outcome, ..crate::oracle::tests::evidence(&[], &store, &sessions, &layout, 10) };
             let mut violations = Vec::new();
             same_outcome(&evidence, &mut violations);
             violations.into_iter().map(|v| (v.oracle, v.detail)).collect::<Vec<_>>()

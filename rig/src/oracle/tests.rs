@@ -102,7 +102,7 @@ fn judge_with_layout(
 /// `ended_at_ms` with nothing left to run, nothing replied to others, no dead letter, the ticket
 /// service's functions, and no configuration, tool table, hooks or generations. Each test
 /// changes what it judges.
-fn evidence<'a>(
+pub(super) fn evidence<'a>(
     events: &'a [Event],
     store: &'a StateStore,
     sessions: &'a doubles::SessionService,
