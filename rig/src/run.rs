@@ -354,12 +354,17 @@ pub(crate) fn uncut_run(
     policy: &str,
     seed: u64,
 ) -> Option<Arc<uncut::UncutRun>> {
-    let workload = uncut::uncut(scenario)?;
-    let key = uncut::key(harness.name(), policy, seed, &workload);
+    if !uncut::has_faults(scenario) {
+        return None;
+    }
+    // The key leaves the faults out, so the scenario's is its workload's: the workload is
+    // copied out of it only when it is to be simulated.
+    let key = uncut::key(harness.name(), policy, seed, scenario);
     let canonical = seed == CANONICAL_UNCUT_SEED;
     if let Some(made) = uncut::recall(key, canonical) {
         return Some(made);
     }
+    let workload = uncut::uncut(scenario)?;
     let started = cpu::thread_ns();
     let (world, _, _) = simulate(harness, &workload, policy, seed, Simulation::Uncut);
     let made = Arc::new(uncut_of(harness, &workload, &world));
@@ -372,8 +377,19 @@ pub(crate) fn uncut_run(
 /// What a finished run came to, as an uncut run of its workload.
 fn uncut_of(harness: &Arc<dyn HarnessFactory>, scenario: &Scenario, world: &World) -> uncut::UncutRun {
     let (effects, layout) = (scenario.world.services.effect_functions(), harness.layout());
+    let work = recovery::measure(world.trace().events(), &effects, &layout);
+    uncut_measured(harness, scenario, world, work)
+}
+
+/// [`uncut_of`] for a run whose work is measured already.
+fn uncut_measured(
+    harness: &Arc<dyn HarnessFactory>,
+    scenario: &Scenario,
+    world: &World,
+    work: recovery::Measured,
+) -> uncut::UncutRun {
+    let (effects, layout) = (scenario.world.services.effect_functions(), harness.layout());
     let trace = world.trace();
-    let work = recovery::measure(trace.events(), &effects, &layout);
     let (store, sessions) = (world.store.borrow(), world.session.borrow());
     let outcome =
         oracle::Outcome::of(trace.events(), &store, &sessions, &outcome_workload(scenario), &layout, &effects);
@@ -435,7 +451,8 @@ fn measure_recovery(
         recovery.uncut = Some(recovery.run);
         if settled.steps_completed {
             let key = uncut::key(harness.name(), policy, seed, scenario);
-            uncut::remember(key, seed == CANONICAL_UNCUT_SEED, Arc::new(uncut_of(harness, scenario, world)));
+            let made = uncut_measured(harness, scenario, world, recovery.run);
+            uncut::remember(key, seed == CANONICAL_UNCUT_SEED, Arc::new(made));
         }
     } else if recovery.needs_uncut() {
         // Not otherwise, even when the memory holds it: what a run reports never depends on what

@@ -13,7 +13,7 @@ use super::protocol::Frame;
 use serde_json::Value;
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::hash::{BuildHasher, DefaultHasher, Hasher};
+use std::hash::{BuildHasher, Hasher};
 use tokio_tungstenite::tungstenite::{Message, Utf8Bytes};
 
 /// The most frames remembered on a thread. Frames lost on the way (a partition, a crash) are
@@ -30,6 +30,10 @@ thread_local! {
 /// costs no more to remember than a short one. Texts are still compared in full on a lookup;
 /// a collision costs a comparison, never a wrong frame. The same keys on every run (nothing
 /// iterates the memory), so nothing about it depends on the process.
+///
+/// Eight bytes at a time, a multiply and a rotation each, rather than SipHash: the table's
+/// keys come from this process alone, so there is nobody to guard it against, and a lookup
+/// per frame sent and received made SipHash about 1 % of a catalogue pass's CPU time.
 #[derive(Clone, Copy, Default)]
 struct Ends;
 
@@ -41,25 +45,55 @@ impl BuildHasher for Ends {
     type Hasher = EndsHasher;
 
     fn build_hasher(&self) -> EndsHasher {
-        EndsHasher(DefaultHasher::new())
+        EndsHasher(0)
     }
 }
 
-struct EndsHasher(DefaultHasher);
+struct EndsHasher(u64);
+
+/// An odd constant with its bits spread (the fractional part of the golden ratio).
+const SPREAD: u64 = 0x9e37_79b9_7f4a_7c15;
+
+impl EndsHasher {
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(23) ^ word).wrapping_mul(SPREAD);
+    }
+
+    fn add_bytes(&mut self, bytes: &[u8]) {
+        let mut words = bytes.chunks_exact(8);
+        for word in &mut words {
+            self.add(u64::from_le_bytes(word.try_into().expect("eight bytes")));
+        }
+        let rest = words.remainder();
+        if !rest.is_empty() {
+            let mut last = [0u8; 8];
+            last[..rest.len()].copy_from_slice(rest);
+            // The length apart, so that a short tail and one padded with zeros differ.
+            self.add(u64::from_le_bytes(last) ^ ((rest.len() as u64) << 59));
+        }
+    }
+}
 
 impl Hasher for EndsHasher {
     fn write(&mut self, bytes: &[u8]) {
         if bytes.len() <= HEAD_BYTES + TAIL_BYTES {
-            self.0.write(bytes);
+            self.add_bytes(bytes);
         } else {
-            self.0.write_usize(bytes.len());
-            self.0.write(&bytes[..HEAD_BYTES]);
-            self.0.write(&bytes[bytes.len() - TAIL_BYTES..]);
+            self.add(bytes.len() as u64);
+            self.add_bytes(&bytes[..HEAD_BYTES]);
+            self.add_bytes(&bytes[bytes.len() - TAIL_BYTES..]);
         }
     }
 
     fn finish(&self) -> u64 {
-        self.0.finish()
+        // The table picks buckets by the low bits and tells entries apart by the high ones: a
+        // final mix (MurmurHash3's) spreads every bit of the state over both.
+        let mut h = self.0;
+        h ^= h >> 33;
+        h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        h ^= h >> 33;
+        h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+        h ^ (h >> 33)
     }
 }
 

@@ -33,7 +33,7 @@ use crate::scenario::{Scenario, WorldSetup};
 use crate::sim::NetworkConfig;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::hash::Hasher;
+use std::hash::{DefaultHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -78,24 +78,38 @@ pub(super) fn has_faults(scenario: &Scenario) -> bool {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(super) struct Key(u64, u64);
 
-/// Two hashers fed the same text, with different salts.
-struct Digest(std::collections::hash_map::DefaultHasher, std::collections::hash_map::DefaultHasher);
-
-impl std::fmt::Write for Digest {
-    fn write_str(&mut self, text: &str) -> std::fmt::Result {
-        self.0.write(text.as_bytes());
-        self.1.write(text.as_bytes());
-        Ok(())
-    }
+thread_local! {
+    /// The text [`key`] digests, one buffer per thread for every key it makes: the scenario's
+    /// formatting writes it in thousands of small pieces, and two hashers fed each piece as it
+    /// came spent more on the pieces than on the bytes.
+    static KEY_TEXT: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
 }
 
+/// The most room [`KEY_TEXT`] keeps between keys.
+const KEY_TEXT_KEPT: usize = 1 << 20;
+
 /// The key of the uncut run of `scenario`'s workload under `harness`, `policy` and `seed`: what
-/// the simulation depends on, written into the digests as it is formatted (no copy of the
-/// scenario, no text kept).
+/// the simulation depends on, formatted into one buffer and digested twice, with different
+/// salts (no copy of the scenario).
 pub(super) fn key(harness: &str, policy: &str, seed: u64, scenario: &Scenario) -> Key {
-    let mut digest = Digest(Default::default(), Default::default());
-    digest.0.write_u8(1);
-    digest.1.write_u8(2);
+    KEY_TEXT.with(|text| {
+        let mut text = text.borrow_mut();
+        text.clear();
+        write_workload(&mut text, harness, policy, seed, scenario);
+        let mut digests = (DefaultHasher::new(), DefaultHasher::new());
+        digests.0.write_u8(1);
+        digests.1.write_u8(2);
+        digests.0.write(text.as_bytes());
+        digests.1.write(text.as_bytes());
+        if text.capacity() > KEY_TEXT_KEPT {
+            *text = String::new();
+        }
+        Key(digests.0.finish(), digests.1.finish())
+    })
+}
+
+/// Writes everything the uncut run depends on into `text`.
+fn write_workload(text: &mut String, harness: &str, policy: &str, seed: u64, scenario: &Scenario) {
     // Every field by name, so a new one is a compile error here until it is placed: in the key
     // (it changes the simulation) or left out with the reason.
     let WorldSetup {
@@ -123,13 +137,12 @@ pub(super) fn key(harness: &str, policy: &str, seed: u64, scenario: &Scenario) -
     } = network;
     let proxy = scenario.proxy.as_ref().map(|p| &p.worker);
     let _ = write!(
-        digest,
+        text,
         "{harness}\u{0}{policy}\u{0}{seed}\u{0}{config:?}{tick_ms},{latency_ms_min},{latency_ms_max},{duration_ms_max},\
          {steps_max},{harness_restart_ms}\u{0}{liveness_ms}{records:?}{messages:?}{model:?}{model_deterministic}{queues:?}{services:?}\
          {replacement}\u{0}{proxy:?}\u{0}{:?}",
         scenario.steps
     );
-    Key(digest.0.finish(), digest.1.finish())
 }
 
 /// The memory: uncut runs at the canonical seed (`run::CANONICAL_UNCUT_SEED`) apart from the

@@ -189,7 +189,9 @@ impl ServiceHost {
             .handle(Call { function: &call.function_id, payload: &call.data, now_ms }, &mut observed);
         self.world.record_observations(&self.host, caller, &call.invocation_id, observed);
         let mut reply = reply.map_err(|e| ErrorBody { code: e.code, message: e.message })?;
-        if let (Some(stream_to), Some(frames)) = (call.data["stream_to"].as_str(), reply.get("frames").cloned()) {
+        // The reply's frames are looked at (and copied) only for a caller that streams.
+        let stream_to = call.data["stream_to"].as_str();
+        if let Some((stream_to, frames)) = stream_to.and_then(|to| Some((to, reply.get("frames")?))) {
             let frames = frames.as_array().cloned().unwrap_or_default();
             for (seq, frame) in frames.iter().enumerate() {
                 let data = serde_json::json!({ "stream_id": call.data["stream_id"], "seq": seq, "frame": frame });
