@@ -163,6 +163,18 @@ impl Condition {
         self.tests.iter().all(|t| t.passes(found))
     }
 
+    /// The top-level field the condition reads (the first name of its path).
+    pub fn field(&self) -> &str {
+        &self.path[0]
+    }
+
+    /// [`Condition::matches`] given only the document's top-level field [`Condition::field`]
+    /// (`None`: the document has none): the same verdict, without the rest of the document.
+    pub fn matches_field(&self, field: Option<&Value>) -> bool {
+        let found = field.and_then(|value| lookup(value, &self.path[1..]));
+        self.tests.iter().all(|t| t.passes(found))
+    }
+
     /// Why `document` does not match, in words: the tests that failed and what was found.
     pub fn explain(&self, document: &Value) -> String {
         let found = lookup(document, &self.path);

@@ -8,6 +8,7 @@ use crate::condition::Condition;
 use serde::Serialize;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
+use std::borrow::Cow;
 use std::cell::OnceCell;
 use std::ops::Range;
 
@@ -144,13 +145,13 @@ impl Trace {
 /// Where an event's fields go, in declaration order, as the derived form has them: the canonical
 /// line ([`Canonical`]) and the JSON document ([`Document`]) are both made from the one listing
 /// of [`Event::fields`].
-trait Fields {
-    fn text(&mut self, name: &str, value: &str);
+trait Fields<'e> {
+    fn text(&mut self, name: &str, value: &'e str);
     fn number(&mut self, name: &str, value: u64);
     fn flag(&mut self, name: &str, value: bool);
-    fn json(&mut self, name: &str, value: &Value);
+    fn json(&mut self, name: &str, value: &'e Value);
 
-    fn some_text(&mut self, name: &str, value: &Option<String>) {
+    fn some_text(&mut self, name: &str, value: &'e Option<String>) {
         if let Some(value) = value {
             self.text(name, value);
         }
@@ -187,7 +188,7 @@ impl Canonical<'_> {
     }
 }
 
-impl Fields for Canonical<'_> {
+impl Fields<'_> for Canonical<'_> {
     fn text(&mut self, name: &str, value: &str) {
         self.key(name);
         // Most texts (hosts, kinds, function and invocation ids) have nothing to escape: they are
@@ -221,7 +222,7 @@ impl Fields for Canonical<'_> {
 /// An event's JSON document, field by field (see [`Event::to_json`]).
 struct Document(serde_json::Map<String, Value>);
 
-impl Fields for Document {
+impl Fields<'_> for Document {
     fn text(&mut self, name: &str, value: &str) {
         self.0.insert(name.to_string(), Value::String(value.to_string()));
     }
@@ -236,6 +237,38 @@ impl Fields for Document {
 
     fn json(&mut self, name: &str, value: &Value) {
         self.0.insert(name.to_string(), value.clone());
+    }
+}
+
+/// One field of an event's document, by name (see [`Event::field`]).
+struct Field<'n, 'e> {
+    name: &'n str,
+    value: Option<Cow<'e, Value>>,
+}
+
+impl<'e> Fields<'e> for Field<'_, 'e> {
+    fn text(&mut self, name: &str, value: &'e str) {
+        if name == self.name {
+            self.value = Some(Cow::Owned(Value::String(value.to_string())));
+        }
+    }
+
+    fn number(&mut self, name: &str, value: u64) {
+        if name == self.name {
+            self.value = Some(Cow::Owned(Value::from(value)));
+        }
+    }
+
+    fn flag(&mut self, name: &str, value: bool) {
+        if name == self.name {
+            self.value = Some(Cow::Owned(Value::Bool(value)));
+        }
+    }
+
+    fn json(&mut self, name: &str, value: &'e Value) {
+        if name == self.name {
+            self.value = Some(Cow::Borrowed(value));
+        }
     }
 }
 
@@ -258,8 +291,16 @@ impl Event {
         Value::Object(document.0)
     }
 
+    /// The value of the document's top-level field `name` ([`Event::to_json`]'s), without making
+    /// the document: its JSON fields borrowed, the rest made.
+    pub fn field(&self, name: &str) -> Option<Cow<'_, Value>> {
+        let mut field = Field { name, value: None };
+        self.fields(&mut field);
+        field.value
+    }
+
     /// Hands every field of the event to `to`, in the derived form's order.
-    fn fields(&self, to: &mut impl Fields) {
+    fn fields<'e>(&'e self, to: &mut impl Fields<'e>) {
         to.number("at_ms", self.at_ms);
         to.text("host", &self.host);
         to.text("kind", self.kind.name());
@@ -365,9 +406,11 @@ impl Event {
     }
 }
 
-/// The events of a trace as the JSON documents conditions match, each converted the first time a
-/// condition asks for more of it than its kind: most conditions name a kind, and most events are
-/// not of it, so most events are never converted.
+/// The events of a trace as the JSON documents conditions match. Conditions are judged on the
+/// fields they read ([`Event::field`]), and a document is made only for an event that meets them
+/// all (once, when it is first found): most events meet no condition of an expectation, and
+/// making each one's document (a map of a dozen entries, its JSON values copied) cost more than
+/// judging it.
 pub struct Documents<'a> {
     events: &'a [Event],
     converted: Vec<OnceCell<Value>>,
@@ -392,9 +435,9 @@ impl<'a> Documents<'a> {
             if !holds {
                 continue;
             }
-            let document = self.converted[index].get_or_init(|| self.events[index].to_json());
-            if conditions.iter().all(|c| c.matches(document)) {
-                found.push(document);
+            let event = &self.events[index];
+            if conditions.iter().all(|c| c.matches_field(event.field(c.field()).as_deref())) {
+                found.push(self.converted[index].get_or_init(|| event.to_json()));
             }
         }
         found
@@ -613,7 +656,16 @@ mod tests {
 
     #[test]
     fn documents_match_as_the_whole_event_does() {
-        let events: Vec<Event> = every_kind()
+        let mut kinds = every_kind();
+        kinds.push(EventKind::Call {
+            service: "s".into(),
+            function: "f".into(),
+            payload: json!({ "k": 1, "list": [{ "k": "v" }] }),
+            caller: Some("w".into()),
+            invocation_id: Some("i".into()),
+        });
+        kinds.push(EventKind::Note { what: "w".into(), detail: json!([{ "k": 1e300 }]) });
+        let events: Vec<Event> = kinds
             .into_iter()
             .enumerate()
             .map(|(at, kind)| Event { at_ms: at as u64, host: "h".into(), kind })
@@ -625,6 +677,16 @@ mod tests {
             vec![condition("kind", "rpc"), condition("name", "x")],
             vec![condition("kind", "rpc"), condition("name", "y")],
             vec![Condition::new("kind", vec![Test::Ne("frame".into())]).unwrap(), condition("action", "x")],
+            // Into a JSON field, a number, a flag, a field some kinds lack, and one none has.
+            vec![condition("payload.k", "1")],
+            vec![condition("payload.list.0.k", "v")],
+            vec![condition("payload.list.1.k", "v")],
+            vec![condition("detail.0.k", "1e300")],
+            vec![condition("at_ms", "3")],
+            vec![condition("accepted", "false")],
+            vec![Condition::new("invocation_id", vec![Test::Ne("i".into())]).unwrap()],
+            vec![Condition::new("nowhere", vec![Test::Ne("x".into())]).unwrap()],
+            vec![condition("kind", "effect"), Condition::new("token", vec![Test::Ne("0".into())]).unwrap()],
         ];
         for conditions in selections {
             let whole: Vec<Value> =
@@ -632,6 +694,11 @@ mod tests {
             let found: Vec<Value> = documents.matching(&conditions, 0..events.len()).into_iter().cloned().collect();
             assert_eq!(found, whole, "{conditions:?}");
         }
-        assert_eq!(documents.matching(&[condition("kind", "limit")], 0..events.len() - 1), Vec::<&Value>::new());
+        // Judged on the fields alone, a condition into a JSON field still finds its event.
+        let found = documents.matching(&[condition("payload.list.0.k", "v")], 0..events.len());
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0]["caller"], "w");
+        let limit = events.iter().position(|e| matches!(e.kind, EventKind::Limit { .. })).unwrap();
+        assert_eq!(documents.matching(&[condition("kind", "limit")], 0..limit), Vec::<&Value>::new());
     }
 }
