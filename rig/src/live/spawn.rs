@@ -303,8 +303,11 @@ mod tests {
             let urls = BTreeMap::from([("harness".to_string(), "ws://127.0.0.1:1/".to_string())]);
             let mut supervisor = Supervisor::new(options, "panics".into(), urls);
             let (pid, _) = supervisor.start("harness").expect("sh starts");
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while !child_pid.exists() && Instant::now() < deadline {
+            // The shell creates the file before `echo` writes into it: under load the run could
+            // panic (and its group die) in between, leaving an empty file. Wait for the whole line.
+            let written = || std::fs::read_to_string(&child_pid).is_ok_and(|text| text.ends_with('\n'));
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while !written() && Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(10));
             }
             sender.send(pid).expect("the test waits");
