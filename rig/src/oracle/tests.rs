@@ -1677,6 +1677,22 @@ fn liveness_catches_a_turn_held_for_a_hook_hold_no_action_records() {
     // No hook held anything.
     let no_hold = [commit(3, held_turn(json!({})))];
     assert!(judged(&no_hold, &not_recorded).is_empty());
+    // Only a hook's answer before the call (`pre_trigger`) holds it.
+    let after_the_call = call_from(
+        1,
+        "harness",
+        "hooks::hold",
+        json!({"point": "post_trigger", "session_id": "s1", "call": {"id": "c1"}}),
+    );
+    assert!(judged(&[after_the_call, events[1].clone(), events[2].clone()], &not_recorded).is_empty());
+    // A record running after the hold under the session's key in another scope, or another
+    // session's turn running, is not this turn running again.
+    let running = json!({"turn_id": "t1", "status": "running"});
+    for elsewhere in [commit_in(4, "harness_notes", "s1", running.clone()), commit_in(4, "harness_turn", "s2", running)]
+    {
+        let found = judged(&[hook(1), commit(3, held_turn(json!({}))), elsewhere], &not_recorded);
+        assert!(found.len() == 1 && found[0].contains("nothing can release it"), "{found:?}");
+    }
 }
 
 #[test]
@@ -1720,6 +1736,16 @@ fn liveness_leaves_a_hook_held_turn_alone_once_a_dead_letter_holds_it() {
     assert!(found.len() == 1 && found[0].contains("nothing can release it"), "{found:?}");
     let found = judged(&dead_lettered, &json!({"session_id": "s2", "turn_id": "t1"}));
     assert!(found.len() == 1 && found[0].contains("nothing can release it"), "{found:?}");
+    // Only the note of that very message given up counts: another note naming it, or the dead
+    // letter of another message of the queue, gave up nothing of this turn.
+    let note = |what: &str, message_id: &str| {
+        let detail = json!({"queue": "harness-turn", "message_id": message_id, "attempt": 4});
+        event(3, EventKind::Note { what: what.into(), detail })
+    };
+    for not_this in [note("queue_redelivered", "m1"), note("queue_dead_letter", "m9")] {
+        let found = judged(&[hook.clone(), not_this, held(4)], &this_turn);
+        assert!(found.len() == 1 && found[0].contains("nothing can release it"), "{found:?}");
+    }
 }
 
 #[test]
@@ -1744,6 +1770,8 @@ fn liveness_catches_a_turn_paused_again_after_its_last_resume_was_applied() {
     let both = control(json!({"p1": command("pause", "applied"), "r1": command("resume", "applied")}));
     let found = judged(&pause_then_resume, "paused", both.clone());
     assert!(found.len() == 1 && found[0].contains("an older pause parked it again"), "{found:?}");
+    // It names the turn's applied pauses, and nothing else.
+    assert!(found[0].contains("applied after the pause p1 had been recorded"), "{found:?}");
     assert!(judged(&pause_then_resume, "completed", both.clone()).is_empty());
     // A pause recorded after the resume explains the park.
     let resume_then_pause = [
@@ -1760,6 +1788,18 @@ fn liveness_catches_a_turn_paused_again_after_its_last_resume_was_applied() {
     // A resume that was not applied parks nothing.
     let rejected = control(json!({"p1": command("pause", "applied"), "r1": command("resume", "rejected")}));
     assert!(judged(&pause_then_resume, "paused", rejected).is_empty());
+    // When a command was recorded counts from the seeded control record, and from the control
+    // scope's commits only: a seeded resume precedes a pause the run added, even one whose key
+    // sorts first; commands another scope's record names under the session's key are not recorded.
+    let seeded = [(CONTROL_SCOPE.to_string(), "s1".to_string(), control(json!({"r1": command("resume", "applied")})))];
+    let added = control(json!({"a2": command("pause", "applied"), "r1": command("resume", "applied")}));
+    let mut store = store_with("harness_turn", "s1", json!({"turn_id": "t1", "status": "paused"}));
+    store.seed(CONTROL_SCOPE, "s1", added.clone());
+    let events = [commit_in(1, CONTROL_SCOPE, "s1", added)];
+    assert!(details(&Evidence { seeded: &seeded, ..evidence(&events, &store, &sessions, &layout, 10) }).is_empty());
+    let elsewhere = commit_in(0, "harness_notes", "s1", control(json!({"r1": command("resume", "accepted")})));
+    let found = judged(&flat(&[&[elsewhere], &pause_then_resume]), "paused", both);
+    assert!(found.len() == 1 && found[0].contains("an older pause parked it again"), "{found:?}");
 }
 
 /// How `recovery-cost` follows a lease and its turn: a seeded turn is running from the start, only
