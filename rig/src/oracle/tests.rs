@@ -353,6 +353,11 @@ fn monotonic_catches_a_terminal_turn_going_back_to_running() {
         judge(&[turn(1, "t1", "failed"), turn(2, "t1", "running")], &StateStore::new()),
         vec![Oracle::Monotonic]
     );
+    // Any status but a terminal one is a way back, not only `running`.
+    assert_eq!(
+        judge(&[turn(1, "t1", "completed"), turn(2, "t1", "paused")], &StateStore::new()),
+        vec![Oracle::Monotonic]
+    );
 }
 
 fn store_with(scope: &str, key: &str, record: Value) -> StateStore {
@@ -374,6 +379,13 @@ fn liveness_accepts_terminal_and_reasoned_holds_only() {
 fn stranded_catches_input_never_admitted_and_dead_letters_nobody_took() {
     let input = store_with("harness_queue", "s1:q1", json!({"session_id": "s1", "message": {}}));
     assert_eq!(judge(&[], &input), vec![Oracle::Stranded]);
+    // Input behind a turn held for a person, or paused, waits on that person as the turn does.
+    let held = json!({"turn_id": "t1", "status": "held", "held_reason": "approval"});
+    for waiting in [held, json!({"turn_id": "t1", "status": "paused"})] {
+        let mut behind = store_with("harness_queue", "s1:q1", json!({"session_id": "s1", "message": {}}));
+        behind.seed("harness_turn", "s1", waiting);
+        assert!(judge(&[], &behind).is_empty(), "{:?}", judge(&[], &behind));
+    }
     let layout = RecordLayout::default();
     let data = json!({"session_id": "s1"});
     let store = StateStore::new();
@@ -810,6 +822,15 @@ fn blind_replay_counts_ownership_from_a_new_token_and_questions_only_to_the_serv
         &[again.clone(), again_effect.clone()],
     ]);
     assert_eq!(fired(&retaken), vec![Oracle::BlindReplay]);
+    // A question asked in the very millisecond of the new grant, after it, is the new owner's.
+    let [first, first_effect] = send(1, "harness", false, "timeout");
+    let asked_at_the_grant = flat(&[
+        &[lease(0, "harness", 1)],
+        &[first, first_effect],
+        &[lease(3, "harness", 2), ask(3, "harness", "ticket::status")],
+        &[again.clone(), again_effect.clone()],
+    ]);
+    assert!(fired(&asked_at_the_grant).is_empty(), "{:?}", fired(&asked_at_the_grant));
     // Naming the key to another service (the store) is no question to the ticket service.
     let [first, first_effect] = send(1, "harness", false, "timeout");
     let elsewhere = flat(&[
@@ -846,6 +867,9 @@ fn liveness_holds_a_command_to_a_held_turn_and_a_lease_only_to_a_finished_turn_o
     assert_eq!(judge_ending(&[], &store, 1_000, false), vec![Oracle::Liveness], "a finished turn's lease kept");
     assert!(judge_ending(&[], &store, 1_000, true).is_empty(), "a quiet run renews nothing: the lease runs out");
     assert!(judge_ending(&[], &store, 10_100, false).is_empty(), "expired at the end");
+    let mut held = StateStore::new();
+    lease_on(&mut held, "harness_owner", "s4", json!({"turn_id": "t4", "status": "held", "held_reason": "approval"}));
+    assert_eq!(judge_ending(&[], &held, 1_000, false), vec![Oracle::Liveness], "a held turn's lease kept");
 }
 
 #[test]
@@ -1631,6 +1655,8 @@ fn truthful_reply_judges_from_the_seeded_records_and_holds_a_held_claim_to_the_s
     let running = judged(&[said("running")]);
     assert!(running.len() == 1 && running[0].contains("since the run began"), "{running:?}");
     assert!(judged(&[said("completed")]).is_empty());
+    // A status that is no end (`paused`) claims no recorded end: the reply is not held to it.
+    assert!(judged(&[said("paused")]).is_empty());
     // Once the run writes the turn, the seeded record is no longer what the reply is held to.
     let written = commit(1, json!({"turn_id": "t1", "status": "held", "held_reason": "a person"}));
     assert!(judged(&[written.clone(), said("held")]).is_empty());
