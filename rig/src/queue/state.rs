@@ -87,6 +87,11 @@ struct DeadLetter {
     handoff: Handoff,
 }
 
+/// A dead letter of `queue` as the oracles read it: `(queue, message_id, data)`.
+fn letter<'a>((queue, dead): (&'a str, &'a DeadLetter)) -> (&'a str, &'a str, &'a Value) {
+    (queue, dead.message.id.as_str(), &dead.message.data)
+}
+
 /// Where handing a dead letter to the owner's handler stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Handoff {
@@ -359,24 +364,18 @@ impl Queues {
     /// Every dead letter no handler has taken, as `(queue, message_id, data)`: work that
     /// waits for a person.
     pub fn unresolved_dead_letters(&self) -> Vec<(&str, &str, &Value)> {
-        self.queues
-            .iter()
-            .flat_map(|(name, q)| {
-                q.dead
-                    .iter()
-                    .filter(|d| d.handoff != Handoff::Handled)
-                    .map(move |d| (name.as_str(), d.message.id.as_str(), &d.message.data))
-            })
-            .collect()
+        self.dead_letters().filter(|(_, d)| d.handoff != Handoff::Handled).map(letter).collect()
     }
 
     /// Every message a queue gave up on, taken by a handler or not, as `(queue, message_id,
     /// data)`: what a turn held for a dead letter was held for.
     pub fn given_up(&self) -> Vec<(&str, &str, &Value)> {
-        self.queues
-            .iter()
-            .flat_map(|(name, q)| q.dead.iter().map(move |d| (name.as_str(), d.message.id.as_str(), &d.message.data)))
-            .collect()
+        self.dead_letters().map(letter).collect()
+    }
+
+    /// Every dead letter of every queue, with its queue's name.
+    fn dead_letters(&self) -> impl Iterator<Item = (&str, &DeadLetter)> {
+        self.queues.iter().flat_map(|(name, q)| q.dead.iter().map(move |d| (name.as_str(), d)))
     }
 
     /// The earliest time, after `now_ms`, that a waiting message becomes available or a dead
