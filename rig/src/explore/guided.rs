@@ -529,3 +529,459 @@ fn fewer(mix: &mut Vec<Placement>, rng: &mut ChaCha8Rng) -> bool {
     mix.remove(rng.random_range(0..mix.len()));
     true
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    /// A call site about `about`, the `nth` of its class.
+    fn call(function: &str, about: &[(&str, &str)], nth: u64, kind: Kind) -> Placement {
+        let about = about.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Placement { site: Site::Call { function: function.into(), about, nth }, kind, ms: None }
+    }
+
+    /// A write of the turn record of session s1 (subject `record harness_turn/s1`).
+    fn record(nth: u64, kind: Kind) -> Placement {
+        call("state::set", &[("scope", "harness_turn"), ("key", "s1")], nth, kind)
+    }
+
+    /// A request of the effect of action a1 (subject `action a1`).
+    fn action(nth: u64, kind: Kind) -> Placement {
+        call("ticket::create", &[("action_id", "a1")], nth, kind)
+    }
+
+    fn point(nth: u64, kind: Kind) -> Placement {
+        let site = Site::Point { worker: "harness".into(), point: "before_submission".into(), nth };
+        Placement { site, kind, ms: None }
+    }
+
+    fn frame(nth: u64, kind: Kind) -> Placement {
+        let site = Site::Frame {
+            worker: "harness".into(),
+            up: true,
+            frame: "invocationresult".into(),
+            function: "harness::turn".into(),
+            nth,
+        };
+        Placement { site, kind, ms: None }
+    }
+
+    fn timed(mut placement: Placement, ms: u64) -> Placement {
+        placement.ms = Some(ms);
+        placement
+    }
+
+    fn multi_round() -> Scenario {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/workloads/multi-round.toml");
+        Scenario::load(&path).unwrap()
+    }
+
+    /// A campaign of the reference harness over `runs` of multi-round.toml (one uncut run made).
+    fn campaign(harness: &dyn Runs, runs: Range<u64>) -> Campaign<'_> {
+        Campaign::new(harness, &multi_round(), "reference", runs, false).unwrap()
+    }
+
+    fn entry(mix: Vec<Placement>, fired_at: Vec<Option<usize>>, sites: Vec<(usize, Placement)>) -> Entry {
+        Entry { mix, fired_at, sites, novelty: 1, picks: 0 }
+    }
+
+    fn rng(seed: u64) -> ChaCha8Rng {
+        component_stream(seed, "explore/guided/test")
+    }
+
+    /// The opening tries the crash of the caller right after a write or an effect first, then
+    /// right before, then a call of unknown outcome, a refused or late one, a dead service, a
+    /// lost or doubled frame, a long outage or pause; within a kind's rank, effects before
+    /// writes and points before reads; otherwise in the run's order.
+    #[test]
+    fn the_opening_ranks_by_kind_then_by_site_then_by_the_runs_order() {
+        let space = vec![
+            point(1, Kind::Pause),                     // 0: rank 6
+            frame(1, Kind::Drop),                      // 1: rank 5
+            record(1, Kind::CrashService),             // 2: rank 4
+            record(1, Kind::Reject),                   // 3: rank 3
+            call("state::get", &[], 1, Kind::Timeout), // 4: rank 2, a read
+            action(1, Kind::Timeout),                  // 5: rank 2, an effect
+            record(1, Kind::CrashCallerBefore),        // 6: rank 1
+            record(2, Kind::CrashCallerAfter),         // 7: rank 0, a write
+            point(2, Kind::Crash),                     // 8: rank 0, a point
+            action(1, Kind::CrashCallerAfter),         // 9: rank 0, an effect
+            record(1, Kind::LostAck),                  // 10: rank 2, a write
+            timed(record(1, Kind::Outage), 1_000),     // 11: rank 6
+            timed(record(1, Kind::Delay), 1_000),      // 12: rank 3
+            record(1, Kind::IsolateCaller),            // 13: rank 4
+        ];
+        let order: Vec<usize> =
+            opening_order(&space).iter().map(|p| space.iter().position(|q| q == p).unwrap()).collect();
+        assert_eq!(order, [9, 7, 8, 6, 5, 10, 4, 3, 12, 2, 13, 1, 0, 11]);
+        let ranks: Vec<u8> = [
+            Kind::CrashCallerAfter,
+            Kind::CrashCallerBefore,
+            Kind::Timeout,
+            Kind::Late,
+            Kind::CrashEngine,
+            Kind::Duplicate,
+            Kind::PauseCaller,
+        ]
+        .map(kind_rank)
+        .to_vec();
+        assert_eq!(ranks, [0, 1, 2, 3, 4, 5, 6]);
+    }
+
+    /// Each opening run takes the next four placements at four distinct sites; a placement at a
+    /// site already taken waits, in its place, for the next run.
+    #[test]
+    fn an_opening_run_takes_the_next_four_placements_at_distinct_sites() {
+        let harness = crate::reference();
+        let mut campaign = campaign(&harness, 0..16);
+        let (after, before) = (record(1, Kind::CrashCallerAfter), record(1, Kind::CrashCallerBefore));
+        let others: Vec<Placement> = (1..=5).map(|nth| action(nth, Kind::CrashCallerAfter)).collect();
+        campaign.opening = [after.clone(), before.clone()].into_iter().chain(others.iter().cloned()).collect();
+        assert_eq!(campaign.next_opening(), [after, others[0].clone(), others[1].clone(), others[2].clone()]);
+        assert_eq!(Vec::from(campaign.opening.clone()), [before.clone(), others[3].clone(), others[4].clone()]);
+        assert_eq!(campaign.next_opening(), [before, others[3].clone(), others[4].clone()]);
+        assert!(campaign.next_opening().is_empty() && campaign.opening.is_empty());
+    }
+
+    /// An opening run's placements that did not fire go back to the opening, once; a fault of
+    /// unknown outcome that fired, in a run where nothing failed, is followed by a second fault
+    /// of a following kind at each of the next three sites about the same record, after it fired.
+    #[test]
+    fn an_opening_run_follows_an_unknown_outcome_at_the_next_three_sites_of_its_subject() {
+        let harness = crate::reference();
+        let mut campaign = campaign(&harness, 0..16);
+        campaign.opening.clear();
+        let unknown = record(1, Kind::Timeout);
+        let crash = action(1, Kind::CrashCallerAfter);
+        let unfired = point(1, Kind::Crash);
+        let mix = vec![unknown.clone(), crash.clone(), unfired.clone()];
+        let sites = vec![
+            (4, record(1, Kind::CrashCallerBefore)), // before the fault fired
+            (5, record(1, Kind::LostAck)),           // where it fired
+            (6, record(1, Kind::Timeout)),           // the mix holds it
+            (7, record(2, Kind::Timeout)),
+            (7, record(2, Kind::Reject)), // not a second fault it is followed by
+            (7, record(2, Kind::LostAck)),
+            (8, action(2, Kind::Timeout)), // the crash's subject: a crash is no unknown outcome
+            (8, call("state::set", &[("scope", "harness_turn"), ("key", "s2")], 1, Kind::Timeout)),
+            (9, record(3, Kind::CrashCallerBefore)),
+            (10, record(4, Kind::CrashCallerAfter)),
+            (11, record(5, Kind::Timeout)), // a fourth site
+        ];
+        let tried = |fired: &[&str]| Tried {
+            index: 0,
+            mix: mix.clone(),
+            fired: fired.iter().map(|s| s.to_string()).collect(),
+            trajectory: Trajectory::default(),
+            fired_cuts: Vec::new(),
+            fired_at: vec![Some(5), Some(6), None],
+            sites: sites.clone(),
+            parent: None,
+            source: Source::Opening,
+        };
+        campaign.follow_opening(&tried(&["ledger"]));
+        assert!(campaign.follow_ups.is_empty(), "a failing run is a finding, not followed");
+        assert_eq!(campaign.opening, std::slice::from_ref(&unfired));
+        campaign.follow_opening(&tried(&[]));
+        assert_eq!(campaign.opening, std::slice::from_ref(&unfired), "put back once");
+        let followed: Vec<Placement> = campaign.follow_ups.iter().map(|m| m.last().unwrap().clone()).collect();
+        assert_eq!(
+            followed,
+            [
+                record(2, Kind::Timeout),
+                record(2, Kind::LostAck),
+                record(3, Kind::CrashCallerBefore),
+                record(4, Kind::CrashCallerAfter)
+            ]
+        );
+        assert!(campaign.follow_ups.iter().all(|m| m[..3] == mix[..]), "each the run's mix and one more cut");
+    }
+
+    fn tried(mix: Vec<Placement>, states: &[u64], fired: bool, parent: Option<usize>, source: Source) -> Tried {
+        Tried {
+            index: 0,
+            fired_at: vec![None; mix.len()],
+            mix,
+            fired: if fired { BTreeSet::from(["ledger".to_string()]) } else { BTreeSet::new() },
+            trajectory: Trajectory { states: states.to_vec() },
+            fired_cuts: Vec::new(),
+            sites: Vec::new(),
+            parent,
+            source,
+        }
+    }
+
+    /// The corpus keeps a mix that reached a new state or transition without failing, valued by
+    /// how much it found (a state twice a transition); the entry it changed gains a point.
+    #[test]
+    fn the_corpus_keeps_a_clean_mix_that_reached_something_new() {
+        let harness = crate::reference();
+        let mut campaign = campaign(&harness, 0..16);
+        let opening = campaign.opening.len();
+        let cut = vec![record(1, Kind::Timeout)];
+        let novelty = campaign.fold(tried(cut.clone(), &[1_000, 1_001, 1_002], false, Some(0), Source::Corpus));
+        assert_eq!(novelty, Novelty { states: 3, transitions: 2 });
+        assert_eq!(campaign.corpus.len(), 2);
+        assert_eq!((campaign.corpus[0].novelty, campaign.corpus[1].novelty), (2, 3 * 2 + 2));
+        assert_eq!(campaign.opening.len(), opening, "only an opening run puts its unfired cuts back");
+        assert!(!campaign.fold(tried(cut.clone(), &[1_000, 1_001], false, Some(0), Source::Corpus)).is_new());
+        assert!(campaign.fold(tried(cut.clone(), &[1_003], true, Some(0), Source::Corpus)).is_new());
+        assert!(campaign.fold(tried(Vec::new(), &[1_004], false, Some(0), Source::Corpus)).is_new());
+        assert_eq!(campaign.corpus.len(), 2, "a failing run and the uncut mix are not kept");
+        assert_eq!(campaign.corpus[0].novelty, 2);
+        campaign.fold(tried(cut.clone(), &[1_005], false, None, Source::Opening));
+        assert_eq!((campaign.corpus.len(), campaign.corpus[0].novelty), (3, 2), "no parent to credit");
+        assert_eq!(campaign.opening.len(), opening + 1, "an opening run's cut that did not fire goes back");
+    }
+
+    /// Runs are drawn in batches of sixteen up to the range's end; about a quarter are fresh
+    /// draws; while both have runs, an odd run takes a follow-up and an even one the opening;
+    /// with neither, a run changes a corpus entry.
+    #[test]
+    fn trials_take_turns_between_the_opening_and_its_follow_ups_then_change_the_corpus() {
+        let harness = crate::reference();
+        let mut campaign = campaign(&harness, 0..40);
+        campaign.opening = (1..=200).map(|nth| action(nth, Kind::CrashCallerAfter)).collect();
+        let follow_up = vec![record(1, Kind::Timeout), record(2, Kind::LostAck)];
+        campaign.follow_ups = vec![follow_up.clone(); 200].into();
+        let mut trials = campaign.batch();
+        assert_eq!(trials.len(), GUIDED_BATCH);
+        trials.extend(campaign.batch());
+        assert_eq!(trials.len(), 32);
+        assert_eq!(trials.iter().map(|t| t.index).collect::<Vec<_>>(), (0..32).collect::<Vec<_>>());
+        let fresh = trials.iter().filter(|t| t.source == Source::Fresh).count();
+        assert!((3..=14).contains(&fresh), "about a quarter fresh: {fresh}");
+        for trial in trials.iter().filter(|t| t.source != Source::Fresh) {
+            let (source, odd) = (trial.source, trial.index % 2 == 1);
+            assert_eq!(source, if odd { Source::FollowUp } else { Source::Opening }, "run {}", trial.index);
+            assert_eq!(trial.mix.len(), if odd { 2 } else { 4 });
+        }
+        campaign.opening.clear();
+        campaign.follow_ups.clear();
+        let last = campaign.batch();
+        assert_eq!(last.len(), 8, "the range ends at 40");
+        assert!(campaign.batch().is_empty());
+        let changes: Vec<&Trial> = last.iter().filter(|t| t.source != Source::Fresh).collect();
+        // (A change of the uncut run's empty mix can only add a cut anywhere, drawn 8 times at most.)
+        assert!(changes.iter().all(|t| t.source == Source::Corpus && t.parent == Some(0) && t.mix.len() <= 1));
+        assert_eq!(campaign.corpus[0].picks as usize, changes.len());
+
+        // The opening run out, the follow-ups go on at even runs too.
+        let mut campaign = self::campaign(&harness, 0..16);
+        campaign.opening.clear();
+        campaign.follow_ups = vec![follow_up; 16].into();
+        assert!(campaign.batch().iter().all(|t| matches!(t.source, Source::Fresh | Source::FollowUp)));
+    }
+
+    /// An entry is picked in proportion to one more than its novelty, over the square root of
+    /// one more than its picks, over one more than its cuts.
+    #[test]
+    fn an_entry_is_picked_by_what_it_found_how_often_it_was_picked_and_its_size() {
+        let harness = crate::reference();
+        let mut campaign = campaign(&harness, 0..16);
+        let with = |cuts: usize, novelty: usize, picks: u32| Entry {
+            mix: vec![record(1, Kind::Timeout); cuts],
+            fired_at: Vec::new(),
+            sites: Vec::new(),
+            novelty,
+            picks,
+        };
+        // Weights 2, 1.5 and 0.25.
+        campaign.corpus = vec![with(0, 1, 0), with(1, 5, 3), with(3, 0, 0)];
+        let mut counts = [0usize; 3];
+        let mut rng = rng(0);
+        for _ in 0..6_000 {
+            counts[campaign.pick(&mut rng)] += 1;
+        }
+        let shares = counts.map(|n| n as f64 / 6_000.0);
+        for (share, expected) in shares.iter().zip([2.0 / 3.75, 1.5 / 3.75, 0.25 / 3.75]) {
+            assert!((share - expected).abs() < 0.03, "{shares:?}");
+        }
+    }
+
+    /// The sites of an entry's run, in trace order: record writes of session s1 at 1, 3, 5 (the
+    /// first two offering a timeout and a lost acknowledgement), an effect request at 2, a point.
+    fn entry_sites() -> Vec<(usize, Placement)> {
+        vec![
+            (1, record(1, Kind::Timeout)),
+            (1, record(1, Kind::LostAck)),
+            (2, action(1, Kind::Timeout)),
+            (3, record(2, Kind::Timeout)),
+            (3, record(2, Kind::LostAck)),
+            (usize::MAX, point(1, Kind::Crash)),
+            (5, record(3, Kind::Timeout)),
+        ]
+    }
+
+    #[test]
+    fn a_second_fault_on_the_same_subject_goes_after_the_first_fired() {
+        let mut added = BTreeSet::new();
+        let fired = entry(vec![record(1, Kind::Timeout)], vec![Some(1)], entry_sites());
+        for seed in 0..60 {
+            let mut mix = fired.mix.clone();
+            assert!(same_subject(&fired, &mut mix, &mut rng(seed)));
+            assert_eq!((mix.len(), &mix[0]), (2, &fired.mix[0]));
+            added.insert(mix[1].clone());
+        }
+        let expected = [record(2, Kind::Timeout), record(2, Kind::LostAck), record(3, Kind::Timeout)];
+        assert_eq!(added, expected.into_iter().collect());
+        let unfired = entry(vec![record(1, Kind::Timeout)], vec![None], entry_sites());
+        assert!(!same_subject(&unfired, &mut unfired.mix.clone(), &mut rng(0)), "no cut fired: no anchor");
+        let late = entry(vec![record(1, Kind::Timeout)], vec![Some(5)], entry_sites());
+        assert!(!same_subject(&late, &mut late.mix.clone(), &mut rng(0)), "nothing about it after");
+    }
+
+    #[test]
+    fn one_more_cut_goes_anywhere_the_mix_does_not_hold_yet() {
+        let sites = entry_sites();
+        let entry = entry(vec![record(1, Kind::Timeout)], vec![Some(1)], sites.clone());
+        let mut added = BTreeSet::new();
+        for seed in 0..100 {
+            let mut mix = entry.mix.clone();
+            assert!(anywhere(&entry, &mut mix, &mut rng(seed)));
+            added.insert(mix[1].clone());
+        }
+        let expected: BTreeSet<Placement> = sites.into_iter().skip(1).map(|(_, p)| p).collect();
+        assert_eq!(added, expected);
+        let full = entry_sites().into_iter().map(|(_, p)| p).collect();
+        let held = self::entry(full, Vec::new(), entry_sites());
+        assert!(!anywhere(&held, &mut held.mix.clone(), &mut rng(0)), "every site held");
+    }
+
+    /// A cut moves to a site up to two away in the run, or to the one before or after it of its
+    /// class, keeping its kind where the new site has it.
+    #[test]
+    fn a_cut_moves_to_a_neighbouring_site_keeping_its_kind_where_it_can() {
+        let sites = vec![
+            (1, record(2, Kind::Timeout)),
+            (1, record(2, Kind::LostAck)),
+            (2, action(1, Kind::Timeout)),
+            (2, action(1, Kind::LostAck)),
+            (usize::MAX, point(1, Kind::Crash)),
+            (4, frame(1, Kind::Drop)),
+            (5, record(3, Kind::LostAck)),
+            (5, record(3, Kind::Timeout)),
+            (6, record(5, Kind::Timeout)),
+        ];
+        let entry = entry(vec![record(2, Kind::Timeout)], vec![Some(1)], sites);
+        let mut moved = BTreeSet::new();
+        for seed in 0..100 {
+            let mut mix = entry.mix.clone();
+            assert!(neighbour(&entry, &mut mix, &mut rng(seed)));
+            assert_eq!(mix.len(), 1);
+            moved.insert(mix[0].clone());
+        }
+        let expected = [action(1, Kind::Timeout), point(1, Kind::Crash), record(3, Kind::Timeout)];
+        assert_eq!(moved, expected.into_iter().collect());
+        assert!(!neighbour(&entry, &mut [], &mut rng(0)));
+        let elsewhere = self::entry(vec![record(9, Kind::Timeout)], vec![None], entry.sites.clone());
+        assert!(!neighbour(&elsewhere, &mut elsewhere.mix.clone(), &mut rng(0)), "a site not in the run");
+        let alone = self::entry(vec![record(2, Kind::Timeout)], vec![None], entry.sites[..2].to_vec());
+        assert!(!neighbour(&alone, &mut alone.mix.clone(), &mut rng(0)), "no other site");
+    }
+
+    #[test]
+    fn another_kind_of_cut_goes_at_the_same_site() {
+        let entry = entry(vec![record(2, Kind::Timeout)], vec![Some(3)], entry_sites());
+        for seed in 0..20 {
+            let mut mix = entry.mix.clone();
+            assert!(other_kind(&entry, &mut mix, &mut rng(seed)));
+            assert_eq!(mix, [record(2, Kind::LostAck)]);
+        }
+        let alone = self::entry(vec![record(3, Kind::Timeout)], vec![None], entry_sites());
+        assert!(!other_kind(&alone, &mut alone.mix.clone(), &mut rng(0)), "no other kind there");
+        assert!(!other_kind(&entry, &mut [], &mut rng(0)));
+    }
+
+    /// A delay is retimed between half and twice its length; a pause across one to four lease
+    /// lifetimes; an outage the same as a delay, never past the workload's outage bound.
+    #[test]
+    fn a_timed_cut_is_retimed_within_its_bounds() {
+        let workload = multi_round();
+        let ttl = workload.world.harness.lease_ttl_ms.max(1_000);
+        let bound = outage_bound_ms(&workload);
+        assert!(!retime(&mut [record(1, Kind::Timeout)], &workload, &mut rng(0)), "no timing to change");
+        let mut delays = BTreeSet::new();
+        for seed in 0..100 {
+            let mut mix = [record(1, Kind::Timeout), timed(record(2, Kind::Delay), 1_000)];
+            assert!(retime(&mut mix, &workload, &mut rng(seed)));
+            assert_eq!(mix[0].ms, None);
+            let ms = mix[1].ms.unwrap();
+            assert!((500..=2_000).contains(&ms), "{ms}");
+            delays.insert(ms);
+            let mut pause = [timed(point(1, Kind::Pause), 10)];
+            retime(&mut pause, &workload, &mut rng(seed));
+            assert!((ttl..=4 * ttl).contains(&pause[0].ms.unwrap()), "{:?}", pause[0].ms);
+            let mut outage = [timed(record(1, Kind::Outage), bound * 10)];
+            retime(&mut outage, &workload, &mut rng(seed));
+            assert_eq!(outage[0].ms, Some(bound), "never past the bound");
+            let mut short = [timed(record(1, Kind::OutageTimeout), 1_000)];
+            retime(&mut short, &workload, &mut rng(seed));
+            assert!((500..=2_000.min(bound)).contains(&short[0].ms.unwrap()), "{:?}", short[0].ms);
+        }
+        assert!(delays.iter().any(|ms| *ms < 1_000) && delays.iter().any(|ms| *ms > 1_000), "{delays:?}");
+    }
+
+    #[test]
+    fn a_mix_loses_a_cut_only_when_it_has_two_and_a_full_one_drops_its_oldest() {
+        let mut one = vec![record(1, Kind::Timeout)];
+        assert!(!fewer(&mut one, &mut rng(0)));
+        assert_eq!(one.len(), 1);
+        let two = vec![record(1, Kind::Timeout), record(2, Kind::Timeout)];
+        let mut left = BTreeSet::new();
+        for seed in 0..20 {
+            let mut mix = two.clone();
+            assert!(fewer(&mut mix, &mut rng(seed)));
+            assert_eq!(mix.len(), 1);
+            left.insert(mix[0].clone());
+        }
+        assert_eq!(left, two.iter().cloned().collect());
+
+        let mut mix: Vec<Placement> = (1..MIX_CUTS_MAX as u64).map(|nth| record(nth, Kind::Timeout)).collect();
+        push(&mut mix, action(1, Kind::Timeout));
+        assert_eq!((mix.len(), &mix[0]), (MIX_CUTS_MAX, &record(1, Kind::Timeout)));
+        push(&mut mix, action(2, Kind::Timeout));
+        assert_eq!((mix.len(), &mix[0]), (MIX_CUTS_MAX, &record(2, Kind::Timeout)), "the oldest went");
+        assert_eq!(mix.last(), Some(&action(2, Kind::Timeout)));
+
+        assert!(holds(&mix, &record(2, Kind::Timeout)));
+        assert!(!holds(&mix, &record(2, Kind::LostAck)), "another kind at the site");
+        assert!(!holds(&mix, &record(9, Kind::Timeout)), "the kind at another site");
+    }
+
+    /// Each change is drawn by its weight, and one that cannot apply draws again: a mix of one
+    /// untimed cut gets a second fault on its subject, a cut anywhere, a neighbouring site or
+    /// another kind, never a retiming or one cut fewer.
+    #[test]
+    fn a_change_is_drawn_by_its_weight_among_those_that_apply() {
+        let entry = entry(vec![record(1, Kind::Timeout)], vec![Some(1)], entry_sites());
+        let workload = multi_round();
+        let (mut same, mut other_added, mut moved, mut kind) = (0, 0, 0, 0);
+        for seed in 0..400 {
+            let mix = mutate(&entry, &workload, &mut rng(seed));
+            match mix.len() {
+                2 if mix[1].site.subject() == entry.mix[0].site.subject() => same += 1,
+                2 => other_added += 1,
+                1 if mix[0].site != entry.mix[0].site => moved += 1,
+                1 if mix[0].kind != entry.mix[0].kind => kind += 1,
+                _ => panic!("seed {seed}: {mix:?}"),
+            }
+        }
+        // Weights 5 (the same subject), 2 (anywhere: 4 of its 6 sites are the same subject's),
+        // 2 and 2 of the 11 of 13 that apply here: about 230, 24, 73 and 73 of 400.
+        let counts = (same, other_added, moved, kind);
+        assert!((190..=270).contains(&same), "{counts:?}");
+        assert!((8..=45).contains(&other_added), "{counts:?}");
+        assert!((45..=105).contains(&moved), "{counts:?}");
+        assert!((45..=105).contains(&kind), "{counts:?}");
+        // A timed cut can be retimed too (weight 1 of the 12 of 13 that apply: about 33 of 400).
+        let delayed = self::entry(vec![timed(record(2, Kind::Delay), 1_000)], vec![Some(3)], entry_sites());
+        let retimed = (0..400)
+            .map(|seed| mutate(&delayed, &workload, &mut rng(seed)))
+            .filter(|mix| mix.len() == 1 && mix[0].site == delayed.mix[0].site && mix[0].kind == Kind::Delay)
+            .filter(|mix| mix[0].ms != Some(1_000))
+            .count();
+        assert!((15..=75).contains(&retimed), "{retimed}");
+    }
+}

@@ -469,3 +469,247 @@ impl SweepReport {
         !self.baseline_fired.is_empty() || !self.findings.is_empty()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::space::{Kind, Site};
+    use super::*;
+    use std::path::Path;
+
+    fn multi_round() -> Scenario {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/workloads/multi-round.toml");
+        Scenario::load(&path).unwrap()
+    }
+
+    fn call(function: &str, key: &str, nth: u64, kind: Kind) -> Placement {
+        let about = vec![("scope".to_string(), "harness_turn".to_string()), ("key".to_string(), key.to_string())];
+        Placement { site: Site::Call { function: function.into(), about, nth }, kind, ms: None }
+    }
+
+    fn clean_run(placements: Vec<Placement>, follow_ups: Vec<Placement>) -> SweepRun {
+        SweepRun { placements, verdict: Verdict::Clean, wall_us: 0, trajectory: Trajectory::default(), follow_ups }
+    }
+
+    fn certificate() -> Certificate {
+        Certificate {
+            depth: 1,
+            singles: 1_234,
+            singles_left: 0,
+            sites: 87,
+            pairs: Pairs { others_left: 5, ..Pairs::default() },
+            unreached: 0,
+            uncut_fired: BTreeSet::new(),
+            findings: 0,
+        }
+    }
+
+    /// What a sweep covered, and each thing it did not, in words, with every count.
+    #[test]
+    fn a_certificate_says_what_was_covered_and_each_thing_that_was_not() {
+        let clean = certificate();
+        assert!(clean.clean());
+        assert_eq!(
+            clean.statement(),
+            "every single cut at the 87 sites of the uncut run (1,234 placements): no finding; \
+             not covered: pairs of cuts (--depth 2)"
+        );
+        let json = clean.json();
+        assert_eq!((json["clean"].as_bool(), json["singles"].as_u64()), (Some(true), Some(1_234)));
+        assert_eq!(json["statement"].as_str(), Some(clean.statement().as_str()));
+        assert_eq!((json["pairs_other_over_budget"].as_u64(), json["depth"].as_u64()), (Some(5), Some(1)));
+
+        let partial = Certificate {
+            depth: 2,
+            singles: 40,
+            singles_left: 5,
+            sites: 12,
+            pairs: Pairs { same_subject: 7, same_subject_left: 0, others: 1_000, others_left: 2_500 },
+            unreached: 3,
+            uncut_fired: BTreeSet::from(["liveness".to_string(), "ledger".to_string()]),
+            findings: 1,
+        };
+        assert!(!partial.clean());
+        assert_eq!(
+            partial.statement(),
+            "40 single cuts at 12 sites of the uncut run, every second cut on the same action or record \
+             after each that left its run clean (7 pairs) and 1,000 other pairs: 1 distinct finding; \
+             not covered: 5 single cuts over the budget; 2,500 other pairs over the budget; 3 runs whose \
+             cut never reached its site; violations the uncut run already has (ledger, liveness: a cut's \
+             violation of these counts only when it is about something else)"
+        );
+        let pairs_left = Certificate {
+            depth: 2,
+            singles: 5,
+            sites: 2,
+            pairs: Pairs { same_subject: 3, same_subject_left: 4, others: 0, others_left: 0 },
+            findings: 2,
+            ..certificate()
+        };
+        assert_eq!(
+            pairs_left.statement(),
+            "every single cut at the 2 sites of the uncut run (5 placements), 3 pairs of a cut and a second \
+             cut on the same action or record after it and 0 other pairs: 2 distinct findings; \
+             not covered: 4 pairs on one action or record over the budget"
+        );
+        let all = Certificate { depth: 2, pairs: Pairs::default(), ..certificate() };
+        assert!(all.statement().ends_with("(0 pairs) and 0 other pairs: no finding"), "{}", all.statement());
+    }
+
+    #[test]
+    fn counts_are_written_with_a_comma_every_three_digits() {
+        let written: Vec<String> = [0, 7, 999, 1_000, 12_345, 123_456, 1_234_567].map(thousands).to_vec();
+        assert_eq!(written, ["0", "7", "999", "1,000", "12,345", "123,456", "1,234,567"]);
+    }
+
+    fn report_of(baseline_fired: &[&str], findings: Vec<Finding>) -> SweepReport {
+        SweepReport {
+            baseline_fired: baseline_fired.iter().map(|s| s.to_string()).collect(),
+            baseline_failures: Vec::new(),
+            runs: Vec::new(),
+            findings,
+            skipped: 0,
+            coverage: Coverage::default(),
+            certificate: certificate(),
+        }
+    }
+
+    fn a_finding() -> Finding {
+        let fired = BTreeSet::from(["ledger".to_string()]);
+        let found = Found { oracle: "ledger", fired: &fired };
+        finding(&workload(&multi_round(), false), &[], "reference", found, 0, &BTreeSet::new(), "test")
+    }
+
+    /// The summary line counts workloads swept, those with anything found (a finding or an
+    /// oracle the uncut run trips), the distinct findings and the workloads skipped.
+    #[test]
+    fn the_tally_counts_workloads_with_findings_and_skips() {
+        assert!(!report_of(&[], Vec::new()).found_anything());
+        assert!(report_of(&["liveness"], Vec::new()).found_anything());
+        assert!(report_of(&[], vec![a_finding()]).found_anything());
+        let mut tally = SweepTally::default();
+        tally.add(&Ok(report_of(&[], Vec::new())));
+        tally.add(&Ok(report_of(&[], vec![a_finding(), a_finding()])));
+        tally.add(&Ok(report_of(&["liveness"], Vec::new())));
+        tally.add(&Err(Skip::not_live("h", vec!["a reason".into()])));
+        tally.add(&Err(Skip::not_live("h", vec!["a reason".into()])));
+        assert_eq!(tally, SweepTally { swept: 3, with_findings: 2, distinct: 2, skipped: 2 });
+        assert_eq!(
+            tally.summary("x"),
+            "swept 3 workload(s): 2 with findings (2 distinct findings), 2 skipped (harness x)"
+        );
+        let one = SweepTally { swept: 1, with_findings: 1, distinct: 1, skipped: 0 };
+        assert_eq!(
+            one.summary("x"),
+            "swept 1 workload(s): 1 with findings (1 distinct finding), 0 skipped (harness x)"
+        );
+    }
+
+    /// Pairs at depth 2: first each clean single with each of its follow-ups (a pair planned once
+    /// in either order), then the others at two sites, the most promising sites first (ties in
+    /// the singles' order), all within the budget, what is left out counted.
+    #[test]
+    fn pairs_are_planned_same_subject_first_then_by_promise_within_the_budget() {
+        let harness = crate::reference();
+        let options = SweepOptions { depth: 2, ..SweepOptions::default() };
+        let mut plan = plan(&harness, &multi_round(), &options).unwrap();
+        let read = Placement {
+            site: Site::Call { function: "state::get".into(), about: Vec::new(), nth: 1 },
+            kind: Kind::Timeout,
+            ms: None,
+        }; // promise 1
+        let write = call("state::set", "s1", 1, Kind::Timeout); // 2
+        let write_lost = call("state::set", "s1", 1, Kind::LostAck); // 2, the same site
+        let effect = Placement {
+            site: Site::Call { function: "ticket::create".into(), about: Vec::new(), nth: 1 },
+            kind: Kind::CrashCallerAfter,
+            ms: None,
+        }; // 3
+        let point = Placement {
+            site: Site::Point { worker: "harness".into(), point: "before_submission".into(), nth: 1 },
+            kind: Kind::Crash,
+            ms: None,
+        }; // 2
+        let singles = [read.clone(), write.clone(), write_lost.clone(), effect.clone(), point.clone()];
+        let follow_up = call("state::set", "s1", 2, Kind::Timeout);
+        let runs = vec![
+            clean_run(vec![read.clone()], Vec::new()),
+            clean_run(vec![write.clone()], vec![follow_up.clone()]),
+            clean_run(vec![write_lost.clone()], Vec::new()),
+            clean_run(vec![effect.clone()], vec![write.clone()]), // a pair the others hold too
+            clean_run(vec![point.clone()], Vec::new()),
+            clean_run(vec![read.clone(), write.clone()], vec![point.clone()]), // no single
+        ];
+        let pair = |a: &Placement, b: &Placement| vec![a.clone(), b.clone()];
+        let others = [
+            pair(&write_lost, &effect), // 5
+            pair(&effect, &point),      // 5
+            pair(&read, &effect),       // 4
+            pair(&write, &point),       // 4
+            pair(&write_lost, &point),  // 4
+            pair(&read, &write),        // 3
+            pair(&read, &write_lost),   // 3
+            pair(&read, &point),        // 3
+        ];
+        let fresh = |plan: &mut SweepPlan, budget: usize| {
+            plan.jobs = singles.iter().map(|p| vec![p.clone()]).collect();
+            plan.singles = singles.len();
+            plan.singles_left = 2;
+            plan.budget = budget;
+        };
+
+        fresh(&mut plan, 5 + 2 + 3);
+        plan_pairs(&mut plan, &runs);
+        let mut expected = vec![pair(&write, &follow_up), pair(&effect, &write)];
+        expected.extend(others[..3].iter().cloned());
+        assert_eq!(plan.jobs[5..], expected[..]);
+        assert_eq!(plan.pairs, Pairs { same_subject: 2, same_subject_left: 0, others: 3, others_left: 5 });
+        assert_eq!(plan.skipped, 2 + 5);
+
+        fresh(&mut plan, 5 + 1);
+        plan_pairs(&mut plan, &runs);
+        assert_eq!(plan.jobs[5..], [pair(&write, &follow_up)]);
+        assert_eq!(plan.pairs, Pairs { same_subject: 1, same_subject_left: 1, others: 0, others_left: 8 });
+        assert_eq!(plan.skipped, 2 + 1 + 8);
+
+        fresh(&mut plan, 100);
+        plan_pairs(&mut plan, &runs);
+        let mut expected = vec![pair(&write, &follow_up), pair(&effect, &write)];
+        expected.extend(others.iter().cloned());
+        assert_eq!(plan.jobs[5..], expected[..]);
+
+        let mut shallow = plan_of_depth(1);
+        let jobs = shallow.jobs.clone();
+        plan_pairs(&mut shallow, &runs);
+        assert_eq!(shallow.jobs, jobs, "depth 1 plans no pairs");
+    }
+
+    fn plan_of_depth(depth: u8) -> SweepPlan {
+        let options = SweepOptions { depth, ..SweepOptions::default() };
+        plan(&crate::reference(), &multi_round(), &options).unwrap()
+    }
+
+    /// At depth 2 a clean single's run lists where a second fault on its subject can go, after
+    /// it fired and never at its own site; at depth 1 it lists nothing.
+    #[test]
+    fn a_clean_single_lists_its_follow_ups_at_depth_two_only() {
+        let harness = crate::reference();
+        let write = call("state::set", "s1", 1, Kind::Timeout);
+        let deep = plan_of_depth(2);
+        let run = run_job(&harness, &deep, std::slice::from_ref(&write));
+        assert_eq!(run.verdict, Verdict::Clean);
+        assert!(!run.follow_ups.is_empty(), "the turn record is written again after the timeout");
+        assert!(run.follow_ups.iter().all(|p| p.site != write.site && p.site.subject() == write.site.subject()));
+        assert!(run_job(&harness, &plan_of_depth(1), std::slice::from_ref(&write)).follow_ups.is_empty());
+    }
+
+    /// The certificate counts the runs whose cut never reached its site.
+    #[test]
+    fn a_report_counts_the_runs_that_did_not_reach_their_site() {
+        let plan = plan_of_depth(1);
+        let mut unreached = clean_run(vec![call("state::set", "s1", 1_000, Kind::Timeout)], Vec::new());
+        unreached.verdict = Verdict::Unreached;
+        let runs = vec![clean_run(vec![call("state::set", "s1", 1, Kind::Timeout)], Vec::new()), unreached];
+        let report = report(&crate::reference(), plan, runs);
+        assert_eq!((report.certificate.unreached, report.certificate.findings), (1, 0));
+    }
+}
