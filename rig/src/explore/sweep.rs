@@ -678,9 +678,10 @@ mod tests {
         assert_eq!(plan.jobs[5..], expected[..]);
 
         let mut shallow = plan_of_depth(1);
-        let jobs = shallow.jobs.clone();
+        let (jobs, skipped) = (shallow.jobs.clone(), shallow.skipped);
+        shallow.budget += 100;
         plan_pairs(&mut shallow, &runs);
-        assert_eq!(shallow.jobs, jobs, "depth 1 plans no pairs");
+        assert_eq!((shallow.jobs, shallow.pairs, shallow.skipped), (jobs, Pairs::default(), skipped), "no pairs");
     }
 
     fn plan_of_depth(depth: u8) -> SweepPlan {
@@ -708,7 +709,8 @@ mod tests {
         let plan = plan_of_depth(1);
         let mut unreached = clean_run(vec![call("state::set", "s1", 1_000, Kind::Timeout)], Vec::new());
         unreached.verdict = Verdict::Unreached;
-        let runs = vec![clean_run(vec![call("state::set", "s1", 1, Kind::Timeout)], Vec::new()), unreached];
+        let reached = |nth: u64| clean_run(vec![call("state::set", "s1", nth, Kind::Timeout)], Vec::new());
+        let runs = vec![reached(1), unreached, reached(2)];
         let report = report(&crate::reference(), plan, runs);
         assert_eq!((report.certificate.unreached, report.certificate.findings), (1, 0));
     }
