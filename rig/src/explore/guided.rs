@@ -733,6 +733,25 @@ mod tests {
         campaign.fold(tried(cut.clone(), &[1_005], false, None, Source::Opening));
         assert_eq!((campaign.corpus.len(), campaign.corpus[0].novelty), (3, 2), "no parent to credit");
         assert_eq!(campaign.opening.len(), opening + 1, "an opening run's cut that did not fire goes back");
+        let kept: Vec<&[Placement]> = campaign.corpus().collect();
+        assert_eq!(kept, [&[][..], &cut[..], &cut[..]], "the uncut run's empty mix first");
+    }
+
+    /// A failing run shrinks to a finding of the first oracle it tripped, made of the cuts that
+    /// fired; a run that tripped nothing is none.
+    #[test]
+    fn a_failing_run_shrinks_to_a_finding_of_its_cuts_that_fired() {
+        let harness = crate::reference();
+        let campaign = Campaign::new(&harness, &multi_round(), "replay-unfinished", 0..16, false).unwrap();
+        let crash = call("ticket::create", &[("action_id", "t1:1:0")], 1, Kind::CrashCallerAfter);
+        let unfired = record(1_000, Kind::Timeout);
+        let mut failing = tried(vec![crash.clone(), unfired], &[], true, None, Source::Fresh);
+        failing.fired = BTreeSet::from(["blind-replay".to_string()]);
+        failing.fired_cuts = vec![crash.clone()];
+        let (finding, runs) = campaign.shrink(&failing).expect("a finding");
+        assert_eq!((finding.oracle.as_str(), &finding.placements[..]), ("blind-replay", &[crash][..]));
+        assert!(runs > 1, "{runs}");
+        assert!(campaign.shrink(&tried(Vec::new(), &[], false, None, Source::Fresh)).is_none());
     }
 
     /// Runs are drawn in batches of sixteen up to the range's end; about a quarter are fresh
