@@ -87,8 +87,18 @@ pub fn run_script<D: WorldDriver>(
 }
 
 /// Whether every function in `expected` was registered at the engine since trace position `since`.
+///
+/// A wait asks this after every simulation step until it holds, over a trace that grows all
+/// the while: it copies nothing, and while fewer functions were registered than are expected
+/// (most of a wait) it stops at counting them.
 pub fn registered_since(world: &World, since: usize, expected: &BTreeSet<String>) -> bool {
-    let registered = registered_functions(world, since);
+    let trace = world.trace();
+    let events = &trace.events()[since.min(trace.events().len())..];
+    let registered = || events.iter().filter_map(registered_function);
+    if registered().take(expected.len()).count() < expected.len() {
+        return false;
+    }
+    let registered: BTreeSet<&str> = registered().collect();
     expected.iter().all(|f| registered.contains(f.as_str()))
 }
 
@@ -97,11 +107,17 @@ pub fn registered_functions(world: &World, since: usize) -> BTreeSet<String> {
     let trace = world.trace();
     trace.events()[since.min(trace.events().len())..]
         .iter()
-        .filter_map(|e| match &e.kind {
-            EventKind::Frame { frame: "registerfunction", direction: "in", function_id, .. } => function_id.clone(),
-            _ => None,
-        })
+        .filter_map(registered_function)
+        .map(str::to_string)
         .collect()
+}
+
+/// The function an event registered at the engine, if it is such a registration.
+fn registered_function(event: &crate::trace::Event) -> Option<&str> {
+    match &event.kind {
+        EventKind::Frame { frame: "registerfunction", direction: "in", function_id, .. } => function_id.as_deref(),
+        _ => None,
+    }
 }
 
 fn execute<D: WorldDriver>(

@@ -10,6 +10,7 @@
 //! else (a real worker in live mode, a frame a proxy rewrote) is not in it and is read as before.
 
 use super::protocol::Frame;
+use serde::Serialize;
 use serde_json::Value;
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -99,11 +100,40 @@ impl Hasher for EndsHasher {
 
 /// The frame as a WebSocket text message, its frame remembered when it reads back as itself.
 pub fn encode(frame: Frame) -> Message {
-    let text = Utf8Bytes::from(serde_json::to_string(&frame).expect("frames serialize"));
-    if reads_back(&frame) {
+    let (text, has_fraction) = written(&frame);
+    let text = Utf8Bytes::from(text);
+    if reads_back(&frame, has_fraction) {
         remember(text.clone(), frame);
     }
     Message::Text(text)
+}
+
+/// The frame's text (serde_json's compact form), and whether it holds a fractional number.
+fn written(frame: &Frame) -> (String, bool) {
+    let mut formatter = NotesFractions::default();
+    let mut bytes = Vec::with_capacity(128);
+    frame.serialize(&mut serde_json::Serializer::with_formatter(&mut bytes, &mut formatter)).expect("frames serialize");
+    (String::from_utf8(bytes).expect("serde_json writes UTF-8"), formatter.wrote_fraction)
+}
+
+/// serde_json's compact output, to the byte, noting whether it wrote a fractional number: a
+/// frame's numbers are all in its payload, so that says whether the payload is [`exact`]
+/// without walking it again after writing it.
+#[derive(Default)]
+struct NotesFractions {
+    wrote_fraction: bool,
+}
+
+impl serde_json::ser::Formatter for &mut NotesFractions {
+    fn write_f32<W: ?Sized + std::io::Write>(&mut self, writer: &mut W, value: f32) -> std::io::Result<()> {
+        self.wrote_fraction = true;
+        serde_json::ser::CompactFormatter.write_f32(writer, value)
+    }
+
+    fn write_f64<W: ?Sized + std::io::Write>(&mut self, writer: &mut W, value: f64) -> std::io::Result<()> {
+        self.wrote_fraction = true;
+        serde_json::ser::CompactFormatter.write_f64(writer, value)
+    }
 }
 
 /// [`encode`] for a frame whose text is known already: `text` is what [`decode_known`] gave
@@ -145,16 +175,17 @@ pub fn decode_known(text: &Utf8Bytes) -> Result<(Frame, Option<Utf8Bytes>), serd
     }
 }
 
-/// Whether [`Frame::from_wire`] reads the frame's own text back as an equal frame. Not for a
-/// result of `null`, which reads back as no result; not for anything holding a fractional
-/// number, which serde_json reads back to within a rounding, not always to the bit; not for a
-/// kind the rig does not act on.
-fn reads_back(frame: &Frame) -> bool {
+/// Whether [`Frame::from_wire`] reads the frame's own text back as an equal frame, given
+/// whether that text holds a fractional number (see [`NotesFractions`]). Not for a result of
+/// `null`, which reads back as no result; not for anything holding a fractional number, which
+/// serde_json reads back to within a rounding, not always to the bit; not for a kind the rig
+/// does not act on.
+fn reads_back(frame: &Frame, has_fraction: bool) -> bool {
     match frame {
-        Frame::InvokeFunction { data, .. } => exact(data),
+        Frame::InvokeFunction { .. } => !has_fraction,
         Frame::InvocationResult { result, .. } => match result {
             Some(Value::Null) => false,
-            Some(result) => exact(result),
+            Some(_) => !has_fraction,
             None => true,
         },
         Frame::WorkerRegistered { .. }
@@ -162,16 +193,6 @@ fn reads_back(frame: &Frame) -> bool {
         | Frame::Reattach { .. }
         | Frame::UnregisterFunction { .. } => true,
         Frame::Other => false,
-    }
-}
-
-/// Whether a JSON value holds no fractional number.
-fn exact(value: &Value) -> bool {
-    match value {
-        Value::Number(number) => !number.is_f64(),
-        Value::Array(items) => items.iter().all(exact),
-        Value::Object(fields) => fields.values().all(exact),
-        Value::Null | Value::Bool(_) | Value::String(_) => true,
     }
 }
 
@@ -232,6 +253,56 @@ mod tests {
         ]
     }
 
+    /// Whether a JSON value holds no fractional number.
+    fn exact(value: &Value) -> bool {
+        match value {
+            Value::Number(number) => !number.is_f64(),
+            Value::Array(items) => items.iter().all(exact),
+            Value::Object(fields) => fields.values().all(exact),
+            Value::Null | Value::Bool(_) | Value::String(_) => true,
+        }
+    }
+
+    /// Whether the frame's fields hold a fractional number, found by walking them.
+    fn has_fraction(frame: &Frame) -> bool {
+        match frame {
+            Frame::InvokeFunction { data, .. } => !exact(data),
+            Frame::InvocationResult { result: Some(result), .. } => !exact(result),
+            _ => false,
+        }
+    }
+
+    /// The frame as remembered by [`encode`]: whether its text reads back as itself.
+    fn remembered(frame: &Frame) -> bool {
+        reads_back(frame, has_fraction(frame))
+    }
+
+    /// The text is serde_json's own, and the fraction noted while writing it is the one
+    /// walking the frame finds, for numbers of every kind, nested or not.
+    #[test]
+    fn a_text_is_serde_jsons_and_its_fractions_are_noted() {
+        let mut all = frames();
+        for number in [json!(0.5), json!(-0.0), json!(1e300), json!(u64::MAX), json!(i64::MIN), json!(7)] {
+            all.push(Frame::InvokeFunction {
+                invocation_id: None,
+                function_id: "f".into(),
+                data: json!({ "deep": [{ "n": number.clone() }] }),
+                action: None,
+            });
+            all.push(Frame::InvocationResult {
+                invocation_id: "i".into(),
+                function_id: "f".into(),
+                result: Some(number),
+                error: None,
+            });
+        }
+        for frame in all {
+            let (text, fraction) = written(&frame);
+            assert_eq!(text, serde_json::to_string(&frame).unwrap());
+            assert_eq!(fraction, has_fraction(&frame), "{frame:?}");
+        }
+    }
+
     /// What a receiver gets for a frame this thread sent is what reading its text gives, for
     /// every kind and every awkward field, remembered or not.
     #[test]
@@ -240,7 +311,7 @@ mod tests {
             let Message::Text(text) = encode(frame.clone()) else { panic!("a text message") };
             let read = Frame::from_wire(&text).expect("our own frames read");
             assert_eq!(decode(&text).expect("our own frames decode"), read, "{frame:?}");
-            if reads_back(&frame) {
+            if remembered(&frame) {
                 assert_eq!(read, frame, "a frame remembered must read back as itself");
             }
             // Taken once: the same bytes again are read, and give the same frame.
@@ -259,7 +330,7 @@ mod tests {
     /// hop; text not sent here comes back without one.
     #[test]
     fn a_known_text_goes_on_unchanged() {
-        for frame in frames().into_iter().filter(reads_back) {
+        for frame in frames().into_iter().filter(remembered) {
             let Message::Text(text) = encode(frame.clone()) else { panic!("a text message") };
             let (decoded, known) = decode_known(&text).expect("our own frames decode");
             assert_eq!(decoded, frame);
