@@ -124,13 +124,17 @@ fn table() -> Vec<Row> {
 }
 
 /// The known-bad policies no sweep or exploration of a workload finds, with why.
-const NOT_BY_ORACLES: [(&str, &str); 3] = [
+const NOT_BY_ORACLES: [(&str, &str); 4] = [
     (
         "remembered-commands",
         "no workload presses a pause on a worker other than the one running the turn, then resumes it there",
     ),
     ("dedupe-queued-only", "no workload sends a message again under its idempotency key"),
     ("overlay-of-the-first-turn", "no workload with versioned configuration runs a second turn of a session"),
+    (
+        "command-without-cas",
+        "no workload applies a command to a parked turn while a Resume on another worker claims it",
+    ),
 ];
 
 fn root() -> PathBuf {

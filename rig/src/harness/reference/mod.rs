@@ -105,6 +105,9 @@
 //!   once as a new action, with a new id and key, and the call is done when an attempt answers.
 //! - `unkeyed-answer`: a turn's answer enters the transcript without an entry key, so presenting
 //!   it again (as whoever finds the turn ended does) appends a second copy.
+//! - `command-without-cas`: a command applied to a turn no delivery runs here (parked, held) is
+//!   written with a plain write fenced by the lease token alone, not over the version read: a
+//!   rival's Resume claim, which raises the epoch and takes no lease, is written over.
 
 mod actions;
 mod approvals;
@@ -195,10 +198,11 @@ pub enum Policy {
     TimeoutAsCancelled,
     RetryAsNewAction,
     UnkeyedAnswer,
+    CommandWithoutCas,
 }
 
 impl Policy {
-    pub const ALL: [Policy; 50] = [
+    pub const ALL: [Policy; 51] = [
         Policy::Swallow,
         Policy::Propagate,
         Policy::Reference,
@@ -249,6 +253,7 @@ impl Policy {
         Policy::TimeoutAsCancelled,
         Policy::RetryAsNewAction,
         Policy::UnkeyedAnswer,
+        Policy::CommandWithoutCas,
     ];
 
     pub fn name(self) -> &'static str {
@@ -303,6 +308,7 @@ impl Policy {
             Policy::TimeoutAsCancelled => "timeout-as-cancelled",
             Policy::RetryAsNewAction => "retry-as-new-action",
             Policy::UnkeyedAnswer => "unkeyed-answer",
+            Policy::CommandWithoutCas => "command-without-cas",
         }
     }
 
