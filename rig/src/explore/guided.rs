@@ -898,6 +898,19 @@ mod tests {
         assert!(!neighbour(&elsewhere, &mut elsewhere.mix.clone(), &mut rng(0)), "a site not in the run");
         let alone = self::entry(vec![record(2, Kind::Timeout)], vec![None], entry.sites[..2].to_vec());
         assert!(!neighbour(&alone, &mut alone.mix.clone(), &mut rng(0)), "no other site");
+        // A move onto a cut the mix holds already is no move.
+        let two = vec![record(2, Kind::Timeout), action(1, Kind::Timeout)];
+        let both = self::entry(two.clone(), vec![Some(1), Some(2)], entry.sites.clone());
+        let mut refused = 0;
+        for seed in 0..100 {
+            let mut mix = two.clone();
+            if !neighbour(&both, &mut mix, &mut rng(seed)) {
+                refused += 1;
+                assert_eq!(mix, two);
+            }
+            assert_ne!(mix[0], mix[1], "seed {seed}");
+        }
+        assert!(refused > 0);
     }
 
     #[test]
