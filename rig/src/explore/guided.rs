@@ -934,7 +934,7 @@ mod tests {
         let ttl = workload.world.harness.lease_ttl_ms.max(1_000);
         let bound = outage_bound_ms(&workload);
         assert!(!retime(&mut [record(1, Kind::Timeout)], &workload, &mut rng(0)), "no timing to change");
-        let mut delays = BTreeSet::new();
+        let (mut delays, mut outages) = (BTreeSet::new(), BTreeSet::new());
         for seed in 0..100 {
             let mut mix = [record(1, Kind::Timeout), timed(record(2, Kind::Delay), 1_000)];
             assert!(retime(&mut mix, &workload, &mut rng(seed)));
@@ -951,8 +951,10 @@ mod tests {
             let mut short = [timed(record(1, Kind::OutageTimeout), 1_000)];
             retime(&mut short, &workload, &mut rng(seed));
             assert!((500..=2_000.min(bound)).contains(&short[0].ms.unwrap()), "{:?}", short[0].ms);
+            outages.insert(short[0].ms.unwrap());
         }
         assert!(delays.iter().any(|ms| *ms < 1_000) && delays.iter().any(|ms| *ms > 1_000), "{delays:?}");
+        assert!(outages.iter().any(|ms| *ms < 1_000) && outages.len() > 10, "{outages:?}");
     }
 
     #[test]
