@@ -12,8 +12,9 @@ use std::collections::BTreeMap;
 /// A turn still held at the end for a call a `pre-trigger` hook held (its configured answer is
 /// `hold`), which never ran again since it was first held after that answer, and none of whose actions is
 /// recorded held: a release names a held call, and there is none to name. A turn first held
-/// after that answer by a write made once its queue had given up on it is held for the dead
-/// letter, not for the call, and is not judged here.
+/// after that answer by a write made once its queue had given up on it, and held at the end with
+/// a reason naming that dead letter, is held for the dead letter, not for the call, and is not
+/// judged here.
 pub(super) fn held_for_nothing(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
     let layout = evidence.layout;
     let holds_calls = |function: &str| evidence.hook_replies.get(function).is_some_and(|r| r["decision"] == "hold");
@@ -59,10 +60,13 @@ pub(super) fn held_for_nothing(evidence: &Evidence<'_>, violations: &mut Vec<Vio
         // A hold first written after the turn's queue gave up on it is the dead letter's: the
         // contract lets a harness hold (or fail) a turn whose delivery was given up on, for a
         // person to deal with as a dead letter, whatever the turn was doing when its deliveries
-        // ran out. It promises no held call, so no release is owed.
+        // ran out. It promises no held call, so no release is owed. It says so: a dead-letter hold
+        // names the dead letter in its reason (the contract), so a turn held at the end for
+        // another reason (the hook's) is held for the call, whenever that hold was written.
         let turn_id = layout.turn_id(record);
+        let reason = record[&layout.held_reason_field].as_str().unwrap_or_default();
         let for_a_dead_letter =
-            first_held.is_some_and(|first| given_up_before(evidence, session, turn_id, commits[first].0));
+            first_held.is_some_and(|first| given_up_before(evidence, session, turn_id, commits[first].0, reason));
         let actions = layout.turn_actions(evidence.store, session, record);
         if ran_again
             || for_a_dead_letter
@@ -82,12 +86,14 @@ pub(super) fn held_for_nothing(evidence: &Evidence<'_>, violations: &mut Vec<Vio
 }
 
 /// Whether a queue gave up on a message carrying this turn (its `session_id`, and its `turn_id`
-/// or none) before trace position `before`.
-fn given_up_before(evidence: &Evidence<'_>, session: &str, turn_id: &str, before: usize) -> bool {
+/// or none) before trace position `before`, which the hold's `reason` names.
+fn given_up_before(evidence: &Evidence<'_>, session: &str, turn_id: &str, before: usize, reason: &str) -> bool {
     let carried = |data: &Value| {
         data["session_id"].as_str() == Some(session) && data["turn_id"].as_str().is_none_or(|id| id == turn_id)
     };
-    evidence.given_up.iter().filter(|(_, _, data)| carried(data)).any(|(queue, message_id, _)| {
+    let mut given_up =
+        evidence.given_up.iter().filter(|(_, message_id, data)| carried(data) && names(reason, message_id));
+    given_up.any(|(queue, message_id, _)| {
         evidence.events[..before].iter().any(|event| match &event.kind {
             EventKind::Note { what, detail } if what == "queue_dead_letter" => {
                 detail["queue"] == *queue && detail["message_id"] == *message_id
@@ -95,6 +101,16 @@ fn given_up_before(evidence: &Evidence<'_>, session: &str, turn_id: &str, before
             _ => false,
         })
     })
+}
+
+/// Whether `text` names `id` as a word of its own (message `m1` is not named by `m10`).
+fn names(text: &str, id: &str) -> bool {
+    !id.is_empty()
+        && text.match_indices(id).any(|(at, _)| {
+            let before = text[..at].chars().next_back();
+            let after = text[at + id.len()..].chars().next();
+            !before.is_some_and(char::is_alphanumeric) && !after.is_some_and(char::is_alphanumeric)
+        })
 }
 
 /// A turn parked at the end whose last command of the two that park and unpark it, by when each

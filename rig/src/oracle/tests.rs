@@ -1737,16 +1737,18 @@ fn liveness_leaves_a_hook_held_turn_alone_once_a_dead_letter_holds_it() {
             detail: json!({"queue": "harness-turn", "message_id": "m1", "attempt": 4}),
         },
     );
-    let held = |at_ms: u64| commit(at_ms, json!({"turn_id": "t1", "status": "held", "held_reason": "dead-lettered"}));
-    let store =
-        store_with("harness_turn", "s1", json!({"turn_id": "t1", "status": "held", "held_reason": "dead-lettered"}));
+    let for_the_letter = "dead-lettered: queue harness-turn gave up on message m1";
+    let held = |at_ms: u64| commit(at_ms, json!({"turn_id": "t1", "status": "held", "held_reason": for_the_letter}));
     let (this_turn, another_turn) =
         (json!({"session_id": "s1", "turn_id": "t1"}), json!({"session_id": "s1", "turn_id": "t0"}));
-    let judged = |events: &[Event], letter: &Value| {
+    // `reason`: why the turn is held at the end.
+    let judged_held_for = |reason: &str, events: &[Event], letter: &Value| {
+        let store = store_with("harness_turn", "s1", json!({"turn_id": "t1", "status": "held", "held_reason": reason}));
         let replies = BTreeMap::from([("hooks::hold".to_string(), json!({"decision": "hold"}))]);
         let given_up = vec![("harness-turn", "m1", letter)];
         details(&Evidence { hook_replies: replies, given_up, ..evidence(events, &store, &sessions, &layout, 10) })
     };
+    let judged = |events: &[Event], letter: &Value| judged_held_for(for_the_letter, events, letter);
     // The hook held the call, the hold was never recorded, the queue gave the turn up, and the
     // dead letter's handler held it: the turn waits on the dead letter, not on a release.
     let dead_lettered = [hook.clone(), given_up.clone(), held(4)];
@@ -1771,6 +1773,12 @@ fn liveness_leaves_a_hook_held_turn_alone_once_a_dead_letter_holds_it() {
     for not_this in [note("queue_redelivered", "m1"), note("queue_dead_letter", "m9")] {
         let found = judged(&[hook.clone(), not_this, held(4)], &this_turn);
         assert!(found.len() == 1 && found[0].contains("nothing can release it"), "{found:?}");
+    }
+    // Held after the queue gave up, but for the hook: a hold that does not name the dead letter
+    // is no dead letter's (a hook-only hold written once the last delivery's deadline passed).
+    for not_naming_it in ["held by hook hooks::hold", "dead-lettered: message m10"] {
+        let found = judged_held_for(not_naming_it, &dead_lettered, &this_turn);
+        assert!(found.len() == 1 && found[0].contains("nothing can release it"), "{not_naming_it}: {found:?}");
     }
 }
 
