@@ -50,8 +50,21 @@ impl Worker {
             let mut exported = record;
             exported[EXPORTED_BY] = json!(self.env.host);
             if let Err(error) = self.put_turn(bus, &exported).await {
-                self.exported.borrow_mut().remove(session_id);
-                return Err(error_body("recording the export", &error));
+                // A write whose answer was lost may have landed, and a mark in the record makes
+                // this worker skip the turn for good: read it back. The mark found, the export
+                // went through; a read that fails too leaves it unknown, so the hand-over is
+                // watched as for an export (taken back unless an import comes).
+                match self.get_turn(bus, session_id).await {
+                    Ok(Some(stored)) if stored[EXPORTED_BY] == json!(self.env.host) => {}
+                    Ok(_) => {
+                        self.exported.borrow_mut().remove(session_id);
+                        return Err(error_body("recording the export", &error));
+                    }
+                    Err(_) => {
+                        self.watch_hand_over(bus, session_id);
+                        return Err(error_body("recording the export", &error));
+                    }
+                }
             }
             exported
         };
