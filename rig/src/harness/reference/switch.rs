@@ -62,7 +62,9 @@ impl Worker {
                     }
                     Err(_) => {
                         self.watch_hand_over(bus, session_id);
-                        return Err(error_body("recording the export", &error));
+                        let mut unknown = error_body("recording the export", &error);
+                        unknown.message += "; it may have been recorded: the session is taken back unless imported";
+                        return Err(unknown);
                     }
                 }
             }
