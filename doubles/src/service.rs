@@ -30,8 +30,8 @@ impl ServiceError {
 /// events; the system under test never sees them.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Observation {
-    /// A state write took effect (`value: None` is a delete).
-    Commit { scope: String, key: String, value: Option<Value>, version: u64 },
+    /// A state write took effect (`value: None` is a delete): the value as the store keeps it.
+    Commit { scope: String, key: String, value: Option<std::sync::Arc<Value>>, version: u64 },
     /// A request for an external effect reached the service; the ledger keeps every one.
     Effect(EffectRecord),
     /// The state store granted (or renewed) a lease: `owner` holds the ownership domain

@@ -1,6 +1,7 @@
 use crate::service::{optional_object_field, text_field, u64_field, Call, Double, Observation, ServiceError};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// The durable state store: scoped keys with versions and compare-and-set, plus leases with
 /// fencing tokens.
@@ -21,7 +22,9 @@ pub struct StateStore {
 
 #[derive(Debug, Clone, PartialEq)]
 struct Versioned {
-    value: Value,
+    /// Shared with the commit observed when it was written: the rig's trace keeps the same value,
+    /// rather than a copy of every node of it.
+    value: Arc<Value>,
     version: u64,
 }
 
@@ -142,16 +145,16 @@ impl StateStore {
     /// Writes a record directly, as a scenario's seeded world (or an outside actor) does;
     /// returns its new version.
     pub fn seed(&mut self, scope: &str, key: &str, value: Value) -> u64 {
-        self.write(scope, key, value)
+        self.write(scope, key, Arc::new(value))
     }
 
     pub fn get(&self, scope: &str, key: &str) -> Option<&Value> {
-        self.records.get(&(scope.to_string(), key.to_string())).map(|r| &r.value)
+        self.records.get(&(scope.to_string(), key.to_string())).map(|r| &*r.value)
     }
 
     /// Every record as `(scope, key, value)`, ordered by scope then key.
     pub fn records(&self) -> impl Iterator<Item = (&str, &str, &Value)> {
-        self.records.iter().map(|((s, k), r)| (s.as_str(), k.as_str(), &r.value))
+        self.records.iter().map(|((s, k), r)| (s.as_str(), k.as_str(), &*r.value))
     }
 
     /// The lease currently recorded for `scope/key` (possibly expired), if any.
@@ -174,7 +177,7 @@ impl StateStore {
         self.records.get(&(scope.to_string(), key.to_string())).map_or(0, |r| r.version)
     }
 
-    fn write(&mut self, scope: &str, key: &str, value: Value) -> u64 {
+    fn write(&mut self, scope: &str, key: &str, value: Arc<Value>) -> u64 {
         let version = self.version(scope, key) + 1;
         self.records.insert((scope.to_string(), key.to_string()), Versioned { value, version });
         version
@@ -213,7 +216,8 @@ impl StateStore {
 
     /// Writes and observes the commit; no checks.
     fn put(&mut self, scope: &str, key: &str, value: Value, observed: &mut Vec<Observation>) -> u64 {
-        let version = self.write(scope, key, value.clone());
+        let value = Arc::new(value);
+        let version = self.write(scope, key, Arc::clone(&value));
         observed.push(Observation::Commit { scope: scope.into(), key: key.into(), value: Some(value), version });
         version
     }
@@ -259,7 +263,7 @@ impl StateStore {
             .records
             .iter()
             .filter(|((s, _), _)| s == scope)
-            .map(|((_, k), r)| json!({ "key": k, "value": r.value, "version": r.version }))
+            .map(|((_, k), r)| json!({ "key": k, "value": r.value.as_ref(), "version": r.version }))
             .collect();
         Ok(Value::Array(entries))
     }

@@ -304,7 +304,7 @@ mod tests {
         let kind = EventKind::Call {
             service: "s".into(),
             function: function.into(),
-            payload,
+            payload: payload.into(),
             caller: Some("harness".into()),
             invocation_id: Some(id.into()),
         };
@@ -316,7 +316,7 @@ mod tests {
         Event {
             at_ms: 0,
             host: "store".into(),
-            kind: EventKind::Commit { scope: "harness_turn".into(), key: "s1".into(), value, version: 1 },
+            kind: EventKind::Commit { scope: "harness_turn".into(), key: "s1".into(), value: value.into(), version: 1 },
         }
     }
 

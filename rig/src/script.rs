@@ -217,7 +217,7 @@ fn execute_step<D: WorldDriver>(runner: &mut D, topology: &Topology, step: &Step
             let version = world.store.borrow_mut().seed(scope, key, value.clone());
             world.record(
                 topology::DRIVER,
-                EventKind::Commit { scope: scope.clone(), key: key.clone(), value: value.clone(), version },
+                EventKind::Commit { scope: scope.clone(), key: key.clone(), value: value.clone().into(), version },
             );
         }
         Step::Crash(host) => runner.crash(host),

@@ -11,6 +11,7 @@ use sha2::{Digest, Sha256};
 use std::borrow::Cow;
 use std::cell::OnceCell;
 use std::ops::Range;
+use std::sync::Arc;
 
 /// Where a component reports a decision (`what`, with details) for the trace.
 pub type NoteSink = std::rc::Rc<dyn Fn(&str, Value)>;
@@ -42,17 +43,29 @@ pub enum EventKind {
     /// A call arriving at a double, before any cut decides its fate: who sent it (the worker
     /// the engine received it from) and under which invocation id (a frame the network
     /// repeated arrives again under the same id).
+    ///
+    /// The payload is the one the double handles, shared rather than copied: a turn record's
+    /// write is the largest value a run moves, and a copy for the trace cost its every node
+    /// twice more (made, then dropped).
     Call {
         service: String,
         function: String,
-        payload: Value,
+        #[serde(serialize_with = "shared")]
+        payload: Arc<Value>,
         #[serde(skip_serializing_if = "Option::is_none")]
         caller: Option<String>,
         #[serde(skip_serializing_if = "Option::is_none")]
         invocation_id: Option<String>,
     },
-    /// A state write that took effect (`value: null` for a delete).
-    Commit { scope: String, key: String, value: Value, version: u64 },
+    /// A state write that took effect (`value: null` for a delete): the value the store keeps,
+    /// shared with it rather than copied.
+    Commit {
+        scope: String,
+        key: String,
+        #[serde(serialize_with = "shared")]
+        value: Arc<Value>,
+        version: u64,
+    },
     /// A request for an external effect, as the service's ledger recorded it.
     Effect {
         effect: String,
@@ -89,6 +102,12 @@ pub enum EventKind {
     Note { what: String, detail: Value },
     /// A limit was hit; the run stops here and reports it.
     Limit { what: String },
+}
+
+/// A shared value, serialized as the value itself (without serde's `rc` feature, whose one use
+/// here would not be worth every crate that depends on serde building again).
+fn shared<S: serde::Serializer>(value: &Arc<Value>, serializer: S) -> Result<S::Ok, S::Error> {
+    Value::serialize(value, serializer)
 }
 
 /// The room a trace makes for events at its first (see [`Trace::push`]).
@@ -561,11 +580,11 @@ mod tests {
             EventKind::Call {
                 service: text(),
                 function: text(),
-                payload: Value::Null,
+                payload: Value::Null.into(),
                 caller: None,
                 invocation_id: None,
             },
-            EventKind::Commit { scope: text(), key: text(), value: Value::Null, version: 1 },
+            EventKind::Commit { scope: text(), key: text(), value: Value::Null.into(), version: 1 },
             EventKind::Effect {
                 effect: text(),
                 action: text(),
@@ -621,7 +640,7 @@ mod tests {
         kinds.push(EventKind::Call {
             service: awkward(),
             function: "f".into(),
-            payload: json!({ "b": [1, -2, 2.5, null, true], "a": { "z": "x\u{7f}", "y": {} } }),
+            payload: json!({ "b": [1, -2, 2.5, null, true], "a": { "z": "x\u{7f}", "y": {} } }).into(),
             caller: Some(awkward()),
             invocation_id: Some("i".into()),
         });
@@ -660,7 +679,7 @@ mod tests {
         kinds.push(EventKind::Call {
             service: "s".into(),
             function: "f".into(),
-            payload: json!({ "k": 1, "list": [{ "k": "v" }] }),
+            payload: json!({ "k": 1, "list": [{ "k": "v" }] }).into(),
             caller: Some("w".into()),
             invocation_id: Some("i".into()),
         });

@@ -515,14 +515,14 @@ mod tests {
         event(EventKind::Call {
             service: function.split("::").next().unwrap().into(),
             function: function.into(),
-            payload,
+            payload: payload.into(),
             caller: Some("harness".into()),
             invocation_id: Some(invocation.into()),
         })
     }
 
     fn commit(scope: &str, key: &str, value: Value) -> Event {
-        event(EventKind::Commit { scope: scope.into(), key: key.into(), value, version: 1 })
+        event(EventKind::Commit { scope: scope.into(), key: key.into(), value: value.into(), version: 1 })
     }
 
     fn ticket(action: &str, key: &str, invocation: &str) -> Event {

@@ -43,7 +43,7 @@ pub(super) fn held_for_nothing(evidence: &Evidence<'_>, violations: &mut Vec<Vio
                 EventKind::Commit { scope, key, value, .. }
                     if *scope == layout.turn_scope && key == session && !value.is_null() =>
                 {
-                    Some((at, value))
+                    Some((at, &**value))
                 }
                 _ => None,
             })
@@ -125,7 +125,7 @@ pub(super) fn paused_after_resume(evidence: &Evidence<'_>, violations: &mut Vec<
     let seeded =
         evidence.seeded.iter().filter(|(scope, _, _)| scope == CONTROL_SCOPE).map(|(_, key, value)| (key, value));
     let committed = evidence.events.iter().filter_map(|event| match &event.kind {
-        EventKind::Commit { scope, key, value, .. } if scope == CONTROL_SCOPE => Some((key, value)),
+        EventKind::Commit { scope, key, value, .. } if scope == CONTROL_SCOPE => Some((key, &**value)),
         _ => None,
     });
     for (session, control) in seeded.chain(committed) {

@@ -70,7 +70,7 @@ pub(super) fn vanished(evidence: &Evidence<'_>, violations: &mut Vec<Violation>)
     let turn_records = || {
         let seeded = evidence.seeded.iter().filter(|(scope, _, _)| *scope == layout.turn_scope).map(|(_, k, v)| (k, v));
         let committed = evidence.events.iter().filter_map(|event| match &event.kind {
-            EventKind::Commit { scope, key, value, .. } if *scope == layout.turn_scope => Some((key, value)),
+            EventKind::Commit { scope, key, value, .. } if *scope == layout.turn_scope => Some((key, &**value)),
             _ => None,
         });
         seeded.chain(committed)
@@ -124,7 +124,7 @@ pub(super) fn answered_twice(evidence: &Evidence<'_>, violations: &mut Vec<Viola
         .map(|(_, key, value)| (key.as_str(), value));
     let put_by_driver = evidence.events.iter().filter(|e| e.host == DRIVER).filter_map(|e| match &e.kind {
         EventKind::Commit { scope, key, value, .. } if Some(scope) == layout.input_scope.as_ref() => {
-            Some((key.as_str(), value))
+            Some((key.as_str(), &**value))
         }
         _ => None,
     });

@@ -655,14 +655,14 @@ mod tests {
     }
 
     fn commit(scope: &str, key: &str, value: Value) -> Event {
-        at(EventKind::Commit { scope: scope.into(), key: key.into(), value, version: 1 })
+        at(EventKind::Commit { scope: scope.into(), key: key.into(), value: value.into(), version: 1 })
     }
 
     fn call(function: &str, invocation: &str, payload: Value) -> Event {
         at(EventKind::Call {
             service: "tickets".into(),
             function: function.into(),
-            payload,
+            payload: payload.into(),
             caller: Some("worker".into()),
             invocation_id: Some(invocation.into()),
         })

@@ -15,7 +15,7 @@ fn call_from(at_ms: u64, caller: &str, function: &str, payload: Value) -> Event 
         EventKind::Call {
             service: "tickets".into(),
             function: function.into(),
-            payload,
+            payload: payload.into(),
             caller: Some(caller.into()),
             invocation_id: Some(format!("i{at_ms}")),
         },
@@ -63,7 +63,10 @@ fn lease(at_ms: u64, owner: &str, token: u64) -> Event {
 }
 
 fn commit(at_ms: u64, value: Value) -> Event {
-    event(at_ms, EventKind::Commit { scope: "harness_turn".into(), key: "s1".into(), value, version: at_ms })
+    event(
+        at_ms,
+        EventKind::Commit { scope: "harness_turn".into(), key: "s1".into(), value: value.into(), version: at_ms },
+    )
 }
 
 fn rpc(at_ms: u64, result: Value) -> Event {
@@ -512,7 +515,10 @@ fn control_write(at_ms: u64, command: &str, state: &str, committed: bool) -> Vec
     let value = json!({"commands": {"c1": {"command": command, "state": state, "turn_id": "t1"}}});
     let payload = json!({"scope": CONTROL_SCOPE, "key": "s1", "value": value});
     let call = call_from(at_ms, "harness", "state::compare-and-set", payload);
-    let commit = event(at_ms, EventKind::Commit { scope: CONTROL_SCOPE.into(), key: "s1".into(), value, version: 1 });
+    let commit = event(
+        at_ms,
+        EventKind::Commit { scope: CONTROL_SCOPE.into(), key: "s1".into(), value: value.into(), version: 1 },
+    );
     if committed {
         vec![call, commit]
     } else {
@@ -560,7 +566,8 @@ fn budget_catches_a_turn_or_a_tree_over_its_hard_limit() {
             scope: "harness_turn".into(),
             key: "s1~a0".into(),
             value: json!({"turn_id": "c1", "status": "running", "parent": {"session_id": "s1", "turn_id": "t1"},
-                          "budget": limited(1), "calls": {"a1": {"status": "complete"}}}),
+                          "budget": limited(1), "calls": {"a1": {"status": "complete"}}})
+            .into(),
             version: 1,
         },
     );
@@ -593,7 +600,7 @@ fn truthful_reply_catches_a_command_reported_applied_before_it_is() {
             EventKind::Commit {
                 scope: CONTROL_SCOPE.into(),
                 key: "s1".into(),
-                value: json!({"commands": {"c1": {"command": "cancel", "state": state}}}),
+                value: json!({"commands": {"c1": {"command": "cancel", "state": state}}}).into(),
                 version: 1,
             },
         )
@@ -636,7 +643,7 @@ fn own_action_records() -> RecordLayout {
 
 fn action_commit(at_ms: u64, status: &str) -> Event {
     let value = json!({"session_id": "s1", "turn_id": "t1", "status": status});
-    event(at_ms, EventKind::Commit { scope: "actions".into(), key: "a1".into(), value, version: at_ms })
+    event(at_ms, EventKind::Commit { scope: "actions".into(), key: "a1".into(), value: value.into(), version: at_ms })
 }
 
 #[test]
@@ -733,7 +740,7 @@ fn one_owner_catches_a_worker_writing_a_turn_after_its_newer_owner_did() {
             EventKind::Call {
                 service: "store".into(),
                 function: function.into(),
-                payload: json!({}),
+                payload: json!({}).into(),
                 caller: Some(caller.into()),
                 invocation_id: Some(format!("s{at_ms}")),
             },
@@ -887,7 +894,7 @@ fn cancellation_counts_only_effect_requests_after_a_cancel_the_control_record_co
         EventKind::Commit {
             scope: "elsewhere".into(),
             key: "s1".into(),
-            value: json!({"commands": {"c1": {"command": "cancel", "state": "accepted", "turn_id": "t1"}}}),
+            value: json!({"commands": {"c1": {"command": "cancel", "state": "accepted", "turn_id": "t1"}}}).into(),
             version: 1,
         },
     );
@@ -917,7 +924,10 @@ fn budgeted(turn: &str, dimension: &str, hard: u64, extra: Value) -> Value {
 }
 
 fn turn_commit(at_ms: u64, key: &str, value: Value) -> Event {
-    event(at_ms, EventKind::Commit { scope: "harness_turn".into(), key: key.into(), value, version: at_ms })
+    event(
+        at_ms,
+        EventKind::Commit { scope: "harness_turn".into(), key: key.into(), value: value.into(), version: at_ms },
+    )
 }
 
 fn generation(at_ms: u64, turn: &str) -> Event {
@@ -926,7 +936,7 @@ fn generation(at_ms: u64, turn: &str) -> Event {
         EventKind::Call {
             service: "model".into(),
             function: "model::generate".into(),
-            payload: json!({"turn_id": turn}),
+            payload: json!({"turn_id": turn}).into(),
             caller: Some("harness".into()),
             invocation_id: Some(format!("g{at_ms}{turn}")),
         },
@@ -954,7 +964,7 @@ fn budget_counts_every_dimension_over_the_whole_delegation_tree() {
         EventKind::Call {
             service: "config".into(),
             function: "config::overlay".into(),
-            payload: json!({"turn_id": "t1"}),
+            payload: json!({"turn_id": "t1"}).into(),
             caller: Some("harness".into()),
             invocation_id: Some("o3".into()),
         },
@@ -1054,7 +1064,7 @@ fn one_owner_takes_only_a_raised_epoch_for_a_claim() {
                 EventKind::Call {
                     service: "store".into(),
                     function: "state::set".into(),
-                    payload: json!({}),
+                    payload: json!({}).into(),
                     caller: Some(worker.into()),
                     invocation_id: Some(format!("s{at_ms}")),
                 },
@@ -1106,7 +1116,7 @@ fn generation_with(at_ms: u64, caller: &str, payload: Value) -> Event {
         EventKind::Call {
             service: "model".into(),
             function: "model::generate".into(),
-            payload,
+            payload: payload.into(),
             caller: Some(caller.into()),
             invocation_id: Some(format!("g{at_ms}")),
         },
@@ -1307,7 +1317,7 @@ fn hook_arguments_catches_a_call_run_with_arguments_its_chain_had_changed() {
     // this one's chain passed its arguments on, is another chain.
     let mut other_session = hook_asked(30, "approvals::approve", "c1", checked.clone());
     if let EventKind::Call { payload, .. } = &mut other_session[0].kind {
-        payload["session_id"] = json!("s2");
+        std::sync::Arc::make_mut(payload)["session_id"] = json!("s2");
     }
     let checked_only = hook_asked(10, "approvals::check", "c1", model.clone());
     let two_sessions = flat(&[&checked_only, &other_session, &[request(500, &checked)]]);
@@ -1390,7 +1400,7 @@ fn model_context_catches_a_worker_asking_without_a_result_it_put_into_the_transc
     assert!(judge_transcript(&driver, &sessions, &[]).is_empty());
     let mut other_session = generate_from(20, "harness", stale.clone());
     if let EventKind::Call { payload, .. } = &mut other_session.kind {
-        payload["session_id"] = json!("s2");
+        std::sync::Arc::make_mut(payload)["session_id"] = json!("s2");
     }
     assert!(
         judge_transcript(&[append_from(10, "harness", result_entry("c1")), other_session], &sessions, &[]).is_empty()
@@ -1477,7 +1487,7 @@ fn whole_replies_catches_a_part_of_a_streamed_reply_and_its_pieces_out_of_order(
 
 /// A commit to any scope, by the store (a worker's write) unless `host` says the driver.
 fn commit_in(at_ms: u64, scope: &str, key: &str, value: Value) -> Event {
-    event(at_ms, EventKind::Commit { scope: scope.into(), key: key.into(), value, version: at_ms })
+    event(at_ms, EventKind::Commit { scope: scope.into(), key: key.into(), value: value.into(), version: at_ms })
 }
 
 /// The violations of every oracle over `evidence`'s events, one line each: `oracle: detail`.
@@ -1629,7 +1639,7 @@ fn admitted_once_counts_new_turns_against_the_messages_sent_by_key_or_invocation
         EventKind::Commit {
             scope: "harness_queue".into(),
             key: "s1:q1".into(),
-            value: json!({"session_id": "s1"}),
+            value: json!({"session_id": "s1"}).into(),
             version: 1,
         },
     );

@@ -13,6 +13,7 @@ use serde_json::Value;
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
+use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::Notify;
 use turmoil::net::{TcpListener, TcpStream};
@@ -150,7 +151,21 @@ pub struct ServiceHost {
     host: String,
     double: SharedDouble,
     /// Requests a `late` cut holds on the way, with their callers, in arrival order.
-    held: std::cell::RefCell<Vec<(Invocation, Option<String>)>>,
+    held: std::cell::RefCell<Vec<(Arrived, Option<String>)>>,
+}
+
+/// An invocation as a double's host holds it: its payload shared with the trace's `call` event
+/// rather than copied into it.
+struct Arrived {
+    invocation_id: String,
+    function_id: String,
+    data: Arc<Value>,
+}
+
+impl From<Invocation> for Arrived {
+    fn from(call: Invocation) -> Self {
+        Self { invocation_id: call.invocation_id, function_id: call.function_id, data: Arc::new(call.data) }
+    }
 }
 
 impl ServiceHost {
@@ -161,8 +176,8 @@ impl ServiceHost {
     /// Lets the requests held on the way that `call` sends again (the same function, about the
     /// same action) take effect now, right after it: their callers gave up on them long ago,
     /// so their answers go nowhere.
-    fn release_late(&self, call: &Invocation, bus: &Bus) {
-        let same = |held: &Invocation| {
+    fn release_late(&self, call: &Arrived, bus: &Bus) {
+        let same = |held: &Arrived| {
             held.function_id == call.function_id && held.data.get("action_id") == call.data.get("action_id")
         };
         if !self.held.borrow().iter().any(|(held, _)| same(held)) {
@@ -180,7 +195,7 @@ impl ServiceHost {
     /// Hands the call to the double. A reply carrying `frames` to a caller that named a
     /// `stream_to` function is streamed: each frame goes there first, as a fire-and-forget call
     /// (`{stream_id, seq, frame}`), and the reply says how many were sent (`streamed`).
-    fn apply(&self, call: &Invocation, caller: Option<&str>, bus: &Bus) -> Result<Value, ErrorBody> {
+    fn apply(&self, call: &Arrived, caller: Option<&str>, bus: &Bus) -> Result<Value, ErrorBody> {
         let mut observed = Vec::new();
         let now_ms = self.world.clock.now_ms();
         let reply = self
@@ -210,13 +225,14 @@ impl Provider for ServiceHost {
     fn invoke(self: Rc<Self>, call: Invocation, bus: Bus) -> Pin<Box<dyn Future<Output = Answer>>> {
         Box::pin(async move {
             let world = &self.world;
+            let call = Arrived::from(call);
             let caller = world.caller_of(&call.invocation_id);
             world.record(
                 &self.host,
                 EventKind::Call {
                     service: self.host.clone(),
                     function: call.function_id.clone(),
-                    payload: call.data.clone(),
+                    payload: Arc::clone(&call.data),
                     caller: caller.clone(),
                     invocation_id: Some(call.invocation_id.clone()).filter(|id| !id.is_empty()),
                 },

@@ -207,7 +207,8 @@ impl World {
         for observation in observed {
             match observation {
                 Observation::Commit { scope, key, value, version } => {
-                    self.record(host, EventKind::Commit { scope, key, value: value.unwrap_or(Value::Null), version });
+                    let value = value.unwrap_or_else(|| Value::Null.into());
+                    self.record(host, EventKind::Commit { scope, key, value, version });
                 }
                 Observation::Lease { scope, key, owner, token, expires_at_ms } => {
                     let domain = format!("{scope}/{key}");
