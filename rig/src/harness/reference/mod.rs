@@ -663,10 +663,15 @@ impl Worker {
     /// Writes a turn record, once more with the identical record if the first write's outcome
     /// is unknown.
     async fn put_turn(&self, bus: &Bus, record: &Value) -> Result<(), InvokeError> {
-        let write = self.turn_write(record);
+        // The second write is made only when it is needed, from the same record under the first
+        // one's fence, so it is the identical request: a copy kept for a retry that seldom comes
+        // cost a copy of the whole record on every write.
+        let fence = self.store_fence(record["session_id"].as_str().unwrap_or_default());
         let timeout = self.env.config.session_timeout_ms;
-        match bus.invoke("state::set", write.clone(), timeout).await {
-            Err(error) if error.outcome_unknown() => bus.invoke("state::set", write, timeout).await.map(drop),
+        match bus.invoke("state::set", self.turn_write_fenced(record, fence.clone()), timeout).await {
+            Err(error) if error.outcome_unknown() => {
+                bus.invoke("state::set", self.turn_write_fenced(record, fence), timeout).await.map(drop)
+            }
             other => other.map(drop),
         }
     }
@@ -691,7 +696,18 @@ impl Worker {
     /// The store request that writes `record`: guarded against reopening an ended turn, and
     /// under this worker's fence when it holds one.
     fn turn_write(&self, record: &Value) -> Value {
-        let mut write = json!({ "scope": TURN_SCOPE, "key": record["session_id"], "value": record });
+        self.turn_write_fenced(record, self.store_fence(record["session_id"].as_str().unwrap_or_default()))
+    }
+
+    /// [`Self::turn_write`] under `fence`.
+    fn turn_write_fenced(&self, record: &Value, fence: Option<Value>) -> Value {
+        // The record is copied in as it is: `json!` would write it out through its serializer,
+        // node by node, to come to the same value.
+        let mut write = serde_json::Map::new();
+        write.insert("scope".into(), TURN_SCOPE.into());
+        write.insert("key".into(), record["session_id"].clone());
+        write.insert("value".into(), record.clone());
+        let mut write = Value::Object(write);
         if self.policy == Policy::UnrecordedActions {
             // The known-bad loop keeps its actions in memory: the record never names one.
             write["value"]["calls"] = json!({});
@@ -700,7 +716,7 @@ impl Worker {
             // The store refuses to reopen an ended turn: a late or stale writer cannot undo it.
             write["guard"] = json!({ "key": "turn_id", "status": "status", "final": TERMINAL });
         }
-        if let Some(fence) = self.store_fence(record["session_id"].as_str().unwrap_or_default()) {
+        if let Some(fence) = fence {
             write["fence"] = fence;
         }
         write
