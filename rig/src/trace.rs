@@ -212,7 +212,7 @@ impl Fields<'_> for Canonical<'_> {
         self.key(name);
         // Most texts (hosts, kinds, function and invocation ids) have nothing to escape: they are
         // written as they are, between quotes, as serde_json writes them; the rest go through it.
-        if value.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        if plain(value) {
             self.out.reserve(value.len() + 2);
             self.out.push(b'"');
             self.raw(value);
@@ -236,6 +236,27 @@ impl Fields<'_> for Canonical<'_> {
         self.key(name);
         self.value(value);
     }
+}
+
+/// Whether serde_json writes `text` as it is (no control character, quote or backslash in it).
+/// Eight bytes at a time: every text of every event is looked at, and a byte at a time made the
+/// look about 1 % of a run (under callgrind).
+fn plain(text: &str) -> bool {
+    // The classic word tricks: `(w - ONES * n) & !w & HIGH` is non-zero exactly when some byte
+    // of `w` is below `n` (for `n` up to 0x80); a byte equal to `c` is one below 1 in `w ^ ONES * c`.
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let below = |word: u64, n: u64| word.wrapping_sub(ONES * n) & !word & HIGH != 0;
+    let bytes = text.as_bytes();
+    let mut words = bytes.chunks_exact(8);
+    for word in &mut words {
+        let word = u64::from_le_bytes(word.try_into().expect("eight bytes"));
+        if below(word, 0x20) || below(word ^ (ONES * u64::from(b'"')), 1) || below(word ^ (ONES * u64::from(b'\\')), 1)
+        {
+            return false;
+        }
+    }
+    words.remainder().iter().all(|&b| b >= 0x20 && b != b'"' && b != b'\\')
 }
 
 /// An event's JSON document, field by field (see [`Event::to_json`]).
@@ -666,6 +687,28 @@ mod tests {
             let derived = serde_json::to_vec(&event).unwrap();
             assert_eq!(String::from_utf8(line).unwrap(), String::from_utf8(derived).unwrap(), "{event:?}");
             assert_eq!(event.to_json(), serde_json::to_value(&event).unwrap(), "{event:?}");
+        }
+    }
+
+    /// The word-at-a-time look says what a look at each byte says, for every ASCII byte at every
+    /// place of texts up to three words long, alone and between bytes above 0x7f (which the
+    /// tricks must not take for small ones).
+    #[test]
+    fn plain_text_is_told_as_byte_by_byte() {
+        let bytewise = |t: &[u8]| t.iter().all(|&b| b >= 0x20 && b != b'"' && b != b'\\');
+        for len in 0..=24 {
+            for at in 0..len.max(1) {
+                for byte in 0..=0x7fu8 {
+                    let mut text = vec![b'a'; len];
+                    if len > 0 {
+                        text[at] = byte;
+                    }
+                    let text = String::from_utf8(text).unwrap();
+                    assert_eq!(plain(&text), bytewise(text.as_bytes()), "{text:?}");
+                    let wide = format!("é{text}\u{7f}");
+                    assert_eq!(plain(&wide), bytewise(wide.as_bytes()), "{wide:?}");
+                }
+            }
         }
     }
 
