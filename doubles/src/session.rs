@@ -61,7 +61,11 @@ impl Double for SessionService {
     fn handle(&mut self, call: Call<'_>, _observed: &mut Vec<Observation>) -> Result<Value, ServiceError> {
         let session_id = text_field(call.payload, "session_id")?;
         match call.function {
-            "session::messages" => Ok(json!({ "entries": self.entries(session_id) })),
+            "session::messages" => {
+                // Copied in, where `json!` would write each entry out node by node to the same value.
+                let entries = Value::Array(self.entries(session_id).to_vec());
+                Ok(Value::Object([("entries".to_string(), entries)].into_iter().collect()))
+            }
             "session::append" => {
                 let session = self.sessions.entry(session_id.to_string()).or_default();
                 let key = call.payload.pointer("/entry/entry_key").and_then(Value::as_str);

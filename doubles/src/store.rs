@@ -404,7 +404,11 @@ impl Double for StateStore {
                 let value = self.get(scope, key).cloned().unwrap_or(Value::Null);
                 // `versioned: true` asks for the version too, for a compare-and-set to follow.
                 if payload.get("versioned") == Some(&Value::Bool(true)) {
-                    Ok(json!({ "value": value, "version": self.version(scope, key) }))
+                    // Moved in, where `json!` would write the copy out again node by node.
+                    let mut reply = serde_json::Map::new();
+                    reply.insert("value".into(), value);
+                    reply.insert("version".into(), self.version(scope, key).into());
+                    Ok(Value::Object(reply))
                 } else {
                     Ok(value)
                 }
