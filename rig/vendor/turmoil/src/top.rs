@@ -308,6 +308,13 @@ impl Topology {
     pub(crate) fn tick_by(&mut self, duration: Duration) {
         self.now += duration;
         for (pair, link) in &mut self.links {
+            // Rig patch: a link with nothing on its way only learns the time here,
+            // without a call to look at its empty queue (every link, every step:
+            // about 2 % of a run under callgrind).
+            if link.sent.is_empty() {
+                link.now = self.now;
+                continue;
+            }
             let before = link.ready;
             link.tick(self.now);
             if before != link.ready {
