@@ -168,11 +168,12 @@ fn presentation(terminal: &Value) -> (Value, &'static str) {
     }
 }
 
-/// The entry a terminal record shows on the session (with its `entry_key`), when the record
-/// carries this harness's own answer or error: a turn a person closed has none to show.
+/// The entry a terminal record shows on the session (with its `entry_key`), for every end: the
+/// same entry [`Worker::after_terminal`] presents when it finalises the turn itself, so a path
+/// that shows it again (its first append lost) shows what the direct path shows. A turn a person
+/// closed (cancelled, stopped) carries no text of its own, and shows a system entry with none.
 pub(super) fn owed_presentation(record: &Value) -> Option<Value> {
-    let own = if record["status"] == json!("completed") { &record["result"]["text"] } else { &record["result_error"] };
-    (is_terminal(record) && own.is_string()).then(|| presentation(record).0)
+    is_terminal(record).then(|| presentation(record).0)
 }
 
 /// The backoff before the `attempt`-th deferred retry (from 1).
@@ -604,8 +605,7 @@ impl Worker {
     /// Shows a turn found ended on the session again: a worker that died between the terminal
     /// write and the presentation left the answer out of the transcript for good, so whoever
     /// finds the turn ended next (a stale delivery of it, an import of it) presents it, kept
-    /// once by its key. Only a record that carries this harness's own answer or error: a turn a
-    /// person closed has none to show.
+    /// once by its key. Every end, as the direct path presents it: a turn a person closed too.
     pub(super) async fn present_again(&self, bus: &Bus, record: &Value) {
         if owed_presentation(record).is_some() {
             self.present(bus, record).await;
