@@ -183,7 +183,7 @@ impl Worker {
             }
             return Ok(Self::answer(&session_id, &key, &recorded));
         };
-        if !self.apply_as_owner(bus, &session_id, kind, &key).await {
+        if !self.apply_as_owner(bus, &session_id, kind, &key, &record["turn_id"]).await {
             // Another worker holds the session, or its lease could not be had: the command is
             // applied once it can be (a parked turn reaches no safe point to apply it itself).
             self.settle_command_later(bus, &session_id, kind, &key, false);
@@ -260,7 +260,7 @@ impl Worker {
                     worker.note("command_found_recorded", json!({ "session_id": session_id, "command": key }));
                 }
                 if kind == "resume" {
-                    worker.claim_recorded_resume(&bus, &session_id, &key).await;
+                    worker.claim_recorded_resume(&bus, &session_id, &key, &control["commands"][&key]["turn_id"]).await;
                 } else {
                     worker.apply_when_free(&bus, &session_id, &kind, &key).await;
                 }
@@ -292,11 +292,17 @@ impl Worker {
     /// the turn is still paused; a claim of this command found landed is driven on (by this
     /// worker when the claim names it) and recorded applied; otherwise the command is settled by
     /// what the turn became.
-    pub(super) async fn claim_recorded_resume(self: &Rc<Self>, bus: &Bus, session_id: &str, key: &str) {
+    pub(super) async fn claim_recorded_resume(
+        self: &Rc<Self>,
+        bus: &Bus,
+        session_id: &str,
+        key: &str,
+        turn_id: &Value,
+    ) {
         let lock = self.control_lock(session_id);
         let _guard = lock.lock().await;
         let Ok((record, version)) = self.turn_with_version(bus, session_id).await else { return };
-        if record["status"] == json!("paused") {
+        if record["status"] == json!("paused") && !names_another_turn(turn_id, &record) {
             let _ = self.resume(bus, session_id, key, record, version).await;
         } else if record["resumed_by"] == json!(key) {
             let _ = self.resume_landed(bus, session_id, key, &record).await;
@@ -310,10 +316,10 @@ impl Worker {
     async fn apply_when_free(self: &Rc<Self>, bus: &Bus, session_id: &str, kind: &str, key: &str) {
         let lock = self.session_lock(session_id);
         let _guard = lock.lock().await;
-        let waiting = matches!(self.control_record(bus, session_id).await,
-            Ok((control, _)) if control["commands"][key]["state"] == json!("accepted"));
-        if waiting {
-            self.apply_as_owner(bus, session_id, kind, key).await;
+        let Ok((control, _)) = self.control_record(bus, session_id).await else { return };
+        let command = &control["commands"][key];
+        if command["state"] == json!("accepted") {
+            self.apply_as_owner(bus, session_id, kind, key, &command["turn_id"]).await;
         }
     }
 
@@ -327,7 +333,14 @@ impl Worker {
     /// turn's claim is read before this worker's lease is granted, and the command is applied
     /// only if no other claim came since (one that came before is older than the grant), and
     /// written over the version it read.
-    async fn apply_as_owner(self: &Rc<Self>, bus: &Bus, session_id: &str, kind: &str, key: &str) -> bool {
+    async fn apply_as_owner(
+        self: &Rc<Self>,
+        bus: &Bus,
+        session_id: &str,
+        kind: &str,
+        key: &str,
+        turn_id: &Value,
+    ) -> bool {
         if self.pending_terminal.borrow().contains_key(session_id) {
             return false;
         }
@@ -335,7 +348,7 @@ impl Worker {
         if self.ensure_ownership(bus, session_id).await.is_err() {
             return false;
         }
-        let _ = self.apply_control_over(bus, session_id, kind, key, Some(before["epoch"].clone())).await;
+        let _ = self.apply_control_over(bus, session_id, kind, key, turn_id, Some(before["epoch"].clone())).await;
         self.hand_back(bus, session_id).await;
         true
     }
@@ -349,7 +362,7 @@ impl Worker {
         kind: &str,
         key: &str,
     ) -> Result<Value, ErrorBody> {
-        self.apply_control_over(bus, session_id, kind, key, None).await
+        self.apply_control_over(bus, session_id, kind, key, &Value::Null, None).await
     }
 
     /// [`Self::apply_control`] by a worker that is not running the turn, which read the turn's
@@ -364,6 +377,7 @@ impl Worker {
         session_id: &str,
         kind: &str,
         key: &str,
+        turn_id: &Value,
         epoch_before: Option<Value>,
     ) -> Result<Value, ErrorBody> {
         let record = self.get_turn(bus, session_id).await.map_err(|e| error_body("get_turn", &e))?;
@@ -379,6 +393,12 @@ impl Worker {
                 self.transcribe_results(bus, &record, true).await;
                 self.after_terminal(bus, &record).await;
             }
+            return self.settle_commands(bus, session_id, Some(&record)).await;
+        }
+        if names_another_turn(turn_id, &record) {
+            // The turn the command was for ended and a later one is the session's now (its
+            // worker died before settling it): it is settled as a command of an ended turn, and
+            // never moves this one.
             return self.settle_commands(bus, session_id, Some(&record)).await;
         }
         let request = TurnRequest {
@@ -543,6 +563,15 @@ impl Worker {
         for (key, command) in pending {
             let kind = command["command"].as_str().unwrap_or("");
             let done = match (kind, turn["status"].as_str()) {
+                // Accepted for a turn that has ended since (the session holds a later one): as
+                // for any ended turn, a stop has what it asked for and the rest came too late.
+                ("stop", _) if names_another_turn(&command["turn_id"], &turn) => {
+                    Some(("applied", format!("the turn {} ended", command["turn_id"].as_str().unwrap_or("?"))))
+                }
+                (_, _) if names_another_turn(&command["turn_id"], &turn) => Some((
+                    "expired",
+                    format!("the turn {} ended before the {kind} applied", command["turn_id"].as_str().unwrap_or("?")),
+                )),
                 ("pause", Some("paused")) => Some(("applied", "the turn is paused".to_string())),
                 ("cancel" | "stop", Some("cancelled")) => {
                     Some(("applied", turn["cancellation"].as_str().unwrap_or("cancelled").to_string()))
@@ -820,4 +849,11 @@ impl Worker {
         }
         let _ = self.accepted_command(bus, session_id, turn_id).await;
     }
+}
+
+/// Whether a command recorded for turn `turn_id` finds another turn in the session's record
+/// `turn`: its own has ended (turns of a session follow one another in one record). A command
+/// recorded with no turn, or a record naming none, is taken as the same turn.
+pub(super) fn names_another_turn(turn_id: &Value, turn: &Value) -> bool {
+    matches!((turn_id.as_str(), turn["turn_id"].as_str()), (Some(of), Some(now)) if of != now)
 }

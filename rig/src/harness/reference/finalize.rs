@@ -981,14 +981,18 @@ impl Worker {
             let mut left = false;
             for (key, command) in waiting {
                 let kind = command["command"].as_str().unwrap_or_default();
-                let applies = match kind {
-                    "resume" => status == "paused" || turn.is_some_and(|t| t["resumed_by"] == json!(key)),
-                    "cancel" | "stop" => {
-                        matches!(status, "held" | "paused")
-                            || turn.is_some_and(|t| is_terminal(t) && t["control"]["idempotency_key"] == json!(key))
-                    }
-                    _ => false,
-                };
+                // One accepted for a turn that has ended since is settled with the others
+                // below, never applied to the turn the session holds now.
+                let of_this_turn = turn.is_none_or(|t| !super::control::names_another_turn(&command["turn_id"], t));
+                let applies = of_this_turn
+                    && match kind {
+                        "resume" => status == "paused" || turn.is_some_and(|t| t["resumed_by"] == json!(key)),
+                        "cancel" | "stop" => {
+                            matches!(status, "held" | "paused")
+                                || turn.is_some_and(|t| is_terminal(t) && t["control"]["idempotency_key"] == json!(key))
+                        }
+                        _ => false,
+                    };
                 if applies {
                     self.settle_command_later(bus, session_id, kind, key, false);
                 } else {
