@@ -434,4 +434,86 @@ invoke = { function = "harness::status", payload = { session_id = "s1" }, name =
         let crash = at(Kind::Crash);
         assert!(crash.contains("\naction = \"crash\"\n") && !crash.contains("pause_ms"), "{crash}");
     }
+
+    /// Each kind of cut, written into a finding's file and read back, is the cut the placement
+    /// adds to the run it was found in: the file replays what was run (an outage's length, how
+    /// it refuses and over what included), at the same ordinal.
+    #[test]
+    fn each_placement_reads_back_from_its_file_as_the_cut_it_ran() {
+        let source = r#"about = "any cut"
+[[step]]
+invoke = { function = "harness::status", payload = { session_id = "s1" }, name = "status" }
+
+[policy.reference]
+"#;
+        let read_back = |placement: &Placement| {
+            let text = finding_text(source, std::slice::from_ref(placement));
+            let written = Scenario::parse(Path::new("finding.toml"), &text).unwrap();
+            let mut ran = Scenario::parse(Path::new("workload.toml"), source).unwrap();
+            placement.apply(&mut ran);
+            (written, ran, text)
+        };
+        let call_kinds = [
+            Kind::LostAck,
+            Kind::Timeout,
+            Kind::Delay,
+            Kind::Late,
+            Kind::CrashCallerBefore,
+            Kind::CrashCallerAfter,
+            Kind::CrashService,
+            Kind::CrashEngine,
+            Kind::IsolateCaller,
+            Kind::PauseCaller,
+            Kind::Outage,
+            Kind::OutageTimeout,
+        ];
+        for kind in call_kinds {
+            let site = Site::Call { function: "state::set".into(), about: vec![("scope".into(), "s".into())], nth: 3 };
+            let (written, ran, text) = read_back(&Placement { site, kind, ms: Some(1_500) });
+            let [written] = &written.cuts[..] else { panic!("{kind:?}: one cut:\n{text}") };
+            let cut = &ran.cuts[0];
+            assert_eq!(
+                (&written.function, &written.fault, written.trigger.skip, written.trigger.count),
+                (&cut.function, &cut.fault, cut.trigger.skip, cut.trigger.count),
+                "{kind:?}:\n{text}"
+            );
+        }
+        // A rejection is written as one; its message is the file's default, not the sweep's.
+        let site = Site::Call { function: "state::set".into(), about: Vec::new(), nth: 1 };
+        let (written, _, text) = read_back(&Placement { site, kind: Kind::Reject, ms: None });
+        assert!(
+            matches!(&written.cuts[0].fault, crate::cut::ServiceFault::Reject { code, .. } if code == "rejected"),
+            "{text}"
+        );
+
+        for kind in [Kind::Crash, Kind::Pause] {
+            let site = Site::Point { worker: "harness".into(), point: "after_completion".into(), nth: 2 };
+            let (written, ran, text) = read_back(&Placement { site, kind, ms: Some(1_500) });
+            let [written] = &written.interrupts[..] else { panic!("{kind:?}: one interrupt:\n{text}") };
+            let cut = &ran.interrupts[0];
+            assert_eq!(
+                (&written.worker, &written.point, written.interrupt, written.trigger.skip),
+                (&cut.worker, &cut.point, cut.interrupt, cut.trigger.skip),
+                "{kind:?}:\n{text}"
+            );
+        }
+        for kind in [Kind::Drop, Kind::Duplicate, Kind::Reorder] {
+            let site = Site::Frame {
+                worker: "harness".into(),
+                up: false,
+                frame: "invokefunction".into(),
+                function: "harness::turn".into(),
+                nth: 2,
+            };
+            let (written, ran, text) = read_back(&Placement { site, kind, ms: None });
+            let (written, ran) = (written.proxy.expect("a proxy"), ran.proxy.expect("a proxy"));
+            let ([rule], [run]) = (&written.rules[..], &ran.rules[..]) else { panic!("{kind:?}: one rule:\n{text}") };
+            assert_eq!(written.worker, ran.worker, "{kind:?}");
+            assert_eq!(
+                (rule.action, rule.skip, rule.direction, &rule.matches),
+                (run.action, run.skip, run.direction, &run.matches),
+                "{kind:?}:\n{text}"
+            );
+        }
+    }
 }
