@@ -640,4 +640,181 @@ mod tests {
         assert!(first, "the first submission is in every run");
         assert!(!thousandth, "no run submits a thousand times");
     }
+
+    fn violation(oracle: crate::oracle::Oracle, detail: &str) -> crate::oracle::Violation {
+        crate::oracle::Violation { oracle, detail: detail.into() }
+    }
+
+    /// A violation is told from another by its oracle and what it says, its times left out: a
+    /// number is a time where it starts a word and ` ms` follows it, and no other number is.
+    #[test]
+    fn a_violation_is_its_oracle_and_detail_without_its_times() {
+        use crate::oracle::Oracle::{Ledger, Liveness};
+        let key = |oracle, detail: &str| violation_key(&violation(oracle, detail));
+        assert_eq!(
+            key(Liveness, "turn t1 running at 61200 ms, since 1200 ms"),
+            "liveness: turn t1 running at N ms, since N ms"
+        );
+        assert_eq!(key(Liveness, "1200 ms late"), "liveness: N ms late", "at the start of the detail too");
+        assert_eq!(
+            key(Liveness, "turn t12 at step 3 of 5"),
+            "liveness: turn t12 at step 3 of 5",
+            "counts and ids stay"
+        );
+        for kept in ["held t15 ms", "held x_15 ms", "held at:15 ms", "held 15ms"] {
+            assert_eq!(key(Liveness, kept), format!("liveness: {kept}"), "no time: part of a word, or no ` ms`");
+        }
+        assert_ne!(key(Ledger, "action a1"), key(Liveness, "action a1"), "the oracle is part of it");
+    }
+
+    /// Beyond the uncut run: a violation it does not have (another oracle, or the same oracle
+    /// about something else), its own at other times not; and `limit` only if the uncut run did
+    /// not hit one too.
+    #[test]
+    fn beyond_the_uncut_run_is_what_it_does_not_have_at_any_time() {
+        use crate::oracle::Oracle::{Ledger, Liveness};
+        let scenario = scripted();
+        let outcome = |violations: Vec<crate::oracle::Violation>, limit: bool| {
+            let mut outcome = crate::run::run(&scenario, &scenario.runs[0], 0);
+            outcome.violations = violations;
+            outcome.failures = if limit { vec!["limit reached: 10000 steps (seed 0)".into()] } else { Vec::new() };
+            outcome
+        };
+        let uncut = outcome(vec![violation(Liveness, "turn t1 running at 1200 ms")], false);
+        let names = |names: &[&str]| names.iter().map(|n| n.to_string()).collect::<BTreeSet<String>>();
+        let later = outcome(vec![violation(Liveness, "turn t1 running at 5400 ms")], false);
+        assert_eq!(fired_beyond(&later, &uncut), names(&[]), "the same violation, later");
+        let other =
+            outcome(vec![violation(Liveness, "turn t1 running at 5400 ms"), violation(Ledger, "action a1")], false);
+        assert_eq!(fired_beyond(&other, &uncut), names(&["ledger"]));
+        let elsewhere = outcome(vec![violation(Liveness, "turn t2 running at 1200 ms")], false);
+        assert_eq!(fired_beyond(&elsewhere, &uncut), names(&["liveness"]), "the same oracle about another turn");
+        let limited = outcome(vec![violation(Liveness, "turn t1 running at 1200 ms")], true);
+        assert_eq!(fired_beyond(&limited, &uncut), names(&["limit"]));
+        let both_limited = outcome(Vec::new(), true);
+        assert_eq!(fired_beyond(&limited, &both_limited), names(&["liveness"]), "the uncut run hit the limit too");
+    }
+
+    struct TurnsOnly;
+
+    impl HarnessFactory for TurnsOnly {
+        fn name(&self) -> &str {
+            "turns-only"
+        }
+
+        fn layout(&self) -> crate::RecordLayout {
+            crate::RecordLayout { turn_scope: "turns_only_turn".into(), ..Default::default() }
+        }
+
+        fn start(&self, _policy: &str, _env: crate::HarnessEnv) -> std::rc::Rc<dyn crate::Provider> {
+            unreachable!("listed and skipped, never run")
+        }
+    }
+
+    /// `--list`'s line: what the workload needs (`turns` bare, every other need with why), and
+    /// whether the harness serves it or what it lacks.
+    #[test]
+    fn the_list_line_says_what_a_workload_needs_and_whether_the_harness_serves_it() {
+        let source = r#"about = "needs"
+[[step]]
+invoke = { function = "harness::turn", payload = { session_id = "s1", input = "hi" } }
+
+[[step]]
+invoke = { function = "harness::status", payload = { session_id = "s1" } }
+
+[policy.reference]
+"#;
+        let scenario = Scenario::parse(Path::new("needs.toml"), source).unwrap();
+        let (line, serves) = needs_line(&crate::reference(), &scenario, "reference", false);
+        assert!(serves, "{line}");
+        assert!(line.starts_with("needs.toml [reference]: needs turns, status ("), "{line}");
+        assert!(line.ends_with("; harness `reference` serves it"), "{line}");
+        let turns_only: Arc<dyn HarnessFactory> = Arc::new(TurnsOnly);
+        let (line, serves) = needs_line(&turns_only, &scenario, "reference", false);
+        assert!(!serves, "{line}");
+        assert!(line.starts_with("needs.toml [reference]: needs turns, status ("), "{line}");
+        assert!(line.ends_with("; skipped: harness `turns-only` does not declare status"), "{line}");
+    }
+
+    /// A harness keeps its records where its layout says, and a sweep reads its runs there.
+    #[test]
+    fn a_harness_is_read_through_its_own_layout() {
+        let turns_only: Arc<dyn HarnessFactory> = Arc::new(TurnsOnly);
+        assert_eq!(Runs::layout(&turns_only).turn_scope, "turns_only_turn");
+        assert_eq!(Runs::layout(&crate::reference()), crate::RecordLayout::default());
+    }
+
+    /// A way of running that says nothing of its wiring runs the workload as written.
+    #[test]
+    fn a_runs_without_wiring_of_its_own_runs_the_workload_as_written() {
+        struct Plain;
+        impl Runs for Plain {
+            fn name(&self) -> &str {
+                "plain"
+            }
+            fn run(&self, _: &Scenario, _: &PolicyRun, _: u64) -> RunOutcome {
+                unreachable!("not run")
+            }
+            fn skip(&self, _: &Scenario, _: &str) -> Option<Skip> {
+                None
+            }
+            fn reference(&self) -> &dyn Runs {
+                self
+            }
+        }
+        let scenario = scripted();
+        let wired = Plain.wired(&scenario);
+        assert!(matches!(wired, std::borrow::Cow::Borrowed(w) if std::ptr::eq(w, &scenario)));
+    }
+
+    /// A finding under a known-bad policy is checked under the reference harness (which trips
+    /// nothing with a cut a correct harness rides out); one found under the reference is not.
+    #[test]
+    fn a_finding_under_a_known_bad_policy_is_checked_against_the_reference() {
+        let harness = crate::reference();
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/workloads/multi-round.toml");
+        let scenario = workload(&Scenario::load(&path).unwrap(), false);
+        let mut bad = found_in_multi_round(&[crash_at_write(2)], "unguarded");
+        bad.check_reference(&harness, &scenario, &BTreeSet::new());
+        assert_eq!(bad.reference_fired, Some(BTreeSet::new()), "the reference rides the crash out");
+        let mut reference = found_in_multi_round(&[crash_at_write(2)], "reference");
+        reference.check_reference(&harness, &scenario, &BTreeSet::new());
+        assert_eq!(reference.reference_fired, None, "nothing to check it against");
+    }
+
+    /// The space a sweep draws from is the cut space less what this way of running cannot make.
+    #[test]
+    fn the_runnable_space_leaves_out_what_the_harness_cannot_run() {
+        struct NoProcessCuts(Arc<dyn HarnessFactory>);
+        impl Runs for NoProcessCuts {
+            fn name(&self) -> &str {
+                "no-process-cuts"
+            }
+            fn run(&self, scenario: &Scenario, run: &PolicyRun, seed: u64) -> RunOutcome {
+                self.0.run(scenario, run, seed)
+            }
+            fn skip(&self, workload: &Scenario, policy: &str) -> Option<Skip> {
+                self.0.skip(workload, policy)
+            }
+            fn cannot(&self, scenario: &Scenario) -> Option<Vec<String>> {
+                (!scenario.interrupts.is_empty()).then(|| vec!["no process cuts".to_string()])
+            }
+            fn reference(&self) -> &dyn Runs {
+                self
+            }
+        }
+        let harness = crate::reference();
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/workloads/multi-round.toml");
+        let scenario = workload(&Scenario::load(&path).unwrap(), false);
+        let baseline = Runs::run(&harness, &scenario, &bare_run("reference"), 0);
+        let options = SpaceOptions::default();
+        let whole = cut_space(&scenario, &baseline, &options);
+        assert!(whole.iter().any(|p| matches!(p.site, space::Site::Point { .. })), "the space has process cuts");
+        assert_eq!(runnable_space(&harness, &scenario, &baseline, &options), whole, "the simulation runs them all");
+        let without = runnable_space(&NoProcessCuts(harness), &scenario, &baseline, &options);
+        let expected: Vec<Placement> =
+            whole.into_iter().filter(|p| !matches!(p.site, space::Site::Point { .. })).collect();
+        assert!(!expected.is_empty());
+        assert_eq!(without, expected);
+    }
 }
