@@ -436,7 +436,7 @@ mod tests {
         let before: Vec<Placement> = (1..=8).map(|nth| placement(nth, Kind::Timeout, None)).collect();
         let outages: Vec<Placement> = (1..=2).map(|nth| placement(nth + 10, Kind::Outage, Some(10_000))).collect();
         let with: Vec<Placement> = before.iter().chain(&outages).cloned().collect();
-        let mut added = 0;
+        let (mut added, mut lengths) = (0, BTreeSet::new());
         for seed in 0..200 {
             let (old, new) = (draw(seed, &before, &workload), draw(seed, &with, &workload));
             let (kept, outage): (Vec<Placement>, Vec<Placement>) = new.into_iter().partition(|p| !p.kind.is_outage());
@@ -450,8 +450,13 @@ mod tests {
             assert_eq!(kept, old[..len], "seed {seed}");
             let ms = outage[0].ms.unwrap_or(0);
             assert!((5_000..=15_000).contains(&ms), "seed {seed}: its length is drawn around the space's: {ms}");
+            lengths.insert(ms);
         }
         assert!((60..=140).contains(&added), "about half the seeds draw an outage: {added}");
+        assert!(
+            lengths.iter().any(|ms| *ms < 10_000) && lengths.iter().any(|ms| *ms > 10_000),
+            "shorter and longer than the space's: {lengths:?}"
+        );
     }
 
     /// Late requests joined the space after seeds had names: a seed draws what it drew before,
@@ -525,5 +530,109 @@ mod tests {
         let fires = |removed: &BTreeSet<usize>| still_fires(&harness, &target, std::slice::from_ref(&crash), removed);
         assert!(fires(&BTreeSet::new()), "the cut trips blind-replay under replay-unfinished");
         assert!(fires(&late), "and still does without the late status read");
+    }
+
+    /// A late request that joins a full mix takes the place of its last cut that is no outage:
+    /// the outage the seed drew stays.
+    #[test]
+    fn a_late_request_in_a_full_mix_keeps_its_outage() {
+        let source = "about = \"mix\"\n[[step]]\nwait_ms = 1\n\n[policy.reference]\n";
+        let workload = Scenario::parse(Path::new("mix.toml"), source).unwrap();
+        let before: Vec<Placement> = (1..=8)
+            .map(|nth| placement(nth, Kind::Timeout, None))
+            .chain((1..=2).map(|nth| placement(nth + 10, Kind::Outage, Some(10_000))))
+            .collect();
+        let with: Vec<Placement> = before.iter().cloned().chain([placement(20, Kind::Late, None)]).collect();
+        let mut replaced = 0;
+        for seed in 0..300 {
+            let (old, new) = (draw(seed, &before, &workload), draw(seed, &with, &workload));
+            let Some(late) = new.iter().position(|p| p.kind == Kind::Late) else {
+                assert_eq!(new, old, "seed {seed}");
+                continue;
+            };
+            let mut expected = old.clone();
+            if old.len() == MIX_CUTS_MAX {
+                let last = old.iter().rposition(|p| !p.kind.is_outage()).expect("a full mix holds other cuts");
+                expected.remove(last);
+                replaced += usize::from(old.iter().any(|p| p.kind.is_outage()));
+            }
+            let mut kept = new.clone();
+            kept.remove(late);
+            assert_eq!(kept, expected, "seed {seed}");
+        }
+        assert!(replaced > 0, "some full mix with an outage drew a late request");
+    }
+
+    /// Shrinking keeps a cut only while it still trips the oracle: a cut that trips nothing does
+    /// not, and neither does one whose shortened workload trips the oracle on its own.
+    #[test]
+    fn a_cut_that_trips_nothing_does_not_still_fire() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/workloads/multi-round.toml");
+        let workload = super::super::workload(&Scenario::load(&path).unwrap(), false);
+        let harness = crate::reference();
+        let policy = "replay-unfinished";
+        let uncut = Runs::run(&harness, &workload, &bare_run(policy), 0);
+        let target = Target { workload: &workload, uncut: &uncut, policy, seed: 0, oracle: "blind-replay" };
+        let unreached = placement(1_000, Kind::Timeout, None);
+        assert!(!still_fires(&harness, &target, &[unreached], &BTreeSet::new()), "no cut fired, nothing found");
+    }
+
+    fn names(oracles: &[&str]) -> BTreeSet<String> {
+        oracles.iter().map(|o| o.to_string()).collect()
+    }
+
+    fn explored(seed: u64, fired: &[&str], uncut_fired: &[&str], shrunk: Option<Finding>) -> Result<Exploration, Skip> {
+        Ok(Exploration {
+            seed,
+            mix: Vec::new(),
+            fired: names(fired),
+            uncut_fired: names(uncut_fired),
+            shrunk,
+            runs: 10 + usize::try_from(seed).unwrap(),
+            uncut_trajectory: Trajectory::default(),
+            trajectory: Trajectory::default(),
+        })
+    }
+
+    /// The summary line counts seeds explored, clean, failing (a mix that trips an oracle, or a
+    /// workload that trips one uncut) and skipped; findings are numbered from 1 by signature,
+    /// a later seed of the same one named in its file.
+    #[test]
+    fn the_tally_counts_seeds_and_numbers_findings_by_signature() {
+        let source = "about = \"w\"\n[[step]]\nwait_ms = 1\n\n[policy.reference]\n";
+        let workload = Scenario::parse(Path::new("w.toml"), source).unwrap();
+        let found = |oracle: &str, nth: u64| {
+            let fired = names(&[oracle]);
+            let placements = [placement(nth, Kind::Timeout, None)];
+            let found = Found { oracle, fired: &fired };
+            finding(&workload, &placements, "unguarded", found, 0, &BTreeSet::new(), "test")
+        };
+        let mut tally = ExploreTally::default();
+        assert_eq!(tally.add(&explored(1, &[], &[], None)), None, "clean");
+        assert_eq!(tally.add(&explored(2, &["ledger"], &[], Some(found("ledger", 1)))), Some(1));
+        assert_eq!(tally.add(&explored(3, &["effects"], &[], Some(found("effects", 1)))), Some(2));
+        assert_eq!(tally.add(&explored(4, &["ledger"], &[], Some(found("ledger", 3)))), Some(1), "any ordinal");
+        assert_eq!(tally.add(&explored(5, &[], &["liveness"], None)), None, "failing uncut: no mix to shrink");
+        assert_eq!(tally.add(&Err(Skip::not_live("h", vec!["a reason".into()]))), None);
+        tally.skip(3);
+        assert_eq!((tally.explored, tally.failing, tally.skipped), (5, 4, 4));
+        let first = &tally.findings[0];
+        assert_eq!((&first.seeds, first.runs, &first.finding.also), (&vec![2, 4], 12, &vec!["seed 4".to_string()]));
+        assert_eq!(
+            tally.summary("x"),
+            "explored 5 seed(s): 1 clean, 4 failing (2 distinct findings), 4 skipped (harness x)"
+        );
+        let mut guided = ExploreTally { unit: Unit::Run, ..ExploreTally::default() };
+        guided.add(&explored(7, &["ledger"], &[], Some(found("ledger", 1))));
+        guided.add(&explored(8, &["ledger"], &[], Some(found("ledger", 2))));
+        assert_eq!(guided.findings[0].finding.also, ["run 8"]);
+        assert_eq!(
+            guided.summary("x"),
+            "explored 2 run(s): 0 clean, 2 failing (1 distinct finding), 0 skipped (harness x)"
+        );
+        let reached = Trajectory { states: vec![1, 2] };
+        assert_eq!(guided.cover("w.toml", &[&reached]), Novelty { states: 2, transitions: 1 });
+        assert!(!guided.cover("w.toml", &[&reached]).is_new(), "the same workload's coverage");
+        assert_eq!(guided.coverage["w.toml"].states(), 2);
     }
 }
