@@ -635,4 +635,63 @@ mod tests {
         assert!(!guided.cover("w.toml", &[&reached]).is_new(), "the same workload's coverage");
         assert_eq!(guided.coverage["w.toml"].states(), 2);
     }
+
+    /// A harness that counts the runs made through it.
+    struct Counted {
+        inner: std::sync::Arc<dyn crate::HarnessFactory>,
+        runs: std::sync::atomic::AtomicUsize,
+    }
+
+    impl Runs for Counted {
+        fn name(&self) -> &str {
+            self.inner.name()
+        }
+
+        fn run(&self, scenario: &Scenario, run: &crate::scenario::PolicyRun, seed: u64) -> RunOutcome {
+            self.runs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            Runs::run(&self.inner, scenario, run, seed)
+        }
+
+        fn skip(&self, workload: &Scenario, policy: &str) -> Option<Skip> {
+            Runs::skip(&self.inner, workload, policy)
+        }
+
+        fn reference(&self) -> &dyn Runs {
+            &self.inner
+        }
+    }
+
+    /// The runs an exploration reports are the runs it made through the harness: the uncut run,
+    /// the mix's, and each of shrinking's, seed by seed, up to one whose mix shrank.
+    #[test]
+    fn an_exploration_reports_the_runs_it_made() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/workloads/multi-round.toml");
+        let scenario = Scenario::load(&path).unwrap();
+        let harness = Counted { inner: crate::reference(), runs: Default::default() };
+        let shrunk = (0..60).find(|&seed| {
+            harness.runs.store(0, std::sync::atomic::Ordering::Relaxed);
+            let exploration = explore(&harness, &scenario, "replay-unfinished", seed, false).unwrap();
+            let made = harness.runs.load(std::sync::atomic::Ordering::Relaxed);
+            assert_eq!(exploration.runs, made, "seed {seed}");
+            exploration.shrunk.is_some() && exploration.mix.len() > 1
+        });
+        assert!(shrunk.is_some(), "a seed whose mix of several cuts trips replay-unfinished, shrunk");
+    }
+
+    /// Which seeds draw an outage, and which a late request, is the first coin of the stream each
+    /// has of its own (`explore/outage`, `explore/late`), on when it comes up true: a seed's mix is
+    /// its streams' draws, so `--seed N` and a baseline naming seed N draw it again.
+    #[test]
+    fn an_outage_and_a_late_request_are_each_the_first_coin_of_their_own_stream() {
+        let source = "about = \"mix\"\n[[step]]\nwait_ms = 1\n\n[policy.reference]\n";
+        let workload = Scenario::parse(Path::new("mix.toml"), source).unwrap();
+        let space =
+            [placement(1, Kind::Timeout, None), placement(2, Kind::Outage, Some(10)), placement(3, Kind::Late, None)];
+        for seed in 0..100 {
+            let mix = draw(seed, &space, &workload);
+            let coin = |stream: &str| component_stream(seed, stream).random_bool(0.5);
+            assert_eq!(mix.iter().any(|p| p.kind == Kind::Outage), coin("explore/outage"), "seed {seed}: {mix:?}");
+            assert_eq!(mix.iter().any(|p| p.kind == Kind::Late), coin("explore/late"), "seed {seed}: {mix:?}");
+        }
+    }
 }
