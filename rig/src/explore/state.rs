@@ -612,6 +612,7 @@ mod tests {
         assert_eq!(coverage.add(&run(&[1, 2, 3])), Novelty { states: 3, transitions: 2 });
         assert_eq!(coverage.add(&run(&[1, 3])), Novelty { states: 0, transitions: 1 });
         assert!(!coverage.add(&run(&[1, 2])).is_new());
+        assert!(Novelty { states: 1, transitions: 0 }.is_new() && Novelty { states: 0, transitions: 1 }.is_new());
         for _ in 0..1_000 {
             coverage.add(&run(&[1]));
         }
@@ -622,5 +623,84 @@ mod tests {
             coverage.summary(),
             "4 abstract states, 3 transitions; new states per 1,000 runs: 3, 1 (the last stretch 4 runs)"
         );
+        let json = json!({ "states": 4, "transitions": 3, "runs": 1_004, "new_states_per_1000_runs": [3, 1] });
+        assert_eq!(coverage.json(), json);
+    }
+
+    /// The last state in words names each thing by the order the run first saw it, with every
+    /// part of where it stands: an action's record, requests, tokens, effects, question and
+    /// result, each outcome its record can hold; a turn's status, owner, step and refused writes;
+    /// a message's deliveries, acknowledgement and dead letter; a queued input; a lease's holder
+    /// and grants (a renewal is no grant, a new token is, by the same worker too).
+    #[test]
+    fn the_last_state_says_where_each_thing_stands() {
+        let fenced = |invocation: &str, token: u64| {
+            let payload = json!({ "action_id": "a1", "idempotency_key": "k1", "fencing": { "token": token } });
+            call("ticket::create", payload, invocation)
+        };
+        let calls = json!({
+            "a1": { "status": "requested" },
+            "a2": { "status": "failed" },
+            "a3": { "status": "held" },
+            "a4": { "status": "complete" },
+        });
+        let running = json!({ "turn_id": "t1", "status": "running", "step": 1, "owner": "w-a", "calls": calls });
+        let completed = json!({ "turn_id": "t2", "status": "completed", "step": 9, "owner": "w-b", "calls": {} });
+        let note = |what: &str, message: &str| {
+            event(EventKind::Note { what: what.into(), detail: json!({ "message_id": message }) })
+        };
+        let lease = |owner: &str, token: u64| {
+            event(EventKind::Lease { domain: "harness_owner/s1".into(), owner: owner.into(), token, expires_at_ms: 0 })
+        };
+        let result = json!({ "entry": { "role": "function_result", "function_call_id": "a1" } });
+        let events = [
+            commit("harness_turn", "s1", running),
+            commit("harness_turn", "s2", completed),
+            fenced("i1", 1),
+            fenced("i2", 2),
+            event(EventKind::Effect {
+                effect: "ticket.create".into(),
+                action: "a1".into(),
+                idempotency_key: Some("k1".into()),
+                token: None,
+                domain: None,
+                accepted: true,
+                reason: String::new(),
+                by: None,
+                invocation_id: None,
+            }),
+            call("ticket::status", json!({ "idempotency_key": "k1" }), "i3"),
+            call("session::append", result, "i4"),
+            call("state::set", json!({ "scope": "harness_turn", "key": "s1" }), "i5"),
+            event(EventKind::Cut { cut: 0, action: "timeout".into(), function: "state::set".into() }),
+            note("queue_dispatch", "m1"),
+            note("queue_dispatch", "m1"),
+            note("queue_ack", "m1"),
+            note("queue_dispatch", "m2"),
+            note("queue_dead_letter", "m2"),
+            note("queue_dead_letter_handled", "m3"),
+            commit("harness_queue", "q1", json!({ "session_id": "s1" })),
+            commit("harness_queue", "q2", json!({ "session_id": "s1" })),
+            commit("harness_queue", "q2", Value::Null),
+            lease("w-a", 1),
+            lease("w-a", 1),
+            lease("w-b", 2),
+            lease("w-b", 3),
+        ];
+        let expected = [
+            "action 1: intent, requested 2, tokens 2, accepted 1, asked, unsettled, result",
+            "action 2: intent, requested 0, accepted 0, notdone",
+            "action 3: intent, requested 0, accepted 0, held",
+            "action 4: intent, requested 0, accepted 0, done",
+            "turn 1: running by worker 1 at step 1, 1 writes refused",
+            "turn 2: completed by worker 2 at step 6",
+            "message 1: delivered 2, acked",
+            "message 2: delivered 1, dead-lettered",
+            "message 3: delivered 0, dead letter handled",
+            "input 1: queued",
+            "input 2: taken",
+            "lease 1: worker 2, granted 3",
+        ];
+        assert_eq!(abstraction().last_state(&events), expected.join("; "));
     }
 }
