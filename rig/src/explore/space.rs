@@ -639,6 +639,7 @@ mod tests {
             (Kind::LostAck, ServiceFault::LostAck),
             (Kind::Timeout, ServiceFault::Timeout),
             (Kind::Delay, ServiceFault::Delay { ms: 40 }),
+            (Kind::Late, ServiceFault::Late),
             (Kind::CrashCallerBefore, ServiceFault::CrashCaller { after: false }),
             (Kind::CrashCallerAfter, ServiceFault::CrashCaller { after: true }),
             (Kind::CrashService, ServiceFault::CrashService),
