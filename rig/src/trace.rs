@@ -6,7 +6,7 @@
 
 use crate::condition::Condition;
 use serde::Serialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 use std::borrow::Cow;
 use std::cell::OnceCell;
@@ -536,24 +536,36 @@ impl<'a> Documents<'a> {
 
     /// The documents of the events in `range` that meet every condition, in order.
     pub fn matching(&self, conditions: &[Condition], range: Range<usize>) -> Vec<&Value> {
-        let on_kind: Vec<&Condition> = conditions.iter().filter(|c| c.is_on_field("kind")).collect();
-        // Whether the conditions on the kind hold, by kind, judged the first time a kind comes.
-        let mut kind_holds = [None::<bool>; EventKind::COUNT];
         let mut found = Vec::new();
-        for index in range {
-            let kind = &self.events[index].kind;
-            // The kind alone decides the conditions on it: judge them on a document of the kind.
-            let holds = *kind_holds[kind.ordinal()]
-                .get_or_insert_with(|| on_kind.iter().all(|c| c.matches(&json!({ "kind": kind.name() }))));
-            if !holds {
-                continue;
-            }
-            let event = &self.events[index];
-            if conditions.iter().all(|c| c.matches_field(event.field(c.field()).as_deref())) {
-                found.push(self.converted[index].get_or_init(|| event.to_json()));
-            }
-        }
+        meeting(self.events, conditions, range, |index| {
+            found.push(self.converted[index].get_or_init(|| self.events[index].to_json()));
+        });
         found
+    }
+}
+
+/// How many of `events` meet every condition: as many as [`Documents::matching`] finds, without
+/// making a document. A `wait_until` step counts the events each simulation step adds.
+pub fn count_matching(events: &[Event], conditions: &[Condition]) -> u64 {
+    let mut count = 0;
+    meeting(events, conditions, 0..events.len(), |_| count += 1);
+    count
+}
+
+/// Hands `found` the index of every event in `range` that meets every condition, in order.
+fn meeting(events: &[Event], conditions: &[Condition], range: Range<usize>, mut found: impl FnMut(usize)) {
+    // The kind alone decides the conditions on it: they are judged once per kind, on the kind's
+    // name as the document's `kind` field has it.
+    let mut kind_holds = [None::<bool>; EventKind::COUNT];
+    for index in range {
+        let event = &events[index];
+        let holds = *kind_holds[event.kind.ordinal()].get_or_insert_with(|| {
+            let kind = Value::String(event.kind.name().to_string());
+            conditions.iter().filter(|c| c.is_on_field("kind")).all(|c| c.matches_field(Some(&kind)))
+        });
+        if holds && conditions.iter().all(|c| c.matches_field(event.field(c.field()).as_deref())) {
+            found(index);
+        }
     }
 }
 
@@ -660,6 +672,7 @@ impl EventKind {
 mod tests {
     use super::*;
     use crate::condition::{Condition, Test};
+    use serde_json::json;
 
     fn every_kind() -> Vec<EventKind> {
         let text = || String::from("x");
@@ -835,6 +848,7 @@ mod tests {
                 events.iter().map(Event::to_json).filter(|d| conditions.iter().all(|c| c.matches(d))).collect();
             let found: Vec<Value> = documents.matching(&conditions, 0..events.len()).into_iter().cloned().collect();
             assert_eq!(found, whole, "{conditions:?}");
+            assert_eq!(count_matching(&events, &conditions), whole.len() as u64, "{conditions:?}");
         }
         // Judged on the fields alone, a condition into a JSON field still finds its event.
         let found = documents.matching(&[condition("payload.list.0.k", "v")], 0..events.len());
