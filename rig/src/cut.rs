@@ -117,6 +117,12 @@ pub enum Refusal {
     Timeout,
 }
 
+/// The error a `reject` cut answers with unless its file names another: a sweep's or an
+/// exploration's reject cut answers the same, so the finding's file (which names none) replays
+/// the very run that found it.
+pub const REJECT_CODE: &str = "rejected";
+pub const REJECT_MESSAGE: &str = "rejected by a cut";
+
 /// The error an outage answers each call with, unless its file names another.
 pub const OUTAGE_CODE: &str = "unavailable";
 pub const OUTAGE_MESSAGE: &str = "the service is down (an outage cut)";

@@ -291,9 +291,10 @@ impl Placement {
                 let fault = match self.kind {
                     Kind::LostAck => ServiceFault::LostAck,
                     Kind::Timeout => ServiceFault::Timeout,
-                    Kind::Reject => {
-                        ServiceFault::Reject { code: "rejected".into(), message: "rejected by a sweep cut".into() }
-                    }
+                    Kind::Reject => ServiceFault::Reject {
+                        code: crate::cut::REJECT_CODE.into(),
+                        message: crate::cut::REJECT_MESSAGE.into(),
+                    },
                     Kind::Delay => ServiceFault::Delay { ms: self.ms.unwrap_or(0) },
                     Kind::Late => ServiceFault::Late,
                     Kind::CrashCallerBefore => ServiceFault::CrashCaller { after: false },

@@ -838,8 +838,8 @@ fn compile_cut(at: &Locator, functions: &BTreeSet<String>, cut: Spanned<CutSpec>
         CutAction::LostAck => ServiceFault::LostAck,
         CutAction::Timeout => ServiceFault::Timeout,
         CutAction::Reject => ServiceFault::Reject {
-            code: cut.code.unwrap_or_else(|| "rejected".into()),
-            message: cut.message.unwrap_or_else(|| "rejected by a cut".into()),
+            code: cut.code.unwrap_or_else(|| crate::cut::REJECT_CODE.into()),
+            message: cut.message.unwrap_or_else(|| crate::cut::REJECT_MESSAGE.into()),
         },
         CutAction::Delay => ServiceFault::Delay {
             ms: cut.delay_ms.ok_or_else(|| at.error(span.clone(), "a `delay` cut needs `delay_ms`"))?,
