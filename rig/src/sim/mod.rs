@@ -232,17 +232,9 @@ impl Runner {
 
     /// Messages on the network that can still arrive (those on held links cannot, until released).
     fn in_flight(&self) -> usize {
-        let mut messages = 0;
-        // Asked after every step; most runs hold no link, and then there is nothing to look up.
+        // Asked after every quiet step; most runs hold no link, and then there is nothing to look up.
         let none_held = self.held.is_empty();
-        self.sim.links(|links| {
-            for link in links {
-                if none_held || !self.held.contains(&link.pair()) {
-                    messages += link.count();
-                }
-            }
-        });
-        messages
+        self.sim.messages_on_the_way(|pair| none_held || !self.held.contains(&pair))
     }
 
     /// The pair of addresses turmoil keys a link by (ordered).

@@ -25,10 +25,8 @@ pub enum Kind<'a> {
 
     /// A runtime that is running simulated host software.
     Host { software: Software<'a> },
-
-    /// A runtime without any software. The network topology uses this for
-    /// time tracking and message delivery.
-    NoSoftware,
+    // Rig patch: upstream's `NoSoftware`, a runtime the network topology
+    // read its clock from, is gone (the topology keeps its clock itself).
 }
 
 /// Runtime configuration.
@@ -84,6 +82,14 @@ pub struct Rt<'a> {
     /// Ticks skipped since the last one that ran, added to the next tick so
     /// the runtime's clock keeps up with the simulation (rig patch).
     lag: Duration,
+
+    /// Steps skipped and not yet added to `lag` (rig patch): a skipped step
+    /// only counts, and the next tick adds them all at once (the same sum).
+    skipped: u32,
+
+    /// Steps skipped and not yet added to the host's timer (rig patch), which
+    /// the simulation adds before anything can read it ([`Rt::take_unsettled`]).
+    unsettled: u32,
 
     /// The current runtime's metrics, for its count of tasks (rig patch).
     metrics: tokio::runtime::RuntimeMetrics,
@@ -143,6 +149,8 @@ impl<'a> Rt<'a> {
             frozen: false,
             pending: Arc::new(AtomicBool::new(true)),
             lag: Duration::ZERO,
+            skipped: 0,
+            unsettled: 0,
             metrics,
         }
     }
@@ -169,26 +177,8 @@ impl<'a> Rt<'a> {
             frozen: false,
             pending: Arc::new(AtomicBool::new(true)),
             lag: Duration::ZERO,
-            metrics,
-        }
-    }
-
-    pub(crate) fn no_software() -> Self {
-        let mut config = Config::default();
-        let (tokio, local) = init(&mut config);
-        let metrics = tokio.metrics();
-
-        Self {
-            kind: Kind::NoSoftware,
-            tokio,
-            local,
-            nodename: String::new().into(),
-            handle: None,
-            config,
-            skip_idle: false,
-            frozen: false,
-            pending: Arc::new(AtomicBool::new(true)),
-            lag: Duration::ZERO,
+            skipped: 0,
+            unsettled: 0,
             metrics,
         }
     }
@@ -222,9 +212,19 @@ impl<'a> Rt<'a> {
         self.metrics.num_alive_tasks() == 0
     }
 
-    /// Accounts for a tick that [`Rt::is_idle`] allowed to skip (rig patch).
-    pub(crate) fn skip(&mut self, duration: Duration) {
-        self.lag += duration;
+    /// Accounts for a tick that [`Rt::is_idle`] allowed to skip (rig patch):
+    /// counted only, since most hosts skip most steps; the runtime's lag takes
+    /// the skipped ticks on its next tick and the host's timer when the
+    /// simulation settles it ([`Rt::take_unsettled`]).
+    pub(crate) fn skip(&mut self) {
+        self.skipped = self.skipped.checked_add(1).expect("fewer than 2^32 steps skipped in a row");
+        self.unsettled = self.unsettled.checked_add(1).expect("fewer than 2^32 steps skipped in a row");
+    }
+
+    /// How many skipped ticks the host's timer has not been given yet, now
+    /// given (rig patch).
+    pub(crate) fn take_unsettled(&mut self) -> u32 {
+        mem::take(&mut self.unsettled)
     }
 
     pub(crate) fn is_client(&self) -> bool {
@@ -271,6 +271,8 @@ impl<'a> Rt<'a> {
         // out, so that the local set alone is polled with a waker that notes
         // wakes (the sleep's own wake is not a task's), and skipped ticks are
         // made up in one sleep. The order of polls is run_until's.
+        // Rig patch: the ticks skipped since the last one, as one sum.
+        self.lag += duration * mem::take(&mut self.skipped);
         let pending = Arc::clone(&self.pending);
         let timerless = self.skip_idle && self.no_runtime_tasks();
         let local = &mut self.local;
@@ -387,6 +389,7 @@ impl<'a> Rt<'a> {
         // The new local set's first task is queued without a wake (rig patch).
         self.pending.store(true, Ordering::Relaxed);
         self.lag = Duration::ZERO;
+        self.skipped = 0;
     }
 }
 

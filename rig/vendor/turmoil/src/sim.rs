@@ -140,7 +140,12 @@ impl<'a> Sim<'a> {
         for h in hosts {
             let rt = self.rts.get_mut(&h).expect("missing host");
 
-            self.world.borrow_mut().current = Some(h);
+            {
+                let mut world = self.world.borrow_mut();
+                // Rig patch: the host's timer is read while it is current.
+                settle(World::host_at(&mut world.hosts, usize::MAX, h), rt, self.config.tick);
+                world.current = Some(h);
+            }
 
             World::enter(&self.world, || {
                 rt.crash();
@@ -176,7 +181,12 @@ impl<'a> Sim<'a> {
         for h in hosts {
             let rt = self.rts.get_mut(&h).expect("missing host");
 
-            self.world.borrow_mut().current = Some(h);
+            {
+                let mut world = self.world.borrow_mut();
+                // Rig patch: the host's timer is read while it is current.
+                settle(World::host_at(&mut world.hosts, usize::MAX, h), rt, self.config.tick);
+                world.current = Some(h);
+            }
 
             World::enter(&self.world, || f(h, rt));
         }
@@ -351,6 +361,13 @@ impl<'a> Sim<'a> {
         f(top.iter_mut())
     }
 
+    /// How many messages are on their way over the links whose (ordered)
+    /// address pair `counted` accepts: what [`Sim::links`] counts link by link
+    /// (rig patch).
+    pub fn messages_on_the_way(&self, counted: impl FnMut((IpAddr, IpAddr)) -> bool) -> usize {
+        self.world.borrow().topology.on_the_way(counted)
+    }
+
     /// Run the simulation until all client hosts have completed.
     ///
     /// Executes a simple event loop that calls [step](#method.step) each
@@ -421,19 +438,28 @@ impl<'a> Sim<'a> {
                 // We need to move deliverable messages off the network and
                 // into the dst host. This requires two mutable borrows.
                 let World { rng, topology, hosts, .. } = world.deref_mut();
-                topology.deliver_messages(rng, World::host_at(hosts, index, addr));
+                // Rig patch: the host is looked up only when a message is
+                // ready for it (on most steps none is).
+                if topology.has_ready_for(addr) {
+                    topology.deliver_messages(rng, World::host_at(hosts, index, addr));
+                }
 
                 // Rig patch: a host none of whose tasks is woken (a delivery
                 // wakes the task reading it) would do nothing in this tick,
-                // and a frozen host does nothing until it is resumed.
-                if rt.is_idle() || rt.is_frozen() {
-                    rt.skip(tick);
-                    World::host_at(&mut world.hosts, index, addr).timer.tick(tick);
+                // and a frozen host does nothing until it is resumed. The
+                // step is only counted: its time is added to the runtime's
+                // lag on its next tick, and to the host's timer below, before
+                // its software runs again (the same sums, added later).
+                if rt.is_frozen() || rt.is_idle() {
+                    rt.skip();
                     if rt.is_client() {
                         is_finished = false;
                     }
                     continue;
                 }
+
+                let host = World::host_at(hosts, index, addr);
+                settle(host, rt, tick);
 
                 // Set the current host (see method docs)
                 world.current = Some(addr);
@@ -476,6 +502,16 @@ impl<'a> Sim<'a> {
         }
 
         Ok(is_finished)
+    }
+}
+
+/// Rig patch: gives the host's timer the steps its runtime skipped since it
+/// last ran ([`Rt::skip`]), before anything reads the timer: before its
+/// software runs, is crashed or is restarted.
+fn settle(host: &mut crate::Host, rt: &mut Rt, tick: Duration) {
+    let skipped = rt.take_unsettled();
+    if skipped > 0 {
+        host.timer.tick(tick * skipped);
     }
 }
 

@@ -1,6 +1,5 @@
 use crate::envelope::{Envelope, Protocol};
 use crate::host::Host;
-use crate::rt::Rt;
 use crate::{config, TRACING_TARGET};
 
 use crate::Map;
@@ -189,7 +188,11 @@ enum State {
 
 impl Topology {
     pub(crate) fn new(config: config::Link) -> Topology {
-        Topology { config, links: Map::default(), now: Rt::no_software().now(), ready: 0, ready_for: Map::default() }
+        // Rig patch: the network's clock is only ever compared with itself
+        // (its links' times are all taken from it), so any instant will do
+        // to start from; upstream built a whole runtime for each simulation
+        // to read its paused clock.
+        Topology { config, links: Map::default(), now: Instant::now(), ready: 0, ready_for: Map::default() }
     }
 
     /// Register a link between two hosts
@@ -262,10 +265,17 @@ impl Topology {
         }
     }
 
+    /// Rig patch: whether any link has a message ready for `dst`; with none,
+    /// [`Topology::deliver_messages`] would do nothing (and the caller need
+    /// not find the host).
+    pub(crate) fn has_ready_for(&self, dst: IpAddr) -> bool {
+        self.ready != 0 && self.ready_for.get(&dst).is_some_and(|ready| *ready != 0)
+    }
+
     // Move messages from any network links to the `dst` host.
     pub(crate) fn deliver_messages(&mut self, rand: &mut dyn RngCore, dst: &mut Host) {
         // Rig patch: no link has anything for this host, so none would do anything.
-        if self.ready == 0 || self.ready_for.get(&dst.addr).is_none_or(|ready| *ready == 0) {
+        if !self.has_ready_for(dst.addr) {
             return;
         }
         for (pair, link) in &mut self.links {
@@ -321,6 +331,13 @@ impl Topology {
                 count_ready(&mut self.ready, &mut self.ready_for, pair, before, link.ready);
             }
         }
+    }
+
+    /// Rig patch: how many messages are on their way over the links whose
+    /// pair `counted` accepts: [`LinkIter::count`] summed, without an
+    /// iterator made for every link (asked after most steps).
+    pub(crate) fn on_the_way(&self, mut counted: impl FnMut((IpAddr, IpAddr)) -> bool) -> usize {
+        self.links.iter().filter(|(pair, _)| counted((pair.0, pair.1))).map(|(_, link)| link.sent.len()).sum()
     }
 
     pub(crate) fn iter_mut(&mut self) -> LinksIter<'_> {
