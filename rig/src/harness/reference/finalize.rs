@@ -172,8 +172,12 @@ fn presentation(terminal: &Value) -> (Value, &'static str) {
 /// same entry [`Worker::after_terminal`] presents when it finalises the turn itself, so a path
 /// that shows it again (its first append lost) shows what the direct path shows. A turn a person
 /// closed (cancelled, stopped) carries no text of its own, and shows a system entry with none.
+/// A completed turn shows its answer: one whose record holds none (a record seeded so; a turn
+/// this harness completes always has its reply) has nothing to show, and is not shown as an
+/// assistant entry without text.
 pub(super) fn owed_presentation(record: &Value) -> Option<Value> {
-    is_terminal(record).then(|| presentation(record).0)
+    let answered = record["status"] != json!("completed") || record["result"]["text"].is_string();
+    (is_terminal(record) && answered).then(|| presentation(record).0)
 }
 
 /// The backoff before the `attempt`-th deferred retry (from 1).
