@@ -22,6 +22,7 @@ mod expect;
 pub mod explore;
 mod harness;
 mod interrupt;
+mod json_text;
 mod layout;
 mod live;
 mod oracle;

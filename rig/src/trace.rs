@@ -229,7 +229,7 @@ impl Fields<'_> for Canonical<'_> {
 
     fn number(&mut self, name: Name, value: u64) {
         self.key(name);
-        write_number(self.out, value);
+        crate::json_text::write_decimal(self.out, false, value);
     }
 
     fn flag(&mut self, name: Name, value: bool) {
@@ -247,7 +247,7 @@ impl Fields<'_> for Canonical<'_> {
 /// keys and texts of payloads) have nothing to escape: they are written as they are, between
 /// quotes; the rest go through serde_json.
 fn write_text(out: &mut Vec<u8>, text: &str) {
-    if plain(text) {
+    if crate::json_text::plain(text) {
         out.reserve(text.len() + 2);
         out.push(b'"');
         out.extend_from_slice(text.as_bytes());
@@ -257,23 +257,8 @@ fn write_text(out: &mut Vec<u8>, text: &str) {
     }
 }
 
-/// `value` in decimal, as serde_json writes an unsigned integer.
-fn write_number(out: &mut Vec<u8>, mut value: u64) {
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (value % 10) as u8;
-        value /= 10;
-        if value == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(&digits[at..]);
-}
-
 /// A JSON value as `serde_json::to_writer` writes it (compact, an object's entries in the map's
-/// order), to the byte: texts and unsigned integers by [`write_text`] and [`write_number`], any
+/// order), to the byte: texts and unsigned integers by [`write_text`] and [`crate::json_text::write_decimal`], any
 /// other number by serde_json itself. Payloads and records are most of a trace's bytes, and
 /// serde_json's serializer spent more on its plumbing per node than on the bytes.
 fn write_json(out: &mut Vec<u8>, value: &Value) {
@@ -282,7 +267,7 @@ fn write_json(out: &mut Vec<u8>, value: &Value) {
         Value::Bool(true) => out.extend_from_slice(b"true"),
         Value::Bool(false) => out.extend_from_slice(b"false"),
         Value::Number(number) => match number.as_u64() {
-            Some(number) => write_number(out, number),
+            Some(number) => crate::json_text::write_decimal(out, false, number),
             None => serde_json::to_writer(&mut *out, number).expect("writing to memory"),
         },
         Value::String(text) => write_text(out, text),
@@ -309,27 +294,6 @@ fn write_json(out: &mut Vec<u8>, value: &Value) {
             out.push(b'}');
         }
     }
-}
-
-/// Whether serde_json writes `text` as it is (no control character, quote or backslash in it).
-/// Eight bytes at a time: every text of every event is looked at, and a byte at a time made the
-/// look about 1 % of a run (under callgrind).
-fn plain(text: &str) -> bool {
-    // The classic word tricks: `(w - ONES * n) & !w & HIGH` is non-zero exactly when some byte
-    // of `w` is below `n` (for `n` up to 0x80); a byte equal to `c` is one below 1 in `w ^ ONES * c`.
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGH: u64 = 0x8080_8080_8080_8080;
-    let below = |word: u64, n: u64| word.wrapping_sub(ONES * n) & !word & HIGH != 0;
-    let bytes = text.as_bytes();
-    let mut words = bytes.chunks_exact(8);
-    for word in &mut words {
-        let word = u64::from_le_bytes(word.try_into().expect("eight bytes"));
-        if below(word, 0x20) || below(word ^ (ONES * u64::from(b'"')), 1) || below(word ^ (ONES * u64::from(b'\\')), 1)
-        {
-            return false;
-        }
-    }
-    words.remainder().iter().all(|&b| b >= 0x20 && b != b'"' && b != b'\\')
 }
 
 /// An event's JSON document, field by field (see [`Event::to_json`]).
@@ -780,28 +744,6 @@ mod tests {
             let derived = serde_json::to_vec(&event).unwrap();
             assert_eq!(String::from_utf8(line).unwrap(), String::from_utf8(derived).unwrap(), "{event:?}");
             assert_eq!(event.to_json(), serde_json::to_value(&event).unwrap(), "{event:?}");
-        }
-    }
-
-    /// The word-at-a-time look says what a look at each byte says, for every ASCII byte at every
-    /// place of texts up to three words long, alone and between bytes above 0x7f (which the
-    /// tricks must not take for small ones).
-    #[test]
-    fn plain_text_is_told_as_byte_by_byte() {
-        let bytewise = |t: &[u8]| t.iter().all(|&b| b >= 0x20 && b != b'"' && b != b'\\');
-        for len in 0..=24 {
-            for at in 0..len.max(1) {
-                for byte in 0..=0x7fu8 {
-                    let mut text = vec![b'a'; len];
-                    if len > 0 {
-                        text[at] = byte;
-                    }
-                    let text = String::from_utf8(text).unwrap();
-                    assert_eq!(plain(&text), bytewise(text.as_bytes()), "{text:?}");
-                    let wide = format!("é{text}\u{7f}");
-                    assert_eq!(plain(&wide), bytewise(wide.as_bytes()), "{wide:?}");
-                }
-            }
         }
     }
 

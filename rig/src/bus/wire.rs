@@ -177,7 +177,7 @@ impl Text {
     /// A string, quoted: as it is when it has nothing to escape (most have nothing), else
     /// through serde_json.
     fn text(&mut self, text: &str) {
-        if plain(text) {
+        if crate::json_text::plain(text) {
             self.bytes.reserve(text.len() + 2);
             self.bytes.push(b'"');
             self.bytes.extend_from_slice(text.as_bytes());
@@ -195,8 +195,8 @@ impl Text {
             Value::Bool(true) => self.raw("true"),
             Value::Bool(false) => self.raw("false"),
             Value::Number(number) => match (number.as_u64(), number.as_i64()) {
-                (Some(n), _) => self.decimal(false, n),
-                (None, Some(n)) => self.decimal(n < 0, n.unsigned_abs()),
+                (Some(n), _) => crate::json_text::write_decimal(&mut self.bytes, false, n),
+                (None, Some(n)) => crate::json_text::write_decimal(&mut self.bytes, n < 0, n.unsigned_abs()),
                 (None, None) => self.serde(number),
             },
             Value::String(text) => self.text(text),
@@ -224,44 +224,6 @@ impl Text {
             }
         }
     }
-
-    /// An integer in decimal, as serde_json (itoa) writes it.
-    fn decimal(&mut self, negative: bool, mut n: u64) {
-        let mut digits = [0u8; 20];
-        let mut at = digits.len();
-        loop {
-            at -= 1;
-            digits[at] = b'0' + (n % 10) as u8;
-            n /= 10;
-            if n == 0 {
-                break;
-            }
-        }
-        if negative {
-            self.bytes.push(b'-');
-        }
-        self.bytes.extend_from_slice(&digits[at..]);
-    }
-}
-
-/// Whether serde_json writes `text` as it is (no control character, quote or backslash in it),
-/// eight bytes at a time (as the trace's canonical text looks at its texts).
-fn plain(text: &str) -> bool {
-    // `(w - ONES * n) & !w & HIGH` is non-zero exactly when some byte of `w` is below `n` (for
-    // `n` up to 0x80); a byte equal to `c` is one below 1 in `w ^ ONES * c`.
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGH: u64 = 0x8080_8080_8080_8080;
-    let below = |word: u64, n: u64| word.wrapping_sub(ONES * n) & !word & HIGH != 0;
-    let bytes = text.as_bytes();
-    let mut words = bytes.chunks_exact(8);
-    for word in &mut words {
-        let word = u64::from_le_bytes(word.try_into().expect("eight bytes"));
-        if below(word, 0x20) || below(word ^ (ONES * u64::from(b'"')), 1) || below(word ^ (ONES * u64::from(b'\\')), 1)
-        {
-            return false;
-        }
-    }
-    words.remainder().iter().all(|&b| b >= 0x20 && b != b'"' && b != b'\\')
 }
 
 /// serde_json's compact output, to the byte, noting whether it wrote a fractional number: a
