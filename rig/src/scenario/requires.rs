@@ -250,10 +250,8 @@ fn seeded_commands(file: &Value, needs: &mut Requirements) {
         }
         let current = seeded_turn(file, &layout, key(record));
         let current_id = current.and_then(|turn| turn.get(&layout.turn_id_field)).and_then(Value::as_str);
-        let ended = current
-            .and_then(|turn| turn.get(&layout.status_field))
-            .and_then(Value::as_str)
-            .is_some_and(|status| layout.terminal_statuses.iter().any(|t| t == status));
+        let status = current.and_then(|turn| turn.get(&layout.status_field)).and_then(Value::as_str);
+        let ended = status.is_some_and(|status| layout.terminal_statuses.iter().any(|t| t == status));
         let commands = record.get("value").and_then(|v| v.get("commands")).and_then(Value::as_table);
         for (name, command) in commands.into_iter().flatten() {
             let text = |field: &str| command.get(field).and_then(Value::as_str);
@@ -270,7 +268,13 @@ fn seeded_commands(file: &Value, needs: &mut Requirements) {
                         index + 1,
                         crate::layout::CONTROL_SCOPE,
                         key(record),
-                        if settled { " of the session's running turn" } else { ", not yet settled" }
+                        // A settled command is a need only while its turn has not ended; say which
+                        // state that turn is in (paused, held, running), as the file seeds it.
+                        if settled {
+                            format!(" of the session's {} turn", status.unwrap_or("current"))
+                        } else {
+                            ", not yet settled".to_string()
+                        }
                     )
                 };
                 needs.need(capability, at);
