@@ -47,7 +47,8 @@ pub enum Oracle {
     /// transcript no function call without a result.
     CallsClosed,
     /// No worker sends an effect request for a session after a cancellation of it was recorded,
-    /// and no cancelled turn's account of its effects contradicts the ledger.
+    /// no cancelled turn's account of its effects contradicts the ledger, and no turn is
+    /// cancelled, paused or resumed but by a command naming it.
     Cancellation,
     /// No turn, and no tree of a turn and the turns it delegated to, consumes more than the hard
     /// limits of its budget (model rounds, tool calls, effects, child turns, wall time).
@@ -230,6 +231,7 @@ pub fn check(evidence: &Evidence<'_>) -> Vec<Violation> {
     calls_closed(evidence, &mut violations);
     cancellation(evidence, &mut violations);
     cancellation_claims(evidence, &mut violations);
+    commands::moved_without_a_command(evidence, &mut violations);
     budget(evidence, &mut violations);
     one_owner(evidence, &mut violations);
     one_writer(evidence, &mut violations);
@@ -1256,6 +1258,7 @@ fn recovery_cost(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
     }
 }
 
+mod commands;
 mod holds;
 mod hooks;
 mod input;

@@ -356,9 +356,11 @@ fn monotonic_catches_a_terminal_turn_going_back_to_running() {
         judge(&[turn(1, "t1", "failed"), turn(2, "t1", "running")], &StateStore::new()),
         vec![Oracle::Monotonic]
     );
-    // Any status but a terminal one is a way back, not only `running`.
+    // Any status but a terminal one is a way back, not only `running` (a pause of the turn was
+    // recorded, so the park itself is no other rule's business).
+    let pause = one_command(0, "pause", "t1", "applied");
     assert_eq!(
-        judge(&[turn(1, "t1", "completed"), turn(2, "t1", "paused")], &StateStore::new()),
+        judge(&[pause, turn(1, "t1", "completed"), turn(2, "t1", "paused")], &StateStore::new()),
         vec![Oracle::Monotonic]
     );
 }
@@ -682,7 +684,9 @@ fn cancellation_holds_a_cancelled_turns_account_of_its_effects_to_the_ledger() {
     };
     let ticket = send(1, "harness", true, "created");
     let none = StateStore::new();
-    let claims = |events: &[Event]| judge(events, &none);
+    // The cancel each turn's end answers (without it, a cancelled turn is a rule of its own).
+    let cancel = one_command(0, "cancel", "t1", "applied");
+    let claims = |events: &[Event]| judge(&flat(&[std::slice::from_ref(&cancel), events]), &none);
     assert!(claims(&flat(&[&ticket, &[cancelled("completed-before-cancellation")]])).is_empty());
     assert!(claims(&[cancelled("cancelled-with-no-effect")]).is_empty());
     assert_eq!(claims(&flat(&[&ticket, &[cancelled("cancelled-with-no-effect")]])), vec![Oracle::Cancellation]);
@@ -911,7 +915,8 @@ fn a_cancelled_turns_account_is_its_own_record_not_an_action_record_written_afte
         json!({"session_id": "s1", "turn_id": "t1", "status": "cancelled", "cancellation": "cancelled-with-no-effect"}),
     );
     let ticket = send(1, "harness", true, "created");
-    let events = flat(&[&[action_commit(0, "started")], &ticket, &[cancelled, action_commit(6, "complete")]]);
+    let cancel = one_command(0, "cancel", "t1", "applied");
+    let events = flat(&[&[cancel, action_commit(0, "started")], &ticket, &[cancelled, action_commit(6, "complete")]]);
     assert_eq!(judge_with_layout(&events, &StateStore::new(), &sessions, &layout), vec![Oracle::Cancellation]);
 }
 
@@ -2074,4 +2079,81 @@ fn recovery_cost_charges_work_repeated_after_a_lease_lapsed_with_no_fault_to_no_
         ask(2001, "replacement"),
     ];
     assert!(judged(&idle).is_empty());
+}
+
+/// The session's control record as committed, holding `commands`.
+fn commands_commit(at_ms: u64, commands: Value) -> Event {
+    let value = json!({ "session_id": "s1", "commands": commands });
+    event(
+        at_ms,
+        EventKind::Commit { scope: CONTROL_SCOPE.into(), key: "s1".into(), value: value.into(), version: at_ms },
+    )
+}
+
+fn one_command(at_ms: u64, kind: &str, turn: &str, state: &str) -> Event {
+    commands_commit(at_ms, json!({ "c1": { "command": kind, "turn_id": turn, "state": state } }))
+}
+
+#[test]
+fn cancellation_catches_a_turn_moved_with_no_command_naming_it() {
+    let none = StateStore::new();
+    let turn = |at_ms: u64, status: &str| commit(at_ms, json!({"session_id": "s1", "turn_id": "t2", "status": status}));
+    let cancelled = turn(5, "cancelled");
+    let moved = |events: &[Event]| judge(events, &none);
+    // Nobody asked (a timeout taken for a cancellation), or the command named the session's
+    // earlier turn: fires.
+    assert_eq!(moved(std::slice::from_ref(&cancelled)), vec![Oracle::Cancellation]);
+    assert_eq!(moved(&[one_command(1, "cancel", "t1", "accepted"), cancelled.clone()]), vec![Oracle::Cancellation]);
+    // A cancel or stop of the turn, in any state it reached but `rejected`; one recorded with no
+    // turn names whichever the session holds.
+    for (kind, state) in [("cancel", "accepted"), ("stop", "accepted"), ("cancel", "applied"), ("stop", "expired")] {
+        assert!(moved(&[one_command(1, kind, "t2", state), cancelled.clone()]).is_empty(), "{kind} {state}");
+    }
+    let no_turn = commands_commit(1, json!({"c1": {"command": "cancel", "state": "accepted"}}));
+    assert!(moved(&[no_turn, cancelled.clone()]).is_empty());
+    assert_eq!(moved(&[one_command(1, "cancel", "t2", "rejected"), cancelled.clone()]), vec![Oracle::Cancellation]);
+    let accepted_then_refused =
+        [one_command(1, "cancel", "t2", "accepted"), one_command(2, "cancel", "t2", "rejected"), cancelled.clone()];
+    assert!(moved(&accepted_then_refused).is_empty());
+    // A pause or a resume cancels nothing.
+    assert_eq!(moved(&[one_command(1, "pause", "t2", "applied"), cancelled.clone()]), vec![Oracle::Cancellation]);
+    // The script's own writes (a `put`, or the driver's store call) are a person's: not judged.
+    let put = Event { host: crate::topology::DRIVER.into(), ..cancelled.clone() };
+    assert!(moved(&[put]).is_empty());
+    let by_driver = call_from(4, crate::topology::DRIVER, "state::set", json!({"scope": "harness_turn"}));
+    assert!(moved(&[by_driver, cancelled.clone()]).is_empty());
+    // A turn already cancelled before the write (the seeded record, or an earlier commit) is
+    // not moved by it: only the commit that cancelled it is judged, once.
+    let seeded = [("harness_turn".to_string(), "s1".to_string(), json!({"turn_id": "t2", "status": "cancelled"}))];
+    let layout = RecordLayout::default();
+    let sessions = doubles::SessionService::new();
+    let events = [cancelled.clone()];
+    let evidence = Evidence { seeded: &seeded, ..evidence(&events, &none, &sessions, &layout, 10) };
+    assert!(check(&evidence).is_empty());
+    let twice: Vec<Violation> = violations_of(&[cancelled.clone(), turn(6, "cancelled")], &none, None, 10, true);
+    assert_eq!(twice.len(), 1, "{twice:?}");
+    assert_eq!(
+        twice[0].detail,
+        "turn s1/t2 ended `cancelled` at 5 ms with no cancel or stop naming it recorded: the commands of session s1 were none"
+    );
+
+    // Parked with no pause of the turn; taken from the park back to `running` with no resume.
+    let (paused, running) = (turn(5, "paused"), turn(7, "running"));
+    assert_eq!(moved(&[turn(3, "running"), paused.clone()]), vec![Oracle::Cancellation]);
+    let pause = commands_commit(1, json!({"p": {"command": "pause", "turn_id": "t2", "state": "applied"}}));
+    assert!(moved(&[turn(3, "running"), pause.clone(), paused.clone()]).is_empty());
+    let stale_resume = commands_commit(
+        6,
+        json!({"p": {"command": "pause", "turn_id": "t2", "state": "applied"}, "r": {"command": "resume", "turn_id": "t1", "state": "applied"}}),
+    );
+    let resumed = violations_of(&[pause.clone(), paused.clone(), stale_resume, running.clone()], &none, None, 10, true);
+    assert_eq!(
+        resumed.iter().map(|v| v.detail.as_str()).collect::<Vec<_>>(),
+        vec!["turn s1/t2 was taken from `paused` back to `running` at 7 ms with no resume naming it recorded: the commands of session s1 were p (pause of t2, applied), r (resume of t1, applied)"]
+    );
+    let resume = commands_commit(
+        6,
+        json!({"p": {"command": "pause", "turn_id": "t2", "state": "applied"}, "r": {"command": "resume", "turn_id": "t2", "state": "applied"}}),
+    );
+    assert!(moved(&[pause, paused, resume, running]).is_empty());
 }

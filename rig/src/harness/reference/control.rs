@@ -302,7 +302,7 @@ impl Worker {
         let lock = self.control_lock(session_id);
         let _guard = lock.lock().await;
         let Ok((record, version)) = self.turn_with_version(bus, session_id).await else { return };
-        if record["status"] == json!("paused") && !names_another_turn(turn_id, &record) {
+        if record["status"] == json!("paused") && !self.names_another_turn(turn_id, &record) {
             let _ = self.resume(bus, session_id, key, record, version).await;
         } else if record["resumed_by"] == json!(key) {
             let _ = self.resume_landed(bus, session_id, key, &record).await;
@@ -395,7 +395,7 @@ impl Worker {
             }
             return self.settle_commands(bus, session_id, Some(&record)).await;
         }
-        if names_another_turn(turn_id, &record) {
+        if self.names_another_turn(turn_id, &record) {
             // The turn the command was for ended and a later one is the session's now (its
             // worker died before settling it): it is settled as a command of an ended turn, and
             // never moves this one.
@@ -565,10 +565,10 @@ impl Worker {
             let done = match (kind, turn["status"].as_str()) {
                 // Accepted for a turn that has ended since (the session holds a later one): as
                 // for any ended turn, a stop has what it asked for and the rest came too late.
-                ("stop", _) if names_another_turn(&command["turn_id"], &turn) => {
+                ("stop", _) if self.names_another_turn(&command["turn_id"], &turn) => {
                     Some(("applied", format!("the turn {} ended", command["turn_id"].as_str().unwrap_or("?"))))
                 }
-                (_, _) if names_another_turn(&command["turn_id"], &turn) => Some((
+                (_, _) if self.names_another_turn(&command["turn_id"], &turn) => Some((
                     "expired",
                     format!("the turn {} ended before the {kind} applied", command["turn_id"].as_str().unwrap_or("?")),
                 )),
@@ -793,7 +793,9 @@ impl Worker {
                     true => c["state"] != json!("rejected") && c["state"] != json!("expired"),
                     false => c["state"] == json!("accepted"),
                 };
-                waiting && c["turn_id"] == json!(turn_id) && c["command"] != json!("resume")
+                // (The known-bad policy takes a command of any turn of the session for this one's.)
+                let of_turn = c["turn_id"] == json!(turn_id) || self.policy == Policy::CommandForAnyTurn;
+                waiting && of_turn && c["command"] != json!("resume")
             })
         });
         let Some((key, command)) = accepted else { return Ok(None) };
@@ -843,6 +845,12 @@ impl Worker {
     /// Learns, at the start of a turn, the commands its session has accepted and not applied,
     /// from the store: a command this worker accepted may have been applied by another since
     /// (and the turn resumed after it), so what it remembers is read again.
+    /// [`names_another_turn`], but for the known-bad policy, which applies a command to whichever
+    /// turn its session holds.
+    pub(super) fn names_another_turn(&self, turn_id: &Value, turn: &Value) -> bool {
+        self.policy != Policy::CommandForAnyTurn && names_another_turn(turn_id, turn)
+    }
+
     pub(super) async fn load_commands(&self, bus: &Bus, session_id: &str, turn_id: &str) {
         if !matches!(self.policy, Policy::RememberedCommands | Policy::InMemoryCancel) {
             self.controls.borrow_mut().remove(session_id);

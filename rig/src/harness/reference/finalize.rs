@@ -987,7 +987,7 @@ impl Worker {
                 let kind = command["command"].as_str().unwrap_or_default();
                 // One accepted for a turn that has ended since is settled with the others
                 // below, never applied to the turn the session holds now.
-                let of_this_turn = turn.is_none_or(|t| !super::control::names_another_turn(&command["turn_id"], t));
+                let of_this_turn = turn.is_none_or(|t| !self.names_another_turn(&command["turn_id"], t));
                 let applies = of_this_turn
                     && match kind {
                         "resume" => status == "paused" || turn.is_some_and(|t| t["resumed_by"] == json!(key)),

@@ -108,6 +108,10 @@
 //! - `command-without-cas`: a command applied to a turn no delivery runs here (parked, held) is
 //!   written with a plain write fenced by the lease token alone, not over the version read: a
 //!   rival's Resume claim, which raises the epoch and takes no lease, is written over.
+//! - `command-for-any-turn`: a command is applied to whichever turn its session holds when it is
+//!   applied, not the one it was recorded for: a cancel, stop, pause or resume left waiting for a
+//!   turn that has ended moves the session's later turn (the reference harness's behaviour
+//!   before 56cfa8c).
 
 mod actions;
 mod approvals;
@@ -199,10 +203,11 @@ pub enum Policy {
     RetryAsNewAction,
     UnkeyedAnswer,
     CommandWithoutCas,
+    CommandForAnyTurn,
 }
 
 impl Policy {
-    pub const ALL: [Policy; 51] = [
+    pub const ALL: [Policy; 52] = [
         Policy::Swallow,
         Policy::Propagate,
         Policy::Reference,
@@ -254,6 +259,7 @@ impl Policy {
         Policy::RetryAsNewAction,
         Policy::UnkeyedAnswer,
         Policy::CommandWithoutCas,
+        Policy::CommandForAnyTurn,
     ];
 
     pub fn name(self) -> &'static str {
@@ -309,6 +315,7 @@ impl Policy {
             Policy::RetryAsNewAction => "retry-as-new-action",
             Policy::UnkeyedAnswer => "unkeyed-answer",
             Policy::CommandWithoutCas => "command-without-cas",
+            Policy::CommandForAnyTurn => "command-for-any-turn",
         }
     }
 
