@@ -93,6 +93,11 @@ pub struct Rt<'a> {
 
     /// The current runtime's metrics, for its count of tasks (rig patch).
     metrics: tokio::runtime::RuntimeMetrics,
+
+    /// The noting waker and the `block_on` waker it wraps (rig patch): a
+    /// runtime's `block_on` waker is the same on every tick, so the noting
+    /// waker is made once per runtime rather than once per tick.
+    noting: Option<(Waker, Waker)>,
 }
 
 /// The waker the host's [`LocalSet`] is polled with: it notes that one of
@@ -103,8 +108,8 @@ struct NoteWake {
 }
 
 impl NoteWake {
-    /// The noting waker around `inner`, made once per `block_on` (its waker
-    /// does not change while it runs) and kept in `cache`.
+    /// The noting waker around `inner`, made when `inner` is not the waker it
+    /// was last made around, and kept in `cache`.
     fn around(cache: &mut Option<(Waker, Waker)>, pending: &Arc<AtomicBool>, inner: &Waker) -> Waker {
         match cache {
             Some((wrapped, waker)) if wrapped.will_wake(inner) => waker.clone(),
@@ -152,6 +157,7 @@ impl<'a> Rt<'a> {
             skipped: 0,
             unsettled: 0,
             metrics,
+            noting: None,
         }
     }
 
@@ -180,6 +186,7 @@ impl<'a> Rt<'a> {
             skipped: 0,
             unsettled: 0,
             metrics,
+            noting: None,
         }
     }
 
@@ -283,10 +290,10 @@ impl<'a> Rt<'a> {
             // idle twice over a park: a task that yielded (`yield_now`) is
             // woken only when the scheduler parks, as it was before the sleep.
             self.lag += duration;
-            let mut noting: Option<(Waker, Waker)> = None;
+            let noting = &mut self.noting;
             let mut idle_once = false;
             self.tokio.block_on(poll_fn(|cx| {
-                let waker = NoteWake::around(&mut noting, &pending, cx.waker());
+                let waker = NoteWake::around(noting, &pending, cx.waker());
                 if pending.swap(false, Ordering::Relaxed) {
                     idle_once = false;
                 }
@@ -304,14 +311,14 @@ impl<'a> Rt<'a> {
             return self.software_finished();
         }
         let duration = duration + mem::take(&mut self.lag);
+        let noting = &mut self.noting;
         self.tokio.block_on(async {
             let mut sleep = pin!(sleep(duration));
-            let mut noting: Option<(Waker, Waker)> = None;
             poll_fn(|cx| {
                 if sleep.as_mut().poll(cx).is_ready() {
                     return Poll::Ready(());
                 }
-                let waker = NoteWake::around(&mut noting, &pending, cx.waker());
+                let waker = NoteWake::around(noting, &pending, cx.waker());
                 // Whatever was scheduled runs now; a task still queued after
                 // the local set's tick wakes it again and sets the flag.
                 pending.store(false, Ordering::Relaxed);
@@ -384,6 +391,8 @@ impl<'a> Rt<'a> {
         let (tokio, local) = init(&mut self.config);
 
         self.metrics = tokio.metrics();
+        // The noting waker wraps the old runtime's waker (rig patch).
+        self.noting = None;
         _ = mem::replace(&mut self.tokio, tokio);
         drop(mem::replace(&mut self.local, local));
         // The new local set's first task is queued without a wake (rig patch).
