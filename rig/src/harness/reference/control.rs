@@ -514,7 +514,7 @@ impl Worker {
         bus: &Bus,
         session_id: &str,
     ) -> Result<(), ErrorBody> {
-        let waiting = |control: &Value| -> Vec<(String, String)> {
+        let waiting = |control: &Value| -> Vec<(String, String, Value)> {
             control["commands"]
                 .as_object()
                 .into_iter()
@@ -522,17 +522,22 @@ impl Worker {
                 .filter(|(_, c)| {
                     c["state"] == json!("accepted") && matches!(c["command"].as_str(), Some("cancel" | "stop"))
                 })
-                .map(|(key, c)| (key.clone(), c["command"].as_str().unwrap_or_default().to_string()))
+                .map(|(key, c)| {
+                    (key.clone(), c["command"].as_str().unwrap_or_default().to_string(), c["turn_id"].clone())
+                })
                 .collect()
         };
         let (control, _) = self.control_record(bus, session_id).await?;
-        for (key, kind) in &waiting(&control) {
-            let _ = self.apply_control(bus, session_id, kind, key).await;
+        for (key, kind, turn_id) in &waiting(&control) {
+            // Applied with the turn it was recorded for: one whose turn ended before this turn
+            // began (its worker died before settling it) is settled as too late, never applied
+            // to the turn this handler holds.
+            let _ = self.apply_control_over(bus, session_id, kind, key, turn_id, None).await;
         }
         let _ = self.settle_commands(bus, session_id, None).await;
         let (control, _) = self.control_record(bus, session_id).await?;
         match waiting(&control).first() {
-            Some((key, kind)) => {
+            Some((key, kind, _)) => {
                 Err(ErrorBody::new("unavailable", format!("the {kind} {key} could not be applied yet")))
             }
             None => Ok(()),
