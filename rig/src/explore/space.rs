@@ -609,6 +609,7 @@ pub(crate) fn cut_space_at(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeSet;
     use std::path::Path;
 
     fn empty() -> Scenario {
@@ -701,6 +702,7 @@ mod tests {
             "deadbeefdeadbeef",
             "a1b2c3d4e5f6071",
             "x3f2a9c1e07b44d2e9a51",
+            "0a1b2c3d:1",
         ] {
             assert_eq!(unminted(kept), kept, "not minted at random: a word, too short, or part of a longer word");
         }
@@ -824,5 +826,131 @@ mod tests {
         assert_eq!(promise(point(1)), 2);
         assert_eq!(promise(call("state::get", 1)), 1);
         assert_eq!(promise(frame("invoke", 1)), 1);
+    }
+
+    /// A call is about one action when it names one (whatever record it also names), else about
+    /// one record when it names a scope and a key, else about nothing a second fault could meet
+    /// again.
+    #[test]
+    fn a_call_is_about_its_action_else_its_record() {
+        let about = |fields: &[(&str, &str)]| Site::Call {
+            function: "state::set".into(),
+            about: fields.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            nth: 1,
+        };
+        assert_eq!(about(&[("action_id", "t1:1:0")]).subject().as_deref(), Some("action t1:1:0"));
+        let record = about(&[("scope", "harness_turn"), ("key", "s1")]);
+        assert_eq!(record.subject().as_deref(), Some("record harness_turn/s1"));
+        let both = about(&[("scope", "harness_action"), ("key", "t1:1:0"), ("action_id", "t1:1:0")]);
+        assert_eq!(both.subject().as_deref(), Some("action t1:1:0"));
+        assert_eq!(about(&[("scope", "harness_turn")]).subject(), None, "a scope without a key");
+        assert_eq!(about(&[("session_id", "s1")]).subject(), None);
+        assert_eq!(point(1).subject(), None);
+    }
+
+    /// The uncut run of a workload of `scenarios/workloads/` under the reference harness.
+    fn uncut(file: &str) -> (Scenario, RunOutcome) {
+        use crate::explore::Runs;
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/workloads").join(file);
+        let scenario = crate::explore::workload(&Scenario::load(&path).unwrap(), false);
+        let outcome = Runs::run(&crate::reference(), &scenario, &crate::explore::bare_run("reference"), 0);
+        (scenario, outcome)
+    }
+
+    /// Each class of call is a site up to `nth_max` times, the first call and the `nth_max`-th
+    /// among them; a service goes down only from the first call of its class.
+    #[test]
+    fn a_class_of_calls_is_a_site_up_to_nth_max_times_and_an_outage_starts_at_its_first() {
+        let (scenario, baseline) = uncut("multi-round.toml");
+        let space = cut_space(&scenario, &baseline, &SpaceOptions { nth_max: 2 });
+        let calls: Vec<&Placement> = space.iter().filter(|p| matches!(p.site, Site::Call { .. })).collect();
+        let nths: BTreeMap<u64, usize> = calls.iter().fold(BTreeMap::new(), |mut nths, p| {
+            *nths.entry(p.site.nth()).or_default() += 1;
+            nths
+        });
+        assert_eq!(nths.keys().copied().collect::<Vec<_>>(), [1, 2], "{nths:?}");
+        let whole = cut_space(&scenario, &baseline, &SpaceOptions::default());
+        assert!(whole.iter().any(|p| matches!(p.site, Site::Call { nth: 3, .. })), "a class called three times");
+        let outages: Vec<&Placement> = whole.iter().filter(|p| p.kind.is_outage()).collect();
+        assert!(!outages.is_empty());
+        assert!(outages.iter().all(|p| matches!(p.site, Site::Call { nth: 1, .. })), "{:?}", outages[0]);
+    }
+
+    /// A reorder goes only on a frame the engine sends a worker that nobody answers (a streamed
+    /// reply's frame): never on a frame from a worker, nor on a result.
+    #[test]
+    fn a_reorder_goes_only_on_an_unanswered_frame_to_a_worker() {
+        let (scenario, baseline) = uncut("streamed-replies.toml");
+        let space = cut_space(&scenario, &baseline, &SpaceOptions::default());
+        let reorders: Vec<&Site> = space.iter().filter(|p| p.kind == Kind::Reorder).map(|p| &p.site).collect();
+        assert!(!reorders.is_empty(), "the streamed reply's frames");
+        for site in &reorders {
+            assert!(matches!(site, Site::Frame { up: false, frame, .. } if frame == "invokefunction"), "{site}");
+        }
+        let frames: BTreeSet<&Site> =
+            space.iter().filter(|p| matches!(p.site, Site::Frame { .. })).map(|p| &p.site).collect();
+        assert!(frames.len() > reorders.len(), "frames that are answered or go up: dropped or duplicated only");
+    }
+
+    /// In a run with cuts, a call a cut took is no site: a second cut there would meet the first.
+    /// The calls of its class after it still are, at their own ordinals.
+    #[test]
+    fn a_call_a_cut_took_is_no_site_of_that_run() {
+        use crate::explore::Runs;
+        let (scenario, baseline) = uncut("multi-round.toml");
+        let options = SpaceOptions::default();
+        let whole = cut_space_at(&scenario, &baseline, &options, true);
+        let write = whole
+            .iter()
+            .map(|(_, p)| p)
+            .find(|p| {
+                p.kind == Kind::Timeout && matches!(&p.site, Site::Call { function, .. } if function == "state::set")
+            })
+            .expect("a write of the store")
+            .clone();
+        let mut variant = scenario.clone();
+        let indices = apply_all(std::slice::from_ref(&write), &mut variant);
+        let run = Runs::run(&crate::reference(), &variant, &crate::explore::bare_run("reference"), 0);
+        let cut_at = write.fired_at(&run, indices[0]).expect("the timeout fired");
+        let site_at = |uncut_calls_only: bool| -> Vec<usize> {
+            cut_space_at(&scenario, &run, &options, uncut_calls_only)
+                .into_iter()
+                .filter(|(_, p)| p.site == write.site)
+                .map(|(at, _)| at)
+                .collect()
+        };
+        assert!(site_at(false).iter().all(|at| *at == cut_at - 1), "the call the cut took: {:?}", site_at(false));
+        assert!(!site_at(false).is_empty());
+        assert!(site_at(true).is_empty(), "{:?}", site_at(true));
+        let Site::Call { function, about, .. } = &write.site else { unreachable!() };
+        let next = Site::Call { function: function.clone(), about: about.clone(), nth: 2 };
+        let later = cut_space_at(&scenario, &run, &options, true);
+        assert!(later.iter().any(|(at, p)| p.site == next && *at > cut_at), "the write again, after the timeout");
+    }
+
+    /// What follows a trace event on one subject: the sites after it about that subject, not the
+    /// event's own site nor any before it.
+    #[test]
+    fn follow_ups_are_the_later_sites_about_the_same_subject() {
+        let (scenario, baseline) = uncut("multi-round.toml");
+        let options = SpaceOptions::default();
+        let whole = cut_space_at(&scenario, &baseline, &options, true);
+        let subject_of = |p: &Placement| p.site.subject();
+        let (first_at, first) = whole
+            .iter()
+            .find(|(at, p)| {
+                subject_of(p).is_some() && whole.iter().any(|(later, q)| later > at && subject_of(q) == subject_of(p))
+            })
+            .expect("a subject called more than once");
+        let subject = subject_of(first).unwrap();
+        let after = follow_ups(&scenario, &baseline, &options, *first_at, &subject);
+        assert!(!after.is_empty());
+        let expected: Vec<Placement> = whole
+            .iter()
+            .filter(|(at, p)| at > first_at && subject_of(p).as_deref() == Some(subject.as_str()))
+            .map(|(_, p)| p.clone())
+            .collect();
+        assert_eq!(after, expected);
+        assert!(after.iter().all(|p| p.site != first.site), "not the event's own site");
     }
 }
