@@ -307,6 +307,12 @@ pub fn median(firsts: &[Option<u64>]) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cut::Interrupt;
+    use crate::explore::space::{Kind, Site};
+    use crate::explore::sweep::sweep;
+    use crate::HarnessFactory;
+    use std::path::Path;
+    use std::sync::Arc;
 
     #[test]
     fn a_search_that_found_nothing_counts_as_more_than_any_that_did() {
@@ -315,5 +321,146 @@ mod tests {
         assert_eq!(median(&[Some(4), Some(7)]), Some(6));
         assert_eq!(median(&[Some(4), None]), None);
         assert_eq!(median(&[]), None);
+    }
+
+    fn multi_round() -> Scenario {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/workloads/multi-round.toml");
+        Scenario::load(&path).unwrap()
+    }
+
+    /// The names `--searcher` takes and the JSON and the table are keyed by
+    /// (rig/docs/explore.md); only the swarm and the guided explorer start from a seed.
+    #[test]
+    fn each_searcher_has_its_command_line_name_and_only_the_explorers_are_seeded() {
+        let named: Vec<(&str, bool)> = Searcher::ALL.iter().map(|s| (s.name(), s.seeded())).collect();
+        assert_eq!(named, [("depth-1", false), ("depth-2", false), ("swarm", true), ("guided", true)]);
+    }
+
+    /// A finding's run is the run just made; its cuts are "about one subject" only when they are
+    /// two cuts about the same action or record.
+    #[test]
+    fn a_finding_names_its_run_oracle_and_cuts_and_whether_both_cuts_are_about_one_subject() {
+        let at = |action: Option<&str>, nth: u64| {
+            let about = action.map(|a| vec![("action_id".to_string(), a.to_string())]).unwrap_or_default();
+            Placement {
+                site: Site::Call { function: "ticket::create".into(), about, nth },
+                kind: Kind::Timeout,
+                ms: None,
+            }
+        };
+        let mut hunt = Hunt { runs: 7, ..Hunt::default() };
+        found(&mut hunt, "ledger".into(), &[at(Some("a1"), 1), at(Some("a1"), 2)]);
+        assert_eq!((hunt.first, hunt.oracle.as_deref(), hunt.same_subject), (Some(7), Some("ledger"), true));
+        assert_eq!(hunt.cuts, [at(Some("a1"), 1).id(), at(Some("a1"), 2).id()]);
+        let same_subject = |placements: &[Placement]| {
+            let mut hunt = Hunt::default();
+            found(&mut hunt, "ledger".into(), placements);
+            hunt.same_subject
+        };
+        assert!(!same_subject(&[at(Some("a1"), 1), at(Some("a2"), 1)]), "two actions");
+        assert!(!same_subject(&[at(None, 1), at(None, 2)]), "about no action or record");
+        assert!(!same_subject(&[at(Some("a1"), 1)]), "one cut");
+        assert!(!same_subject(&[at(Some("a1"), 1), at(Some("a1"), 2), at(Some("a1"), 3)]), "three cuts");
+    }
+
+    /// Each searcher's runs to the first finding of a bug the uncut run does not show
+    /// (`propagate` on `multi-round.toml`: a store error passed on as the turn's reply, which
+    /// the second single of the sweep's order already shows as an untruthful reply; a swarm's
+    /// mix may show it by another oracle first): the hunt stops at the finding,
+    /// and with a cap below it finds nothing in as many runs as the cap.
+    #[test]
+    fn each_searcher_stops_at_its_first_finding_and_finds_nothing_below_it() {
+        let harness = crate::reference();
+        let scenario = multi_round();
+        let plan =
+            plan(&harness, &scenario, &SweepOptions { policy: "propagate".into(), ..SweepOptions::default() }).unwrap();
+        for searcher in Searcher::ALL {
+            let hunt = |cap: u64| search(&harness, &scenario, "propagate", false, searcher, 0, cap).unwrap();
+            let found = hunt(64);
+            let first = found.first.unwrap_or_else(|| panic!("{searcher:?}: {found:?}"));
+            assert!(first >= 1 && found.runs == first, "{searcher:?}: {found:?}");
+            assert!(found.oracle.is_some() && !found.interrupted && !found.cuts.is_empty(), "{searcher:?}: {found:?}");
+            if !searcher.seeded() {
+                // The sweeps' order: the finding is a single of the plan, the same at either depth.
+                assert_eq!((first, found.oracle.as_deref()), (2, Some("truthful-reply")), "{searcher:?}");
+                assert_eq!(found.cuts, plan.jobs[1].iter().map(Placement::id).collect::<Vec<_>>());
+            }
+            assert_eq!(hunt(first), found, "{searcher:?}: a cap at the finding");
+            let short = hunt(first - 1);
+            assert_eq!((short.first, short.runs, short.oracle), (None, first - 1, None), "{searcher:?}");
+        }
+        let from_hunt = hunt(&harness, &scenario, "propagate", None, Searcher::Depth1, 0, 64).unwrap();
+        assert_eq!(from_hunt.first, Some(2), "no planted bug: the same search");
+    }
+
+    /// The reference harness with only the crashes at one interruption point of one worker
+    /// runnable: a cut space of a few singles and fewer pairs, so a sweep can be run to its end.
+    struct CrashesAt {
+        inner: Arc<dyn HarnessFactory>,
+        worker: String,
+        point: String,
+    }
+
+    impl Runs for CrashesAt {
+        fn name(&self) -> &str {
+            "crashes-at"
+        }
+        fn run(&self, scenario: &Scenario, run: &crate::scenario::PolicyRun, seed: u64) -> RunOutcome {
+            Runs::run(&self.inner, scenario, run, seed)
+        }
+        fn skip(&self, workload: &Scenario, policy: &str) -> Option<Skip> {
+            Runs::skip(&self.inner, workload, policy)
+        }
+        fn cannot(&self, scenario: &Scenario) -> Option<Vec<String>> {
+            let only = scenario.interrupts.iter().all(|cut| {
+                (cut.worker.as_str(), cut.point.as_str(), cut.interrupt)
+                    == (self.worker.as_str(), self.point.as_str(), Interrupt::Crash)
+            });
+            (!only || !scenario.cuts.is_empty() || scenario.proxy.is_some()).then(|| vec!["not this crash".into()])
+        }
+        fn reference(&self) -> &dyn Runs {
+            self
+        }
+    }
+
+    fn crashes_at_first_point(scenario: &Scenario) -> CrashesAt {
+        let inner = crate::reference();
+        let uncut = Runs::run(&inner, &workload(scenario, false), &bare_run("reference"), 0);
+        let ((worker, point), _) =
+            uncut.interrupt_points.iter().find(|(_, n)| **n >= 2).expect("a point reached twice");
+        CrashesAt { inner, worker: worker.clone(), point: point.clone() }
+    }
+
+    /// A search that finds nothing (the reference policy hunted) makes every run its searcher
+    /// has and no more: a depth-1 sweep its singles, a depth-2 sweep the singles then the pairs
+    /// (the runs `rig sweep` makes at each depth), each up to the cap; the swarm and the guided
+    /// explorer count their runs with cuts up to the cap.
+    #[test]
+    fn a_search_that_finds_nothing_makes_every_run_of_its_searcher_up_to_the_cap() {
+        let scenario = multi_round();
+        let harness = crashes_at_first_point(&scenario);
+        let swept = |depth: u8| {
+            let options = SweepOptions { depth, ..SweepOptions::default() };
+            let report = sweep(&harness, &scenario, &options).unwrap();
+            assert!(report.findings.is_empty(), "the reference's own sweep is clean");
+            report.runs.len() as u64
+        };
+        let (singles, all) = (swept(1), swept(2));
+        assert!(singles >= 2 && all > singles, "singles {singles}, with pairs {all}");
+        let hunt = |searcher: Searcher, cap: u64| {
+            let hunt = search(&harness, &scenario, "reference", false, searcher, 0, cap).unwrap();
+            assert_eq!((hunt.first, hunt.interrupted), (None, false), "{searcher:?}");
+            hunt.runs
+        };
+        assert_eq!(hunt(Searcher::Depth1, 1_000), singles);
+        assert_eq!(hunt(Searcher::Depth1, singles + 1), singles, "no pairs at depth 1");
+        assert_eq!(hunt(Searcher::Depth2, 1_000), all);
+        assert_eq!(hunt(Searcher::Depth2, singles), singles, "the cap met with the singles");
+        assert_eq!(hunt(Searcher::Depth2, singles + 1), singles + 1, "the cap met among the pairs");
+        assert_eq!(hunt(Searcher::Depth1, 1), 1);
+        for searcher in [Searcher::Swarm, Searcher::Guided] {
+            let runs = hunt(searcher, 6);
+            assert!((1..=6).contains(&runs), "{searcher:?}: {runs}");
+        }
     }
 }
