@@ -953,4 +953,47 @@ mod tests {
         assert_eq!(after, expected);
         assert!(after.iter().all(|p| p.site != first.site), "not the event's own site");
     }
+
+    /// The frames of a trace between the engine and the harness worker, each site offered a
+    /// drop and a duplicate, and a reorder only where the frame goes to the worker as a call
+    /// nobody answers (no invocation id): not a frame from the worker, a result, nor an answered
+    /// call.
+    #[test]
+    fn only_an_unanswered_call_to_a_worker_is_offered_a_reorder() {
+        use crate::explore::Runs;
+        use crate::trace::{Event, Trace};
+        let scenario = empty();
+        let mut run = Runs::run(&crate::reference(), &scenario, &crate::explore::bare_run("reference"), 0);
+        run.interrupt_points.clear();
+        run.trace = Trace::default();
+        let frames = [
+            ("out", "invokefunction", None, "stream::out"),
+            ("out", "invokefunction", Some("i1"), "harness::turn"),
+            ("in", "invokefunction", None, "stream::in"),
+            ("out", "invocationresult", None, "result::out"),
+            ("in", "invocationresult", Some("i2"), "result::in"),
+        ];
+        for (direction, frame, id, function) in frames {
+            let kind = EventKind::Frame {
+                direction,
+                peer: HARNESS.into(),
+                frame,
+                function_id: Some(function.into()),
+                invocation_id: id.map(str::to_string),
+            };
+            run.trace.push(Event { at_ms: 0, host: "engine".into(), kind });
+        }
+        let space = cut_space(&scenario, &run, &SpaceOptions::default());
+        let offered = |function: &str| -> Vec<Kind> {
+            space
+                .iter()
+                .filter(|p| matches!(&p.site, Site::Frame { function: f, .. } if f == function))
+                .map(|p| p.kind)
+                .collect()
+        };
+        assert_eq!(offered("stream::out"), [Kind::Drop, Kind::Duplicate, Kind::Reorder]);
+        for answered_or_up in ["harness::turn", "stream::in", "result::out", "result::in"] {
+            assert_eq!(offered(answered_or_up), [Kind::Drop, Kind::Duplicate], "{answered_or_up}");
+        }
+    }
 }
