@@ -463,4 +463,37 @@ mod tests {
             assert!((1..=6).contains(&runs), "{searcher:?}: {runs}");
         }
     }
+
+    /// A search begun after a signal (a job `explore-bench` had not started when Ctrl-C came)
+    /// makes no run and says it was cut short, so the table gives it no figure instead of
+    /// counting a search that found nothing. A signal is the whole process's, so the search is
+    /// made in a child process: this test binary running this test alone.
+    #[test]
+    fn a_search_begun_after_a_signal_makes_no_run_and_says_it_was_cut_short() {
+        const CHILD: &str = "RIG_BENCH_TEST_SIGNALLED_CHILD";
+        let name = "explore::bench::tests::a_search_begun_after_a_signal_makes_no_run_and_says_it_was_cut_short";
+        if std::env::var_os(CHILD).is_none() {
+            let child = std::process::Command::new(std::env::current_exe().unwrap())
+                .args([name, "--exact", "--test-threads", "1", "--nocapture"])
+                .env(CHILD, "1")
+                .output()
+                .unwrap();
+            let (out, err) = (String::from_utf8_lossy(&child.stdout), String::from_utf8_lossy(&child.stderr));
+            assert!(child.status.success() && out.contains("1 passed"), "the child: {}\n{out}\n{err}", child.status);
+            return;
+        }
+        crate::interrupt::wind_down();
+        // SAFETY: raising a signal whose handler `wind_down` has just put in place.
+        assert_eq!(unsafe { libc::raise(libc::SIGTERM) }, 0);
+        let heard = (0..2_000).any(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            crate::interrupt::requested()
+        });
+        assert!(heard, "the signal was recorded");
+        let (harness, scenario) = (crate::reference(), multi_round());
+        for searcher in Searcher::ALL {
+            let hunt = search(&harness, &scenario, "propagate", false, searcher, 0, 64).unwrap();
+            assert_eq!(hunt, Hunt { interrupted: true, ..Hunt::default() }, "{searcher:?}");
+        }
+    }
 }
