@@ -113,13 +113,18 @@ fn shared<S: serde::Serializer>(value: &Arc<Value>, serializer: S) -> Result<S::
 /// The room a trace makes for events at its first (see [`Trace::push`]).
 const EVENTS_AT_ONCE: usize = 256;
 
+/// How many bytes of canonical lines [`Trace::push`] keeps before the digest takes them.
+const PENDING_MAX: usize = 8 * 1024;
+
 /// The events of one run, in order, with a running digest.
 #[derive(Default)]
 pub struct Trace {
     events: Vec<Event>,
     digest: Sha256,
-    /// The canonical line of the event being pushed: one buffer for the whole run.
-    line: Vec<u8>,
+    /// The canonical lines not yet digested: the digest takes them some kilobytes at a time,
+    /// not a line at a time (each call copies the line's last part block into its own buffer).
+    /// One buffer for the whole run.
+    pending: Vec<u8>,
     /// No digest is kept (an uncut run's, which nothing reads): [`Trace::hash`] is not its hash.
     unhashed: bool,
 }
@@ -137,10 +142,12 @@ impl Trace {
             self.events.reserve(EVENTS_AT_ONCE);
         }
         if !self.unhashed {
-            self.line.clear();
-            event.write_canonical(&mut self.line);
-            self.line.push(b'\n');
-            self.digest.update(&self.line);
+            event.write_canonical(&mut self.pending);
+            self.pending.push(b'\n');
+            if self.pending.len() >= PENDING_MAX {
+                self.digest.update(&self.pending);
+                self.pending.clear();
+            }
         }
         self.events.push(event);
     }
@@ -155,7 +162,9 @@ impl Trace {
         // Two digits a byte from a table: a `format!` a byte made 32 small texts a run.
         const DIGITS: &[u8; 16] = b"0123456789abcdef";
         let mut hex = String::with_capacity(64);
-        for byte in self.digest.clone().finalize() {
+        let mut digest = self.digest.clone();
+        digest.update(&self.pending);
+        for byte in digest.finalize() {
             hex.push(char::from(DIGITS[usize::from(byte >> 4)]));
             hex.push(char::from(DIGITS[usize::from(byte & 0xf)]));
         }
