@@ -25,6 +25,7 @@ use std::sync::Arc;
 pub(crate) mod cpu;
 mod uncut;
 
+pub(crate) use uncut::keep_workload_digests;
 pub use uncut::{forget as forget_uncut_runs, tally as uncut_tally, UncutRun};
 
 /// Everything one run produced.

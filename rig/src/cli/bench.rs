@@ -164,6 +164,7 @@ pub(crate) fn command(args: BenchArgs, harness: &Harness) -> ExitCode {
         }
     };
     let Some(scenarios) = load_scenarios(&args.paths) else { return ExitCode::from(EXIT_BAD_INPUT) };
+    crate::run::keep_workload_digests(&scenarios);
     // Every policy the harness answers to; the runs it cannot serve are counted, not timed.
     let policies = harness.factory.policies();
     let (mut selected, mut file_of, mut skipped) = (Vec::new(), Vec::new(), 0u64);

@@ -119,6 +119,7 @@ fn render(done: Done, how: Rendering) -> Rendered {
 pub(crate) fn command(args: RunArgs, harness: &Harness) -> ExitCode {
     // Load everything first: a bad file is reported before any run starts.
     let Some(scenarios) = load_scenarios(&args.paths) else { return ExitCode::from(EXIT_BAD_INPUT) };
+    crate::run::keep_workload_digests(&scenarios);
     let selected = match selected_runs(&scenarios, args.policy.as_deref(), harness) {
         Ok(selected) => selected,
         Err(message) => return bad_input(&message),

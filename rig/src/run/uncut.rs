@@ -78,38 +78,56 @@ pub(super) fn has_faults(scenario: &Scenario) -> bool {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(super) struct Key(u64, u64);
 
-thread_local! {
-    /// The text [`key`] digests, one buffer per thread for every key it makes: the scenario's
-    /// formatting writes it in thousands of small pieces, and two hashers fed each piece as it
-    /// came spent more on the pieces than on the bytes.
-    static KEY_TEXT: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+/// Two independent 64-bit digests of the scenario's workload, with different salts.
+fn workload_digest(scenario: &Scenario) -> (u64, u64) {
+    let mut text = String::new();
+    write_workload(&mut text, scenario);
+    let mut digests = (DefaultHasher::new(), DefaultHasher::new());
+    digests.0.write_u8(1);
+    digests.1.write_u8(2);
+    digests.0.write(text.as_bytes());
+    digests.1.write(text.as_bytes());
+    (digests.0.finish(), digests.1.finish())
 }
 
-/// The most room [`KEY_TEXT`] keeps between keys.
-const KEY_TEXT_KEPT: usize = 1 << 20;
+/// Keeps the workload digest of each scenario with it (see [`crate::scenario::WorkloadDigest`]),
+/// for a command that runs the files as it loaded them: the binding that holds them is not
+/// mutable, so nothing changes them from now on.
+pub(crate) fn keep_workload_digests(scenarios: &[Scenario]) {
+    for scenario in scenarios {
+        scenario.workload_digest.0.get_or_init(|| workload_digest(scenario));
+    }
+}
 
-/// The key of the uncut run of `scenario`'s workload under `harness`, `policy` and `seed`: what
-/// the simulation depends on, formatted into one buffer and digested twice, with different
-/// salts (no copy of the scenario).
+/// The key of the uncut run of `scenario`'s workload under `harness`, `policy` and `seed`: the
+/// workload's digest (kept with the scenario, or made now) with the three digested again, twice
+/// (no copy of the scenario).
 pub(super) fn key(harness: &str, policy: &str, seed: u64, scenario: &Scenario) -> Key {
-    KEY_TEXT.with(|text| {
-        let mut text = text.borrow_mut();
-        text.clear();
-        write_workload(&mut text, harness, policy, seed, scenario);
-        let mut digests = (DefaultHasher::new(), DefaultHasher::new());
-        digests.0.write_u8(1);
-        digests.1.write_u8(2);
-        digests.0.write(text.as_bytes());
-        digests.1.write(text.as_bytes());
-        if text.capacity() > KEY_TEXT_KEPT {
-            *text = String::new();
+    let workload = match scenario.workload_digest.0.get() {
+        Some(&kept) => {
+            debug_assert_eq!(kept, workload_digest(scenario), "a scenario changed after its digest was kept");
+            kept
         }
-        Key(digests.0.finish(), digests.1.finish())
-    })
+        None => workload_digest(scenario),
+    };
+    let digest = |salt: u8, workload: u64| {
+        let mut digest = DefaultHasher::new();
+        digest.write_u8(salt);
+        // Each text ends with a zero byte, which no name holds: "ab" + "c" is not "a" + "bc".
+        for text in [harness, policy] {
+            digest.write(text.as_bytes());
+            digest.write_u8(0);
+        }
+        digest.write_u64(seed);
+        digest.write_u64(workload);
+        digest.finish()
+    };
+    Key(digest(1, workload.0), digest(2, workload.1))
 }
 
-/// Writes everything the uncut run depends on into `text`.
-fn write_workload(text: &mut String, harness: &str, policy: &str, seed: u64, scenario: &Scenario) {
+/// Writes everything of the scenario the uncut run depends on into `text` (the harness, the
+/// policy and the seed are [`key`]'s).
+fn write_workload(text: &mut String, scenario: &Scenario) {
     // Every field by name, so a new one is a compile error here until it is placed: in the key
     // (it changes the simulation) or left out with the reason.
     let WorldSetup {
@@ -138,7 +156,7 @@ fn write_workload(text: &mut String, harness: &str, policy: &str, seed: u64, sce
     let proxy = scenario.proxy.as_ref().map(|p| &p.worker);
     let _ = write!(
         text,
-        "{harness}\u{0}{policy}\u{0}{seed}\u{0}{config:?}{tick_ms},{latency_ms_min},{latency_ms_max},{duration_ms_max},\
+        "{config:?}{tick_ms},{latency_ms_min},{latency_ms_max},{duration_ms_max},\
          {steps_max},{harness_restart_ms}\u{0}{liveness_ms}{records:?}{messages:?}{model:?}{model_deterministic}{queues:?}{services:?}\
          {replacement}\u{0}{proxy:?}\u{0}{:?}",
         scenario.steps

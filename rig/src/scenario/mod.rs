@@ -48,6 +48,33 @@ pub struct Scenario {
     /// Why the workload's outcome depends on its faults by design (`outcome_depends_on_faults =
     /// "..."`): its runs are not held to the uncut run's outcome.
     pub outcome_depends_on_faults: Option<String>,
+    /// The digest of its workload, for the key of its uncut run, when a command keeps it.
+    pub(crate) workload_digest: WorkloadDigest,
+}
+
+/// The digest of a scenario's workload (everything of it that its uncut run depends on: the
+/// world, the steps, the proxy's place), kept with it by a command that runs its files as it
+/// loaded them (`rig run`, `rig bench`; `run/uncut.rs`): a catalogue pass asks for the key of
+/// every run, and formatting the whole scenario for each was about 1 % of a run (under
+/// callgrind), for the same text every time.
+///
+/// Only such a command keeps it, whose binding of the files is not mutable: a scenario the
+/// library is handed may be changed between its runs by its owner (a test sets a restart time on
+/// the file it has just run), so its digest is made at every key. A clone starts without it; a
+/// debug build checks at every key that a kept digest is still the scenario's.
+#[derive(Default)]
+pub struct WorkloadDigest(pub(crate) std::sync::OnceLock<(u64, u64)>);
+
+impl Clone for WorkloadDigest {
+    fn clone(&self) -> Self {
+        Self::default()
+    }
+}
+
+impl std::fmt::Debug for WorkloadDigest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WorkloadDigest")
+    }
 }
 
 /// Where the drop-proxy sits and what it does.
@@ -256,6 +283,7 @@ impl Scenario {
             source: source.to_string(),
             oracles_only,
             outcome_depends_on_faults: parsed.outcome_depends_on_faults,
+            workload_digest: WorkloadDigest::default(),
         };
         if let Some(needs) = needs {
             check_needs(&at, &scenario, needs)?;
