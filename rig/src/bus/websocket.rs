@@ -129,11 +129,7 @@ fn client_request(host: &str, path: &str, key: &str) -> Vec<u8> {
         key.as_bytes(),
         b"\r\n\r\n",
     ];
-    let mut out = Vec::with_capacity(parts.iter().map(|p| p.len()).sum());
-    for part in parts {
-        out.extend_from_slice(part);
-    }
-    out
+    parts.concat()
 }
 
 /// Accepts a server-side WebSocket on an established stream: reads the client's request, checks
@@ -162,11 +158,7 @@ fn server_response(accept: &str) -> Vec<u8> {
         accept.as_bytes(),
         b"\r\n\r\n",
     ];
-    let mut out = Vec::with_capacity(parts.iter().map(|p| p.len()).sum());
-    for part in parts {
-        out.extend_from_slice(part);
-    }
-    out
+    parts.concat()
 }
 
 /// The most header lines a head may have: tungstenite's limit.
