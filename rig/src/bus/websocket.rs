@@ -66,18 +66,24 @@ async fn connect_through_tungstenite<S>(
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    let request = http::Request::builder()
+    let request =
+        upgrade_request(host, path, &data_encoding::BASE64.encode(&key)).map_err(tungstenite::Error::HttpFormat)?;
+    let (socket, _response) = tokio_tungstenite::client_async_with_config(request, stream, Some(config())).await?;
+    Ok(socket)
+}
+
+/// The upgrade request tungstenite's client is given: the hand-written request is held to the
+/// bytes tungstenite writes for this one (the unit tests).
+fn upgrade_request(host: &str, path: &str, key: &str) -> Result<http::Request<()>, http::Error> {
+    http::Request::builder()
         .method("GET")
         .uri(format!("ws://{host}{path}"))
         .header("Host", host)
         .header("Connection", "Upgrade")
         .header("Upgrade", "websocket")
         .header("Sec-WebSocket-Version", "13")
-        .header("Sec-WebSocket-Key", data_encoding::BASE64.encode(&key))
+        .header("Sec-WebSocket-Key", key)
         .body(())
-        .map_err(tungstenite::Error::HttpFormat)?;
-    let (socket, _response) = tokio_tungstenite::client_async_with_config(request, stream, Some(config())).await?;
-    Ok(socket)
 }
 
 /// Whether `ws://{host}{path}` is a URI that `http` keeps exactly as written, so the request
@@ -383,16 +389,7 @@ mod tests {
 
     /// The request tungstenite writes for `ws://{host}{path}` with `key`.
     fn tungstenite_request(host: &str, path: &str, key: &str) -> Vec<u8> {
-        let request = http::Request::builder()
-            .method("GET")
-            .uri(format!("ws://{host}{path}"))
-            .header("Host", host)
-            .header("Connection", "Upgrade")
-            .header("Upgrade", "websocket")
-            .header("Sec-WebSocket-Version", "13")
-            .header("Sec-WebSocket-Key", key)
-            .body(())
-            .unwrap();
+        let request = super::upgrade_request(host, path, key).unwrap();
         let (bytes, written_key) = generate_request(request).unwrap();
         assert_eq!(written_key, key);
         bytes
