@@ -192,12 +192,10 @@ impl Head {
     /// Reads once (up to [`READ_CHUNK`] bytes); the end of the stream is an unfinished
     /// handshake.
     async fn read_from<S: AsyncRead + Unpin>(&mut self, stream: &mut S) -> Result<(), tungstenite::Error> {
-        let start = self.bytes.len();
-        self.bytes.resize(start + READ_CHUNK, 0);
-        let read = stream.read(&mut self.bytes[start..]).await;
-        let n = *read.as_ref().unwrap_or(&0);
-        self.bytes.truncate(start + n);
-        if read? == 0 {
+        // Into reserved space, not zeroed first (zeroing a chunk per read cost more than the
+        // read), and never more than one chunk at a time, as tungstenite reads.
+        self.bytes.reserve(READ_CHUNK);
+        if (&mut *stream).take(READ_CHUNK as u64).read_buf(&mut self.bytes).await? == 0 {
             return Err(tungstenite::Error::Protocol(ProtocolError::HandshakeIncomplete));
         }
         // tungstenite's `AttackCheck`: at most 64 KiB, 512 reads, and after 64 reads 128 bytes
