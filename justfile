@@ -41,6 +41,12 @@ bench:
     cargo run --release -p rig -- bench scenarios --seeds 0..20 --passes 3
     cargo run --release -p proxy --bin proxy-bench
 
+# A profile-guided release build of `rig` (.ci/release-pgo): built instrumented, trained on the
+# shipped catalogue, built again with the profile; the same runs for less CPU (README, "Speed"),
+# for twice the build time. Prints the binary's path (target/pgo/use/release/rig).
+release-pgo:
+    .ci/release-pgo
+
 # Record the catalogue's speed as a baseline, then compare later runs with it (same machine).
 bench-baseline file="target/bench-baseline.json":
     cargo run --release -p rig -- bench scenarios --seeds 0..20 --passes 3 --write-baseline {{file}}
