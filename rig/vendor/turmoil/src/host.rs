@@ -382,6 +382,17 @@ impl StreamSocket {
     fn buffer(&mut self, seq: u64, segment: SequencedSegment) -> Result<(), Protocol> {
         use mpsc::error::TrySendError::*;
 
+        // The segment the reader waits for, with nothing parked behind it (nearly every
+        // segment): straight to the reader, as the loop below would hand it on, without a
+        // round trip through the reorder map. A full or closed channel takes the general way.
+        if seq == self.recv_seq + 1 && self.buf.is_empty() {
+            if let Ok(permit) = self.sender.try_reserve() {
+                self.recv_seq = seq;
+                permit.send(segment);
+                return Ok(());
+            }
+        }
+
         let exists = self.buf.insert(seq, segment);
 
         assert!(exists.is_none(), "duplicate segment {seq}");
