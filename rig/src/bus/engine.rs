@@ -25,6 +25,7 @@
 //! A frame larger than the bus takes ([`super::websocket::FRAME_BYTES_MAX`]) is answered with a
 //! close frame `1009` (message too big), as RFC 6455 says, not a dropped connection.
 
+use super::local::{self, Outbox};
 use super::protocol::{codes, Action, ErrorBody, Frame};
 use super::{websocket, wire, BusObserver, FrameDirection, OUTBOX_CAPACITY};
 use futures_util::{SinkExt, StreamExt};
@@ -33,7 +34,7 @@ use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::rc::Rc;
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::Notify;
 use tokio_tungstenite::tungstenite::{self, protocol::frame::coding::CloseCode, Message, Utf8Bytes};
 use tokio_tungstenite::WebSocketStream;
 
@@ -66,7 +67,7 @@ struct Peer {
     name: String,
     /// Named by whoever serves the connection: `engine::workers::register` does not rename it.
     pinned: bool,
-    outbox: mpsc::Sender<Message>,
+    outbox: Outbox<Message>,
     /// Fires when the engine itself ends the connection (a reattach retired it).
     retired: Rc<Notify>,
 }
@@ -125,8 +126,8 @@ impl Engine {
     ) where
         S: AsyncRead + AsyncWrite + Unpin + 'static,
     {
-        let (mut sink, mut stream) = socket.split();
-        let (outbox, mut outgoing) = mpsc::channel::<Message>(OUTBOX_CAPACITY);
+        let (mut sink, mut stream) = local::split(socket);
+        let (outbox, mut outgoing) = local::outbox::<Message>(OUTBOX_CAPACITY);
         let retired = Rc::new(Notify::new());
         let id = {
             let mut state = self.state.borrow_mut();
@@ -181,7 +182,7 @@ impl Engine {
         self.observer.note("engine", "frame_too_big", json!({ "peer": name, "error": error }));
         // The outbox closed with the connection: what was queued goes out, then the close.
         let Ok(Ok(sink)) = tokio::time::timeout(CLOSE_GRACE, &mut writer).await else { return writer.abort() };
-        if let Ok(socket) = stream.reunite(sink) {
+        if let Some(socket) = stream.reunite(sink) {
             // Boxed: the rare path's state stays out of every connection task's future.
             Box::pin(websocket::refuse(socket, CloseCode::Size, &error, CLOSE_GRACE)).await;
         }

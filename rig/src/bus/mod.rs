@@ -4,6 +4,7 @@
 //! turmoil's simulated TCP and on real sockets.
 
 mod engine;
+mod local;
 pub mod protocol;
 pub mod websocket;
 mod wire;

@@ -2,6 +2,7 @@
 //! functions it registered.
 
 use super::engine::WORKERS_REGISTER;
+use super::local::{self, Outbox};
 use super::protocol::{codes, Action, ErrorBody, Frame};
 use super::wire;
 use super::OUTBOX_CAPACITY;
@@ -16,7 +17,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::WebSocketStream;
 
@@ -84,7 +85,7 @@ impl InvokeError {
 
 /// One live connection of a worker to the engine.
 pub struct Connection {
-    outbox: mpsc::Sender<Message>,
+    outbox: Outbox<Message>,
     pending: RefCell<BTreeMap<String, oneshot::Sender<Result<Value, ErrorBody>>>>,
     closed: Cell<bool>,
     clock: Rc<Clock>,
@@ -140,8 +141,8 @@ impl Connection {
     ) where
         S: AsyncRead + AsyncWrite + Unpin + 'static,
     {
-        let (mut sink, mut stream) = socket.split();
-        let (outbox, mut outgoing) = mpsc::channel::<Message>(OUTBOX_CAPACITY);
+        let (mut sink, mut stream) = local::split(socket);
+        let (outbox, mut outgoing) = local::outbox::<Message>(OUTBOX_CAPACITY);
         let writer = tokio::task::spawn_local(async move {
             while let Some(message) = outgoing.recv().await {
                 if sink.send(message).await.is_err() {
