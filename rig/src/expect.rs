@@ -351,13 +351,13 @@ fn overlapping_deliveries(events: &[Event]) -> Vec<Overlap> {
             }
             EventKind::Frame { direction: "out", peer, frame: "invokefunction", invocation_id: Some(id), .. } => {
                 if let Some(delivery) = deliveries.iter_mut().find(|d| d.invocation.as_ref() == Some(id)) {
-                    delivery.worker.get_or_insert_with(|| peer.clone());
+                    delivery.worker.get_or_insert_with(|| peer.to_string());
                 }
             }
             EventKind::Frame { direction: "in", peer, frame: "invocationresult", invocation_id: Some(id), .. } => {
                 let answered = deliveries
                     .iter_mut()
-                    .find(|d| d.invocation.as_ref() == Some(id) && d.worker.as_ref() == Some(peer));
+                    .find(|d| d.invocation.as_ref() == Some(id) && d.worker.as_deref() == Some(peer.as_str()));
                 if let Some(delivery) = answered {
                     delivery.ended_ms.get_or_insert(event.at_ms);
                 }

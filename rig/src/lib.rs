@@ -62,4 +62,4 @@ pub use oracle::{Oracle, Outcome, Violation};
 pub use run::{reference, run, run_unchecked, run_with, ActionStatus, Rerun, RunOutcome, UncutRun};
 pub use scenario::{files as scenario_files, PolicyRun, Scenario, ScenarioError};
 pub use topology::HARNESS_FUNCTIONS;
-pub use trace::{Event, EventKind, NoteSink, Trace};
+pub use trace::{Event, EventKind, Label, NoteSink, Trace};

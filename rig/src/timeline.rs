@@ -208,7 +208,7 @@ fn named_workers(events: &[Event]) -> Vec<Event> {
             let mut event = event.clone();
             if let EventKind::Frame { peer, .. } = &mut event.kind {
                 if let Some(name) = names.get(peer.as_str()) {
-                    peer.clone_from(name);
+                    *peer = name.as_str().into();
                 }
             }
             event
@@ -249,8 +249,8 @@ fn lanes(events: &[Event]) -> Vec<String> {
     for event in events.iter().filter(|e| !is_registration(e)) {
         match &event.kind {
             EventKind::Frame { peer, .. } => {
-                hosts.insert(peer.clone());
-                hosts.insert(event.host.clone());
+                hosts.insert(peer.to_string());
+                hosts.insert(event.host.to_string());
             }
             EventKind::Commit { .. } | EventKind::Lease { .. } | EventKind::Fenced { .. } => {
                 hosts.insert("store".to_string());
@@ -258,7 +258,7 @@ fn lanes(events: &[Event]) -> Vec<String> {
             EventKind::Control { action, .. } if action == "heal" => {}
             EventKind::Control { target, .. } => hosts.extend(target.split("<->").map(lane_of_target)),
             _ => {
-                hosts.insert(event.host.clone());
+                hosts.insert(event.host.to_string());
             }
         }
     }

@@ -16,12 +16,118 @@ use std::sync::Arc;
 /// Where a component reports a decision (`what`, with details) for the trace.
 pub type NoteSink = std::rc::Rc<dyn Fn(&str, Value)>;
 
+/// A host's or a function's name in the trace, shared rather than copied where the name is
+/// known already: the engine's name on every frame event (some 200 a run), a double's host on
+/// every event it records, a call's caller as the world noted it. Made once where the recorder
+/// holds the name, never looked up (an interning table's lookups cost more instructions than the
+/// allocations they saved, under callgrind). Serialized, compared and ordered as its text.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Label(Arc<str>);
+
+impl Label {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::ops::Deref for Label {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::borrow::Borrow<str> for Label {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+impl AsRef<str> for Label {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<&str> for Label {
+    fn from(text: &str) -> Self {
+        Self(Arc::from(text))
+    }
+}
+
+impl From<String> for Label {
+    fn from(text: String) -> Self {
+        Self(Arc::from(text))
+    }
+}
+
+impl From<&Label> for String {
+    fn from(label: &Label) -> Self {
+        label.0.to_string()
+    }
+}
+
+impl PartialEq<str> for Label {
+    fn eq(&self, other: &str) -> bool {
+        *self.0 == *other
+    }
+}
+
+impl PartialEq<&str> for Label {
+    fn eq(&self, other: &&str) -> bool {
+        *self.0 == **other
+    }
+}
+
+impl PartialEq<String> for Label {
+    fn eq(&self, other: &String) -> bool {
+        *self.0 == **other
+    }
+}
+
+impl PartialEq<Label> for str {
+    fn eq(&self, other: &Label) -> bool {
+        *self == *other.0
+    }
+}
+
+impl PartialEq<Label> for &str {
+    fn eq(&self, other: &Label) -> bool {
+        **self == *other.0
+    }
+}
+
+impl PartialEq<Label> for String {
+    fn eq(&self, other: &Label) -> bool {
+        **self == *other.0
+    }
+}
+
+impl std::fmt::Display for Label {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // `pad`, not `write_str`: the timeline and `render` align hosts by width.
+        f.pad(&self.0)
+    }
+}
+
+impl std::fmt::Debug for Label {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl Serialize for Label {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.0)
+    }
+}
+
 /// One observable event.
 #[derive(Debug, Clone, Serialize)]
 pub struct Event {
     pub at_ms: u64,
     /// The host the event happened on (or `rig` for the runner itself).
-    pub host: String,
+    pub host: Label,
     #[serde(flatten)]
     pub kind: EventKind,
 }
@@ -33,10 +139,10 @@ pub enum EventKind {
     /// A bus frame seen by the engine, `direction` relative to the engine (`in` or `out`).
     Frame {
         direction: &'static str,
-        peer: String,
+        peer: Label,
         frame: &'static str,
         #[serde(skip_serializing_if = "Option::is_none")]
-        function_id: Option<String>,
+        function_id: Option<Label>,
         #[serde(skip_serializing_if = "Option::is_none")]
         invocation_id: Option<String>,
     },
@@ -48,12 +154,12 @@ pub enum EventKind {
     /// write is the largest value a run moves, and a copy for the trace cost its every node
     /// twice more (made, then dropped).
     Call {
-        service: String,
-        function: String,
+        service: Label,
+        function: Label,
         #[serde(serialize_with = "shared")]
         payload: Arc<Value>,
         #[serde(skip_serializing_if = "Option::is_none")]
-        caller: Option<String>,
+        caller: Option<Label>,
         #[serde(skip_serializing_if = "Option::is_none")]
         invocation_id: Option<String>,
     },
@@ -201,9 +307,9 @@ trait Fields<'e> {
     fn flag(&mut self, name: Name, value: bool);
     fn json(&mut self, name: Name, value: &'e Value);
 
-    fn some_text(&mut self, name: Name, value: &'e Option<String>) {
+    fn some_text(&mut self, name: Name, value: &'e Option<impl AsRef<str>>) {
         if let Some(value) = value {
-            self.text(name, value);
+            self.text(name, value.as_ref());
         }
     }
 }
@@ -652,14 +758,14 @@ mod tests {
         vec![
             EventKind::Frame {
                 direction: "in",
-                peer: text(),
+                peer: text().into(),
                 frame: "invokefunction",
                 function_id: None,
                 invocation_id: None,
             },
             EventKind::Call {
-                service: text(),
-                function: text(),
+                service: text().into(),
+                function: text().into(),
                 payload: Value::Null.into(),
                 caller: None,
                 invocation_id: None,
@@ -712,16 +818,16 @@ mod tests {
         // Every optional field present, awkward text and nested values.
         kinds.push(EventKind::Frame {
             direction: "out",
-            peer: awkward(),
+            peer: awkward().into(),
             frame: "invocationresult",
-            function_id: Some(awkward()),
+            function_id: Some(awkward().into()),
             invocation_id: Some("i".into()),
         });
         kinds.push(EventKind::Call {
-            service: awkward(),
+            service: awkward().into(),
             function: "f".into(),
             payload: json!({ "b": [1, -2, 2.5, null, true], "a": { "z": "x\u{7f}", "y": {} } }).into(),
-            caller: Some(awkward()),
+            caller: Some(awkward().into()),
             invocation_id: Some("i".into()),
         });
         kinds.push(EventKind::Effect {
@@ -747,7 +853,7 @@ mod tests {
         // Text with nothing to escape, beyond ASCII and at its edges (DEL, space), as it is.
         kinds.push(EventKind::Control { action: "é ☃ \u{7f}~".into(), target: " ".into() });
         for (at, kind) in kinds.into_iter().enumerate() {
-            let event = Event { at_ms: at as u64 * 1_000_003, host: awkward(), kind };
+            let event = Event { at_ms: at as u64 * 1_000_003, host: awkward().into(), kind };
             let mut line = Vec::new();
             event.write_canonical(&mut line);
             let derived = serde_json::to_vec(&event).unwrap();

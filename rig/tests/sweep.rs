@@ -180,7 +180,7 @@ fn worker_calls(baseline: &rig::RunOutcome) -> BTreeMap<Site, u64> {
                     .map(|v| (path.to_string(), proxy::value_text(v)))
             })
             .collect();
-        *groups.entry(Site::Call { function: function.clone(), about, nth: 0 }).or_default() += 1;
+        *groups.entry(Site::Call { function: function.to_string(), about, nth: 0 }).or_default() += 1;
     }
     groups
 }
@@ -223,7 +223,7 @@ fn the_cut_space_leaves_the_drivers_own_calls_alone() {
             .events()
             .iter()
             .filter_map(|e| match &e.kind {
-                EventKind::Call { function, caller: Some(caller), .. } if caller == who => Some(function.clone()),
+                EventKind::Call { function, caller: Some(caller), .. } if caller == who => Some(function.to_string()),
                 _ => None,
             })
             .collect()
@@ -316,10 +316,10 @@ fn the_cut_space_drops_and_duplicates_every_frame_kind_at_the_engine() {
         };
         if is_worker(peer) && matches!(*frame, "invokefunction" | "invocationresult") {
             let site = Site::Frame {
-                worker: peer.clone(),
+                worker: peer.to_string(),
                 up: *direction == "in",
                 frame: frame.to_string(),
-                function: function.clone(),
+                function: function.to_string(),
                 nth: 0,
             };
             *groups.entry(site).or_default() += 1;
@@ -355,10 +355,10 @@ fn the_cut_space_reorders_every_fire_and_forget_frame_to_a_worker_and_nothing_el
         };
         if peer == "harness" && *direction == "out" && *frame == "invokefunction" && invocation_id.is_none() {
             let site = Site::Frame {
-                worker: peer.clone(),
+                worker: peer.to_string(),
                 up: false,
                 frame: frame.to_string(),
-                function: function.clone(),
+                function: function.to_string(),
                 nth: 0,
             };
             *groups.entry(site).or_default() += 1;

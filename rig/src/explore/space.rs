@@ -532,7 +532,7 @@ pub(crate) fn cut_space_at(
                 if nth > options.nth_max || taken(at) {
                     continue;
                 }
-                let site = Site::Call { function: function.clone(), about, nth };
+                let site = Site::Call { function: function.to_string(), about, nth };
                 let mut kinds = vec![Kind::Timeout, Kind::Reject, Kind::Delay];
                 if WRITES.contains(&function.as_str()) {
                     kinds.extend([
@@ -582,8 +582,13 @@ pub(crate) fn cut_space_at(
                 if nth > options.nth_max {
                     continue;
                 }
-                let site =
-                    Site::Frame { worker: peer.clone(), up, frame: frame.to_string(), function: function.clone(), nth };
+                let site = Site::Frame {
+                    worker: peer.to_string(),
+                    up,
+                    frame: frame.to_string(),
+                    function: function.to_string(),
+                    nth,
+                };
                 for kind in [Kind::Drop, Kind::Duplicate] {
                     placements.push((at, Placement { site: site.clone(), kind, ms: None }));
                 }

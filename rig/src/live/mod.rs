@@ -205,10 +205,13 @@ pub fn run_live(
             let EventKind::Note { what, detail } = &event.kind else { continue };
             if what == "process_continued" && event.host == RIG {
                 continued.insert(detail["host"].as_str().unwrap_or_default().to_string());
-            } else if what == harness::LATE_NOTE && external.contains(&event.host) && !continued.remove(&event.host) {
+            } else if what == harness::LATE_NOTE
+                && external.contains(event.host.as_str())
+                && !continued.remove(event.host.as_str())
+            {
                 let ms = detail["ms"].as_u64().unwrap_or(0);
                 if worst.as_ref().is_none_or(|(_, worst)| ms > *worst) {
-                    worst = Some((event.host.clone(), ms));
+                    worst = Some((event.host.to_string(), ms));
                 }
             }
         }

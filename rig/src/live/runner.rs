@@ -367,7 +367,7 @@ impl LiveRunner {
                     ..
                 } = &event.kind
                 {
-                    timing.missing.remove(function);
+                    timing.missing.remove(function.as_str());
                 }
             }
             timing.scanned = events.len();
@@ -405,7 +405,7 @@ impl LiveRunner {
             .iter()
             .filter(|e| {
                 matches!(&e.kind, crate::trace::EventKind::Frame { peer, function_id, .. }
-                    if self.external.contains(peer) && function_id.as_deref() != Some(super::RIG_NOTE))
+                    if self.external.contains(peer.as_str()) && function_id.as_deref() != Some(super::RIG_NOTE))
             })
             .count() as u64;
         work.scanned = events.len();

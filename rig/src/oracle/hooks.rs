@@ -170,7 +170,7 @@ pub(super) fn hook_arguments(evidence: &Evidence<'_>, violations: &mut Vec<Viola
             chain.seen.push(&call["arguments"]);
             chain.passed_on = evidence
                 .hook_replies
-                .get(function)
+                .get(function.as_str())
                 .filter(|reply| reply["decision"] != "deny")
                 .map(|reply| merged(&call["arguments"], reply));
             continue;

@@ -380,7 +380,7 @@ fn blind_replay(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
                     let names_it = key.as_ref().is_some_and(|k| seen.keys.contains(k))
                         || reference.as_ref().is_some_and(|r| seen.references.contains(r));
                     if names_it {
-                        seen.asked.insert(caller.clone(), (position, event.at_ms));
+                        seen.asked.insert(caller.to_string(), (position, event.at_ms));
                     }
                 }
             }

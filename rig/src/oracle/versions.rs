@@ -93,7 +93,7 @@ pub(super) fn safety_overlay(evidence: &Evidence<'_>, violations: &mut Vec<Viola
                     let turn = payload["turn_id"].as_str().unwrap_or_default().to_string();
                     let turn = if crate::planted!("safety-overlay-any-look-counts") { String::new() } else { turn };
                     looked.insert(
-                        (worker.clone(), turn),
+                        (worker.to_string(), turn),
                         Looked { excluded: excluded.clone(), since_last_request: true },
                     );
                     continue;
@@ -110,8 +110,8 @@ pub(super) fn safety_overlay(evidence: &Evidence<'_>, violations: &mut Vec<Viola
                 let what = if function == "model::generate" { "generation request" } else { "call" };
                 let seen = match crate::planted!("safety-overlay-any-look-counts") {
                     // (The planted bug: a look for any turn counts for this one.)
-                    true => looked.entry((worker.clone(), String::new())).or_default(),
-                    false => looked.entry((worker.clone(), turn.clone())).or_default(),
+                    true => looked.entry((worker.to_string(), String::new())).or_default(),
+                    false => looked.entry((worker.to_string(), turn.clone())).or_default(),
                 };
                 let problem = if !seen.since_last_request {
                     Some(format!("`{worker}` sent a {what} (`{function}`) for turn {turn} at {} ms without consulting the safety overlay since its last request for the turn", event.at_ms))

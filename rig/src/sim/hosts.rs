@@ -148,10 +148,11 @@ pub fn queue_host<D: Dial>(
 /// A double on the bus, behind the run's service cuts.
 pub struct ServiceHost {
     world: Rc<World>,
-    host: String,
+    /// Its name, as every event it records carries it.
+    host: crate::trace::Label,
     double: SharedDouble,
     /// Requests a `late` cut holds on the way, with their callers, in arrival order.
-    held: std::cell::RefCell<Vec<(Arrived, Option<String>)>>,
+    held: std::cell::RefCell<Vec<(Arrived, Option<crate::trace::Label>)>>,
 }
 
 /// An invocation as a double's host holds it: its payload shared with the trace's `call` event
@@ -170,7 +171,7 @@ impl From<Invocation> for Arrived {
 
 impl ServiceHost {
     pub fn new(world: Rc<World>, host: &str, double: SharedDouble) -> Rc<Self> {
-        Rc::new(Self { world, host: host.to_string(), double, held: Default::default() })
+        Rc::new(Self { world, host: host.into(), double, held: Default::default() })
     }
 
     /// Lets the requests held on the way that `call` sends again (the same function, about the
@@ -227,11 +228,11 @@ impl Provider for ServiceHost {
             let world = &self.world;
             let call = Arrived::from(call);
             let caller = world.caller_of(&call.invocation_id);
-            world.record(
-                &self.host,
+            world.record_on(
+                self.host.clone(),
                 EventKind::Call {
                     service: self.host.clone(),
-                    function: call.function_id.clone(),
+                    function: call.function_id.as_str().into(),
                     payload: Arc::clone(&call.data),
                     caller: caller.clone(),
                     invocation_id: Some(call.invocation_id.clone()).filter(|id| !id.is_empty()),

@@ -9,7 +9,7 @@ use crate::oracle::Reply;
 use crate::queue::Queues;
 use crate::services::SharedDouble;
 use crate::streams::component_stream;
-use crate::trace::{Event, EventKind, Trace};
+use crate::trace::{Event, EventKind, Label, Trace};
 use doubles::{Observation, SessionService, StateStore};
 use proxy::SharedRules;
 use rand_chacha::ChaCha8Rng;
@@ -62,6 +62,8 @@ pub struct World {
     /// turn, whoever gets it. The driver's own are in the trace already.
     replies: RefCell<Vec<Reply>>,
     replies_dropped: Cell<u64>,
+    /// The engine's name, which every frame event carries: made once a run, not once a frame.
+    engine: Label,
 }
 
 /// The live connections between hosts, and which links are cut.
@@ -74,7 +76,7 @@ struct Links {
 /// Who sent each invocation, as the engine saw it arrive.
 #[derive(Default)]
 struct Callers {
-    by_invocation: BTreeMap<String, String>,
+    by_invocation: BTreeMap<String, Label>,
     order: VecDeque<String>,
 }
 
@@ -121,6 +123,7 @@ impl World {
             arrivals: RefCell::default(),
             replies: RefCell::default(),
             replies_dropped: Cell::new(0),
+            engine: Label::from(crate::topology::ENGINE),
         })
     }
 
@@ -173,7 +176,12 @@ impl World {
 
     /// Appends an event stamped with the current simulated time.
     pub fn record(&self, host: &str, kind: EventKind) {
-        let event = Event { at_ms: self.clock.now_ms(), host: host.to_string(), kind };
+        self.record_on(Label::from(host), kind);
+    }
+
+    /// [`Self::record`], for a host whose name the caller holds as a label already.
+    pub fn record_on(&self, host: Label, kind: EventKind) {
+        let event = Event { at_ms: self.clock.now_ms(), host, kind };
         // Live output for whoever runs with RUST_LOG=rig::trace=debug; the trace is the record.
         if tracing::enabled!(target: "rig::trace", tracing::Level::DEBUG) {
             tracing::debug!(target: "rig::trace", "{}", event.render());
@@ -199,7 +207,7 @@ impl World {
     /// Records what a double observed while handling a call from `caller`.
     pub fn record_observations(
         &self,
-        host: &str,
+        host: &Label,
         caller: Option<&str>,
         invocation_id: &str,
         observed: Vec<Observation>,
@@ -208,7 +216,7 @@ impl World {
             match observation {
                 Observation::Commit { scope, key, value, version } => {
                     let value = value.unwrap_or_else(|| Value::Null.into());
-                    self.record(host, EventKind::Commit { scope, key, value, version });
+                    self.record_on(host.clone(), EventKind::Commit { scope, key, value, version });
                 }
                 Observation::Lease { scope, key, owner, token, expires_at_ms } => {
                     let domain = format!("{scope}/{key}");
@@ -218,14 +226,14 @@ impl World {
                             double.observe_grant(&domain, token);
                         }
                     }
-                    self.record(host, EventKind::Lease { domain, owner, token, expires_at_ms })
+                    self.record_on(host.clone(), EventKind::Lease { domain, owner, token, expires_at_ms })
                 }
                 Observation::Fenced { scope, key, domain, token, accepted } => {
-                    self.record(host, EventKind::Fenced { scope, key, domain, token, accepted })
+                    self.record_on(host.clone(), EventKind::Fenced { scope, key, domain, token, accepted })
                 }
-                Observation::Note { what, detail } => self.record(host, EventKind::Note { what, detail }),
-                Observation::Effect(effect) => self.record(
-                    host,
+                Observation::Note { what, detail } => self.record_on(host.clone(), EventKind::Note { what, detail }),
+                Observation::Effect(effect) => self.record_on(
+                    host.clone(),
                     EventKind::Effect {
                         effect: effect.kind,
                         action: effect.action_id,
@@ -284,7 +292,8 @@ impl World {
         let severed = Rc::new(Notify::new());
         let mut links = self.links.borrow_mut();
         links.open.retain(|(_, signal)| signal.strong_count() > 0);
-        if links.cut.contains(&pair(a, b)) {
+        // No link cut (most of a run): no pair made to look for one.
+        if !links.cut.is_empty() && links.cut.contains(&pair(a, b)) {
             severed.notify_one();
         }
         links.open.push((pair(a, b), Rc::downgrade(&severed)));
@@ -311,7 +320,8 @@ impl World {
     }
 
     pub fn is_cut(&self, a: &str, b: &str) -> bool {
-        self.links.borrow().cut.contains(&pair(a, b))
+        let links = self.links.borrow();
+        !links.cut.is_empty() && links.cut.contains(&pair(a, b))
     }
 
     /// Asks the runner to crash `host` and restart it at once, after the current step.
@@ -365,20 +375,20 @@ impl World {
             position: self.trace.borrow().events().len(),
             at_ms: self.clock.now_ms(),
             from: peer.to_string(),
-            to,
+            to: to.to_string(),
             function: function_id.clone(),
             result: result.clone(),
         });
     }
 
     /// The worker an invocation came from, as the engine saw it arrive.
-    pub fn caller_of(&self, invocation_id: &str) -> Option<String> {
+    pub fn caller_of(&self, invocation_id: &str) -> Option<Label> {
         self.callers.borrow().by_invocation.get(invocation_id).cloned()
     }
 
     fn note_caller(&self, invocation_id: &str, caller: &str) {
         let mut callers = self.callers.borrow_mut();
-        if callers.by_invocation.insert(invocation_id.to_string(), caller.to_string()).is_none() {
+        if callers.by_invocation.insert(invocation_id.to_string(), caller.into()).is_none() {
             callers.order.push_back(invocation_id.to_string());
         }
         while callers.order.len() > CALLERS_MAX {
@@ -400,13 +410,13 @@ impl BusObserver for World {
             FrameDirection::In => "in",
             FrameDirection::Out => "out",
         };
-        self.record(
-            "engine",
+        self.record_on(
+            self.engine.clone(),
             EventKind::Frame {
                 direction,
-                peer: peer.to_string(),
+                peer: peer.into(),
                 frame: frame.kind(),
-                function_id: frame.function_id().map(str::to_string),
+                function_id: frame.function_id().map(Label::from),
                 invocation_id: frame.invocation_id().map(str::to_string),
             },
         );
