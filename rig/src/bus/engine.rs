@@ -64,7 +64,8 @@ struct Routing {
 }
 
 struct Peer {
-    name: String,
+    /// Shared with every frame's report (a count, not a copy, per frame).
+    name: Rc<str>,
     /// Named by whoever serves the connection: `engine::workers::register` does not rename it.
     pinned: bool,
     outbox: Outbox<Message>,
@@ -134,8 +135,8 @@ impl Engine {
             state.next_connection += 1;
             let id = state.next_connection;
             let (name, pinned) = match name {
-                Some(name) => (name, true),
-                None => (format!("worker-{id}"), false),
+                Some(name) => (Rc::from(name), true),
+                None => (Rc::from(format!("worker-{id}")), false),
             };
             state.connections.insert(id, Peer { name, pinned, outbox, retired: Rc::clone(&retired) });
             id
@@ -179,7 +180,7 @@ impl Engine {
         let name = self.peer_name(id);
         self.disconnect(id, why);
         let Some(error) = too_big else { return writer.abort() };
-        self.observer.note("engine", "frame_too_big", json!({ "peer": name, "error": error }));
+        self.observer.note("engine", "frame_too_big", json!({ "peer": &*name, "error": error }));
         // The outbox closed with the connection: what was queued goes out, then the close.
         let Ok(Ok(sink)) = tokio::time::timeout(CLOSE_GRACE, &mut writer).await else { return writer.abort() };
         if let Some(socket) = stream.reunite(sink) {
@@ -188,8 +189,12 @@ impl Engine {
         }
     }
 
-    fn peer_name(&self, id: u64) -> String {
-        self.state.borrow().connections.get(&id).map_or_else(|| format!("worker-{id}"), |p| p.name.clone())
+    fn peer_name(&self, id: u64) -> Rc<str> {
+        self.state
+            .borrow()
+            .connections
+            .get(&id)
+            .map_or_else(|| Rc::from(format!("worker-{id}")), |p| Rc::clone(&p.name))
     }
 
     fn send(&self, to: u64, frame: Frame) {
@@ -214,7 +219,7 @@ impl Engine {
         };
         if full {
             // A worker that cannot keep up is cut off rather than buffered without bound.
-            self.observer.note("engine", "outbox_full", json!({ "peer": name, "capacity": OUTBOX_CAPACITY }));
+            self.observer.note("engine", "outbox_full", json!({ "peer": &*name, "capacity": OUTBOX_CAPACITY }));
             self.disconnect(to, "its outbox was full");
         }
     }
@@ -232,7 +237,7 @@ impl Engine {
             Frame::RegisterFunction { id, .. } => {
                 let owner = self.owners.borrow().get(&id).cloned();
                 match owner {
-                    Some(owner) if owner != name => {
+                    Some(owner) if *owner != *name => {
                         let why = format!(
                             "refused `registerfunction {id}` from `{name}`: `{id}` is the rig's own, served by `{owner}`"
                         );
@@ -282,7 +287,7 @@ impl Engine {
                 (data.get("name").and_then(|n| n.as_str()), self.state.borrow_mut().connections.get_mut(&from))
             {
                 if !peer.pinned {
-                    peer.name = name.to_string();
+                    peer.name = Rc::from(name);
                 }
             }
             let result = Some(json!({ "registered": true }));
@@ -341,7 +346,7 @@ impl Engine {
             return;
         }
         let (name, old_name) =
-            (self.peer_name(from), self.state.borrow().connections.get(&old).map(|p| p.name.clone()));
+            (self.peer_name(from), self.state.borrow().connections.get(&old).map(|p| Rc::clone(&p.name)));
         if let Some(old_name) = old_name.filter(|old_name| *old_name != name) {
             let why = format!("refused `reattach {previous}` from `{name}`: that connection is `{old_name}`'s");
             return self.observer.refused(&name, &why);
@@ -359,7 +364,7 @@ impl Engine {
     }
 
     fn disconnect(&self, id: u64, why: &str) {
-        let (name, stopped): (String, Vec<(String, Route)>) = {
+        let (name, stopped): (Rc<str>, Vec<(String, Route)>) = {
             let mut state = self.state.borrow_mut();
             // Its outbox goes here, before the replies below wake anyone: the order tasks wake
             // in is part of a simulated run.
