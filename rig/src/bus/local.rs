@@ -226,37 +226,48 @@ mod tests {
             let (mut write, mut read) = split(Echo::default());
             write.send(5).await.unwrap();
             assert_eq!(read.next().await, Some(5));
-            let (other_write, _other_read) = split(Echo::default());
-            assert!(read.reunite(other_write).is_none(), "halves of two splits do not reunite");
-            let (write, read) = split(Echo::default());
-            assert!(read.reunite(write).is_some());
+            write.close().await.unwrap();
+            let (other_write, _) = split(Echo::default());
+            let (_, third_read) = split(Echo::default());
+            assert!(third_read.reunite(other_write).is_none(), "halves of two splits do not reunite");
+            let echo = read.reunite(write).expect("the halves of one split reunite");
+            // Every call of the sink reaches the socket: a half that answered `ready`, `flush` or
+            // `close` itself would leave frames in tungstenite's buffer, or a close unsent.
+            assert_eq!(echo.calls, ["ready", "start_send", "flush", "close"]);
         });
     }
 
-    /// A sink whose items come back out of it as a stream.
+    /// A sink whose items come back out of it as a stream, noting each call of the sink.
     #[derive(Default)]
-    struct Echo(VecDeque<u32>);
+    struct Echo {
+        items: VecDeque<u32>,
+        calls: Vec<&'static str>,
+    }
 
     impl Stream for Echo {
         type Item = u32;
         fn poll_next(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<Option<u32>> {
-            Poll::Ready(self.0.pop_front())
+            Poll::Ready(self.items.pop_front())
         }
     }
 
     impl Sink<u32> for Echo {
         type Error = std::convert::Infallible;
-        fn poll_ready(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        fn poll_ready(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+            self.calls.push("ready");
             Poll::Ready(Ok(()))
         }
         fn start_send(mut self: Pin<&mut Self>, item: u32) -> Result<(), Self::Error> {
-            self.0.push_back(item);
+            self.calls.push("start_send");
+            self.items.push_back(item);
             Ok(())
         }
-        fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        fn poll_flush(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+            self.calls.push("flush");
             Poll::Ready(Ok(()))
         }
-        fn poll_close(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        fn poll_close(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+            self.calls.push("close");
             Poll::Ready(Ok(()))
         }
     }
