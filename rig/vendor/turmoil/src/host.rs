@@ -1,6 +1,7 @@
 use crate::envelope::{hex, Datagram, Protocol, Segment, Syn};
 #[cfg(feature = "unstable-fs")]
 use crate::fs::{Fs, FsConfig};
+use crate::net::tcp::segments;
 use crate::net::tcp::stream::BidiFlowControl;
 use crate::net::{SocketPair, TcpListener, UdpSocket};
 use crate::{Envelope, TRACING_TARGET};
@@ -331,7 +332,8 @@ struct StreamSocket {
     buf: Map<u64, SequencedSegment>,
     next_send_seq: u64,
     recv_seq: u64,
-    sender: mpsc::Sender<SequencedSegment>,
+    // Rig patch: a one-lock channel in place of tokio's (see `net::tcp::segments`).
+    sender: segments::Sender<SequencedSegment>,
     flow_control: BidiFlowControl,
     /// A simple reference counter for tracking read/write half drops. Once 0, the
     /// socket may be removed from the host.
@@ -356,8 +358,8 @@ impl Display for SequencedSegment {
 }
 
 impl StreamSocket {
-    fn new(capacity: usize) -> (Self, mpsc::Receiver<SequencedSegment>, BidiFlowControl) {
-        let (tx, rx) = mpsc::channel(capacity);
+    fn new(capacity: usize) -> (Self, segments::Receiver<SequencedSegment>, BidiFlowControl) {
+        let (tx, rx) = segments::channel(capacity);
         let flow_control = BidiFlowControl::new(capacity);
         let sock = Self {
             buf: Map::default(),
@@ -447,7 +449,7 @@ impl Tcp {
         Ok(TcpListener::new(addr, notify))
     }
 
-    pub(crate) fn new_stream(&mut self, pair: SocketPair) -> (mpsc::Receiver<SequencedSegment>, BidiFlowControl) {
+    pub(crate) fn new_stream(&mut self, pair: SocketPair) -> (segments::Receiver<SequencedSegment>, BidiFlowControl) {
         let (sock, rx, bidi) = StreamSocket::new(self.socket_capacity);
 
         let exists = self.sockets.insert(pair, sock);

@@ -14,7 +14,7 @@ use std::{
 use tokio::{
     io::{AsyncRead, AsyncWrite, ReadBuf},
     runtime::Handle,
-    sync::{mpsc, oneshot},
+    sync::oneshot,
     time::sleep,
 };
 
@@ -26,6 +26,7 @@ use crate::{
     ToSocketAddrs, TRACING_TARGET,
 };
 
+use super::segments;
 use super::split_owned::{OwnedReadHalf, OwnedWriteHalf};
 
 /// A simulated TCP stream between a local and a remote socket.
@@ -40,7 +41,7 @@ pub struct TcpStream {
 impl TcpStream {
     pub(crate) fn new(
         pair: SocketPair,
-        receiver: mpsc::Receiver<SequencedSegment>,
+        receiver: segments::Receiver<SequencedSegment>,
         flow_control: BidiFlowControl,
     ) -> Self {
         let pair = Arc::new(pair);
@@ -181,7 +182,8 @@ pub(crate) struct ReadHalf {
 }
 
 struct Rx {
-    recv: mpsc::Receiver<SequencedSegment>,
+    // Rig patch: a one-lock channel in place of tokio's (see `net::tcp::segments`).
+    recv: segments::Receiver<SequencedSegment>,
     /// The remaining bytes of a received data segment.
     ///
     /// This is used to support read impls by stashing available bytes for
