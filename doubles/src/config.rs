@@ -225,7 +225,7 @@ mod tests {
         payload: Value,
     ) -> (Result<Value, ServiceError>, Vec<Observation>) {
         let mut observed = Vec::new();
-        let reply = config.handle(Call { function, payload: &payload, now_ms: 0 }, &mut observed);
+        let reply = config.handle(Call::new(function, &payload, 0), &mut observed);
         (reply, observed)
     }
 

@@ -377,7 +377,7 @@ mod tests {
         payload: Value,
     ) -> (Result<Value, ServiceError>, Vec<Observation>) {
         let mut seen = Vec::new();
-        let reply = service.handle(Call { function, payload: &payload, now_ms }, &mut seen);
+        let reply = service.handle(Call::new(function, &payload, now_ms), &mut seen);
         (reply, seen)
     }
 

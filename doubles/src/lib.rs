@@ -16,7 +16,7 @@ mod ticket;
 pub use config::{ConfigService, ConfigSettings, ConfigVersion};
 pub use effect::{reconcile_functions, Effect, EffectService, Guarantees, Replay, ServiceConfig};
 pub use model::{Generation, RequestCheck, ScriptedModel, ScriptedReply};
-pub use service::{Call, Double, EffectRecord, Observation, ServiceError};
+pub use service::{Call, Double, EffectRecord, Kept, Observation, ServiceError};
 pub use session::SessionService;
 pub use store::{LeaseView, StateStore};
 pub use ticket::{Ticket, TicketConfig, TicketService};

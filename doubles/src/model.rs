@@ -178,7 +178,7 @@ mod tests {
 
     fn generate(model: &mut ScriptedModel, request: Value) -> (Result<Value, ServiceError>, Vec<Observation>) {
         let mut seen = Vec::new();
-        let reply = model.handle(Call { function: "model::generate", payload: &request, now_ms: 0 }, &mut seen);
+        let reply = model.handle(Call::new("model::generate", &request, 0), &mut seen);
         (reply, seen)
     }
 

@@ -1,4 +1,5 @@
 use serde_json::Value;
+use std::sync::Arc;
 
 /// One request to a double, as it arrived.
 #[derive(Debug, Clone, Copy)]
@@ -7,6 +8,89 @@ pub struct Call<'a> {
     pub payload: &'a Value,
     /// Simulated milliseconds since the start of the run.
     pub now_ms: u64,
+    /// The same payload as its host holds it, shared (with the rig's trace), when it is so held:
+    /// a double that keeps part of it (the store a written value) keeps it through this instead
+    /// of a copy. `None` when the caller lends the payload only; the double then copies what it
+    /// keeps.
+    pub shared: Option<&'a Arc<Value>>,
+}
+
+impl<'a> Call<'a> {
+    /// A call whose payload is only lent.
+    pub fn new(function: &'a str, payload: &'a Value, now_ms: u64) -> Self {
+        Self { function, payload, now_ms, shared: None }
+    }
+
+    /// A call whose payload its host holds shared: what a double keeps of it is shared too.
+    pub fn shared(function: &'a str, payload: &'a Arc<Value>, now_ms: u64) -> Self {
+        Self { function, payload, now_ms, shared: Some(payload) }
+    }
+
+    /// The payload's field `field` as a double keeps it: shared with the payload when the host
+    /// shares it, else a copy. `null` when the field is absent.
+    pub fn keep(&self, field: &'static str) -> Kept {
+        match self.shared {
+            Some(whole) => Kept(Repr::Field(Arc::clone(whole), field)),
+            None => Kept::from(self.payload.get(field).cloned().unwrap_or(Value::Null)),
+        }
+    }
+}
+
+/// A JSON value as a double keeps it (a record the store holds, as its commit carries it): a
+/// value of its own, or a field of a request's payload shared with whoever else holds that
+/// payload, rather than a copy of every node of it. It reads as the value ([`std::ops::Deref`]);
+/// equality, debug output and serialisation are the value's.
+#[derive(Clone)]
+pub struct Kept(Repr);
+
+#[derive(Clone)]
+enum Repr {
+    Whole(Arc<Value>),
+    /// The field of a payload (`null` if it has none: as the copy would have been).
+    Field(Arc<Value>, &'static str),
+}
+
+static NULL: Value = Value::Null;
+
+impl std::ops::Deref for Kept {
+    type Target = Value;
+
+    fn deref(&self) -> &Value {
+        match &self.0 {
+            Repr::Whole(value) => value,
+            Repr::Field(payload, field) => payload.get(*field).unwrap_or(&NULL),
+        }
+    }
+}
+
+impl From<Value> for Kept {
+    fn from(value: Value) -> Self {
+        Kept(Repr::Whole(Arc::new(value)))
+    }
+}
+
+impl From<Arc<Value>> for Kept {
+    fn from(value: Arc<Value>) -> Self {
+        Kept(Repr::Whole(value))
+    }
+}
+
+impl PartialEq for Kept {
+    fn eq(&self, other: &Self) -> bool {
+        **self == **other
+    }
+}
+
+impl std::fmt::Debug for Kept {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        Value::fmt(self, f)
+    }
+}
+
+impl serde::Serialize for Kept {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        Value::serialize(self, serializer)
+    }
 }
 
 /// An error reply from a double: a definite "no", never an unknown outcome.
@@ -31,7 +115,7 @@ impl ServiceError {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Observation {
     /// A state write took effect (`value: None` is a delete): the value as the store keeps it.
-    Commit { scope: String, key: String, value: Option<std::sync::Arc<Value>>, version: u64 },
+    Commit { scope: String, key: String, value: Option<Kept>, version: u64 },
     /// A request for an external effect reached the service; the ledger keeps every one.
     Effect(EffectRecord),
     /// The state store granted (or renewed) a lease: `owner` holds the ownership domain

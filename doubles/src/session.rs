@@ -99,12 +99,10 @@ mod tests {
         let mut service = SessionService::new();
         service.seed_message("s1", json!({"role": "user", "content": "hi"}));
         let append = json!({"session_id": "s1", "entry": {"role": "assistant", "content": "hello"}});
-        let reply =
-            service.handle(Call { function: "session::append", payload: &append, now_ms: 0 }, &mut Vec::new()).unwrap();
+        let reply = service.handle(Call::new("session::append", &append, 0), &mut Vec::new()).unwrap();
         assert_eq!(reply, json!({"entry_id": "e2"}));
         let read = json!({"session_id": "s1"});
-        let messages =
-            service.handle(Call { function: "session::messages", payload: &read, now_ms: 0 }, &mut Vec::new()).unwrap();
+        let messages = service.handle(Call::new("session::messages", &read, 0), &mut Vec::new()).unwrap();
         assert_eq!(messages["entries"][1]["content"], json!("hello"));
         assert_eq!(messages["entries"].as_array().unwrap().len(), 2);
     }
@@ -114,7 +112,7 @@ mod tests {
         let mut service = SessionService::new();
         assert_eq!(service.status("s1"), None);
         let set = json!({"session_id": "s1", "status": "presenting"});
-        service.handle(Call { function: "session::set-status", payload: &set, now_ms: 0 }, &mut Vec::new()).unwrap();
+        service.handle(Call::new("session::set-status", &set, 0), &mut Vec::new()).unwrap();
         assert_eq!((service.status("s1"), service.status("s2")), (Some("presenting"), None));
     }
 
@@ -122,7 +120,7 @@ mod tests {
     fn an_append_under_a_known_key_is_kept_once() {
         let mut service = SessionService::new();
         let append = json!({"session_id": "s1", "entry": {"role": "function_result", "entry_key": "a1:result"}});
-        let call = Call { function: "session::append", payload: &append, now_ms: 0 };
+        let call = Call::new("session::append", &append, 0);
         assert_eq!(service.handle(call, &mut Vec::new()).unwrap(), json!({"entry_id": "e1"}));
         assert_eq!(service.handle(call, &mut Vec::new()).unwrap(), json!({"entry_id": "e1", "duplicate": true}));
         assert_eq!(service.entries("s1").len(), 1);

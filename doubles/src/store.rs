@@ -1,7 +1,6 @@
-use crate::service::{optional_object_field, text_field, u64_field, Call, Double, Observation, ServiceError};
+use crate::service::{optional_object_field, text_field, u64_field, Call, Double, Kept, Observation, ServiceError};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 /// The durable state store: scoped keys with versions and compare-and-set, plus leases with
 /// fencing tokens.
@@ -16,16 +15,35 @@ use std::sync::Arc;
 /// alone refuses nothing: only a newer grant does.
 #[derive(Debug, Default, Clone)]
 pub struct StateStore {
-    records: BTreeMap<(String, String), Versioned>,
-    leases: BTreeMap<(String, String), LeaseSlot>,
+    /// By scope, then key: ordered by scope then key as one map of pairs would be, and looked up
+    /// by the request's texts without making owned keys of them.
+    records: BTreeMap<String, BTreeMap<String, Versioned>>,
+    leases: BTreeMap<String, BTreeMap<String, LeaseSlot>>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
 struct Versioned {
-    /// Shared with the commit observed when it was written: the rig's trace keeps the same value,
-    /// rather than a copy of every node of it.
-    value: Arc<Value>,
+    /// Shared with the commit observed when it was written (the rig's trace keeps the same
+    /// value) and, when the request's host shares it, with the request it came in: no copy of
+    /// every node of it.
+    value: Kept,
     version: u64,
+}
+
+/// The entry of `scope/key` in a map by scope then key, made (with owned keys) only if missing.
+fn entry_of<'m, T: Default>(map: &'m mut BTreeMap<String, BTreeMap<String, T>>, scope: &str, key: &str) -> &'m mut T {
+    if !map.contains_key(scope) {
+        map.insert(scope.to_string(), BTreeMap::new());
+    }
+    let keys = map.get_mut(scope).expect("just made");
+    if !keys.contains_key(key) {
+        keys.insert(key.to_string(), T::default());
+    }
+    keys.get_mut(key).expect("just made")
+}
+
+fn lookup<'m, T>(map: &'m BTreeMap<String, BTreeMap<String, T>>, scope: &str, key: &str) -> Option<&'m T> {
+    map.get(scope)?.get(key)
 }
 
 /// A lease as the store holds it: who holds the ownership domain `scope/key`, under which
@@ -59,14 +77,16 @@ struct LeaseSlot {
 /// unit of work (the same value at `key_field`) in a final state (its `status_field` one of
 /// `final_states`) and the write would change it. Writing the identical final record again (the
 /// retry of a write whose acknowledgement was lost) is allowed.
-struct Guard {
-    key_field: String,
-    status_field: String,
-    final_states: Vec<String>,
+/// Read in place from the request: its texts borrowed, not copied.
+struct Guard<'a> {
+    key_field: &'a str,
+    status_field: &'a str,
+    /// Every one a string (checked by [`Guard::parse`]).
+    final_states: &'a [Value],
 }
 
-impl Guard {
-    fn parse(payload: &Value) -> Result<Option<Self>, ServiceError> {
+impl<'a> Guard<'a> {
+    fn parse(payload: &'a Value) -> Result<Option<Self>, ServiceError> {
         let Some(guard) = optional_object_field(payload, "guard")? else {
             return Ok(None);
         };
@@ -74,27 +94,25 @@ impl Guard {
         let final_states = guard
             .get("final")
             .and_then(Value::as_array)
-            .ok_or_else(|| ServiceError::bad_request("guard: missing list field `final`"))?
-            .iter()
-            .map(|s| {
-                s.as_str().map(str::to_string).ok_or_else(|| ServiceError::bad_request("guard: `final` holds strings"))
-            })
-            .collect::<Result<_, _>>()?;
+            .ok_or_else(|| ServiceError::bad_request("guard: missing list field `final`"))?;
+        if !final_states.iter().all(Value::is_string) {
+            return Err(ServiceError::bad_request("guard: `final` holds strings"));
+        }
         Ok(Some(Self {
-            key_field: text_field(guard, "key").map_err(field)?.to_string(),
-            status_field: text_field(guard, "status").map_err(field)?.to_string(),
+            key_field: text_field(guard, "key").map_err(field)?,
+            status_field: text_field(guard, "status").map_err(field)?,
             final_states,
         }))
     }
 
     /// Why `value` may not replace `stored`, if it may not.
     fn refuses(&self, stored: &Value, value: &Value) -> Option<String> {
-        let status = stored.get(&self.status_field).and_then(Value::as_str)?;
-        let same_unit = stored.get(&self.key_field) == value.get(&self.key_field);
-        (same_unit && self.final_states.iter().any(|s| s == status) && stored != value).then(|| {
+        let status = stored.get(self.status_field).and_then(Value::as_str)?;
+        let same_unit = stored.get(self.key_field) == value.get(self.key_field);
+        (same_unit && self.final_states.iter().any(|s| s.as_str() == Some(status)) && stored != value).then(|| {
             format!(
                 "{} {} is already `{status}`; a final state is never written over",
-                self.key_field, stored[&self.key_field]
+                self.key_field, stored[self.key_field]
             )
         })
     }
@@ -121,10 +139,6 @@ impl<'a> Fence<'a> {
     }
 }
 
-fn lease_id(scope: &str, key: &str) -> (String, String) {
-    (scope.to_string(), key.to_string())
-}
-
 impl StateStore {
     pub const FUNCTIONS: &'static [&'static str] = &[
         "state::get",
@@ -145,41 +159,55 @@ impl StateStore {
     /// Writes a record directly, as a scenario's seeded world (or an outside actor) does;
     /// returns its new version.
     pub fn seed(&mut self, scope: &str, key: &str, value: Value) -> u64 {
-        self.write(scope, key, Arc::new(value))
+        self.write(scope, key, value.into())
     }
 
     pub fn get(&self, scope: &str, key: &str) -> Option<&Value> {
-        self.records.get(&(scope.to_string(), key.to_string())).map(|r| &*r.value)
+        lookup(&self.records, scope, key).map(|r| &*r.value)
     }
 
     /// Every record as `(scope, key, value)`, ordered by scope then key.
     pub fn records(&self) -> impl Iterator<Item = (&str, &str, &Value)> {
-        self.records.iter().map(|((s, k), r)| (s.as_str(), k.as_str(), &*r.value))
+        self.records.iter().flat_map(|(s, keys)| keys.iter().map(move |(k, r)| (s.as_str(), k.as_str(), &*r.value)))
+    }
+
+    /// Every record as the store keeps it (shared, not copied), ordered by scope then key.
+    pub fn kept(&self) -> impl Iterator<Item = (&str, &str, &Kept)> {
+        self.records.iter().flat_map(|(s, keys)| keys.iter().map(move |(k, r)| (s.as_str(), k.as_str(), &r.value)))
     }
 
     /// The lease currently recorded for `scope/key` (possibly expired), if any.
     pub fn lease(&self, scope: &str, key: &str) -> Option<LeaseView> {
-        self.leases.get(&lease_id(scope, key)).and_then(|slot| slot.holder.clone())
+        lookup(&self.leases, scope, key).and_then(|slot| slot.holder.clone())
     }
 
     /// Every recorded lease (possibly expired), ordered by scope then key.
     pub fn leases(&self) -> Vec<LeaseView> {
-        self.leases.values().filter_map(|slot| slot.holder.clone()).collect()
+        self.leases.values().flat_map(BTreeMap::values).filter_map(|slot| slot.holder.clone()).collect()
     }
 
     /// The newest fencing token ever issued for `scope/key`; 0 if none ever was. This is
     /// the bar a fenced write must reach, and it stays put across release and expiry.
     pub fn highest_token(&self, scope: &str, key: &str) -> u64 {
-        self.leases.get(&lease_id(scope, key)).map_or(0, |slot| slot.highest_token)
+        lookup(&self.leases, scope, key).map_or(0, |slot| slot.highest_token)
     }
 
     fn version(&self, scope: &str, key: &str) -> u64 {
-        self.records.get(&(scope.to_string(), key.to_string())).map_or(0, |r| r.version)
+        lookup(&self.records, scope, key).map_or(0, |r| r.version)
     }
 
-    fn write(&mut self, scope: &str, key: &str, value: Arc<Value>) -> u64 {
+    fn write(&mut self, scope: &str, key: &str, value: Kept) -> u64 {
         let version = self.version(scope, key) + 1;
-        self.records.insert((scope.to_string(), key.to_string()), Versioned { value, version });
+        if !self.records.contains_key(scope) {
+            self.records.insert(scope.to_string(), BTreeMap::new());
+        }
+        let keys = self.records.get_mut(scope).expect("just made");
+        match keys.get_mut(key) {
+            Some(record) => *record = Versioned { value, version },
+            None => {
+                keys.insert(key.to_string(), Versioned { value, version });
+            }
+        }
         version
     }
 
@@ -215,9 +243,8 @@ impl StateStore {
     }
 
     /// Writes and observes the commit; no checks.
-    fn put(&mut self, scope: &str, key: &str, value: Value, observed: &mut Vec<Observation>) -> u64 {
-        let value = Arc::new(value);
-        let version = self.write(scope, key, Arc::clone(&value));
+    fn put(&mut self, scope: &str, key: &str, value: Kept, observed: &mut Vec<Observation>) -> u64 {
+        let version = self.write(scope, key, value.clone());
         observed.push(Observation::Commit { scope: scope.into(), key: key.into(), value: Some(value), version });
         version
     }
@@ -231,10 +258,11 @@ impl StateStore {
         }
     }
 
-    fn set(&mut self, payload: &Value, observed: &mut Vec<Observation>) -> Result<Value, ServiceError> {
+    fn set(&mut self, call: &Call<'_>, observed: &mut Vec<Observation>) -> Result<Value, ServiceError> {
+        let payload = call.payload;
         let (scope, key) = (text_field(payload, "scope")?, text_field(payload, "key")?);
         let fence = Fence::parse(payload)?;
-        let value = payload.get("value").cloned().unwrap_or(Value::Null);
+        let value = call.keep("value");
         self.admit(fence.as_ref(), scope, key, observed)?;
         self.check_guard(payload, scope, key, &value)?;
         let version = self.put(scope, key, value, observed);
@@ -245,7 +273,7 @@ impl StateStore {
         let (scope, key) = (text_field(payload, "scope")?, text_field(payload, "key")?);
         let fence = Fence::parse(payload)?;
         self.admit(fence.as_ref(), scope, key, observed)?;
-        let removed = self.records.remove(&(scope.to_string(), key.to_string()));
+        let removed = self.records.get_mut(scope).and_then(|keys| keys.remove(key));
         if let Some(old) = &removed {
             observed.push(Observation::Commit {
                 scope: scope.into(),
@@ -259,16 +287,14 @@ impl StateStore {
 
     fn list(&self, payload: &Value) -> Result<Value, ServiceError> {
         let scope = text_field(payload, "scope")?;
-        let entries: Vec<Value> = self
-            .records
-            .iter()
-            .filter(|((s, _), _)| s == scope)
-            .map(|((_, k), r)| json!({ "key": k, "value": r.value.as_ref(), "version": r.version }))
+        let entries: Vec<Value> = (self.records.get(scope).into_iter().flatten())
+            .map(|(k, r)| json!({ "key": k, "value": &*r.value, "version": r.version }))
             .collect();
         Ok(Value::Array(entries))
     }
 
-    fn compare_and_set(&mut self, payload: &Value, observed: &mut Vec<Observation>) -> Result<Value, ServiceError> {
+    fn compare_and_set(&mut self, call: &Call<'_>, observed: &mut Vec<Observation>) -> Result<Value, ServiceError> {
+        let payload = call.payload;
         let (scope, key) = (text_field(payload, "scope")?, text_field(payload, "key")?);
         let expected = payload
             .get("expected_version")
@@ -280,7 +306,7 @@ impl StateStore {
         if current != expected {
             return Ok(json!({ "swapped": false, "version": current }));
         }
-        let value = payload.get("value").cloned().unwrap_or(Value::Null);
+        let value = call.keep("value");
         self.check_guard(payload, scope, key, &value)?;
         let version = self.put(scope, key, value, observed);
         Ok(json!({ "swapped": true, "version": version }))
@@ -295,7 +321,7 @@ impl StateStore {
         let (scope, key) = (text_field(payload, "scope")?, text_field(payload, "key")?);
         let owner = text_field(payload, "owner")?;
         let ttl_ms = u64_field(payload, "ttl_ms")?;
-        let slot = self.leases.entry(lease_id(scope, key)).or_default();
+        let slot = entry_of(&mut self.leases, scope, key);
         if let Some(holder) = &slot.holder {
             if holder.owner != owner && !holder.expired_at(now_ms) {
                 return Ok(json!({
@@ -333,7 +359,7 @@ impl StateStore {
         let owner = text_field(payload, "owner")?;
         let token = u64_field(payload, "token")?;
         let ttl_ms = u64_field(payload, "ttl_ms")?;
-        let Some(slot) = self.leases.get_mut(&lease_id(scope, key)) else {
+        let Some(slot) = self.leases.get_mut(scope).and_then(|keys| keys.get_mut(key)) else {
             return Ok(json!({ "renewed": false, "token": 0 }));
         };
         match &mut slot.holder {
@@ -350,7 +376,7 @@ impl StateStore {
         let (scope, key) = (text_field(payload, "scope")?, text_field(payload, "key")?);
         let owner = text_field(payload, "owner")?;
         let token = u64_field(payload, "token")?;
-        let slot = self.leases.get_mut(&lease_id(scope, key));
+        let slot = self.leases.get_mut(scope).and_then(|keys| keys.get_mut(key));
         let released = match slot {
             Some(slot) => {
                 let current = slot.holder.as_ref().is_some_and(|h| h.token == token && h.owner == owner);
@@ -413,10 +439,10 @@ impl Double for StateStore {
                     Ok(value)
                 }
             }
-            "state::set" => self.set(payload, observed),
+            "state::set" => self.set(&call, observed),
             "state::delete" => self.delete(payload, observed),
             "state::list" => self.list(payload),
-            "state::compare-and-set" => self.compare_and_set(payload, observed),
+            "state::compare-and-set" => self.compare_and_set(&call, observed),
             "state::acquire-lease" => self.acquire_lease(payload, call.now_ms, observed),
             "state::renew-lease" => self.renew_lease(payload, call.now_ms, observed),
             "state::release-lease" => self.release_lease(payload),
@@ -431,7 +457,7 @@ mod tests {
     use super::*;
 
     fn call<'a>(function: &'a str, payload: &'a Value) -> Call<'a> {
-        Call { function, payload, now_ms: 0 }
+        Call::new(function, payload, 0)
     }
 
     #[test]
@@ -491,6 +517,32 @@ mod tests {
     }
 
     #[test]
+    fn a_write_whose_payload_its_host_shares_keeps_the_value_in_place() {
+        let mut store = StateStore::new();
+        let mut seen = Vec::new();
+        let shared = std::sync::Arc::new(json!({"scope": "t", "key": "k", "value": {"a": [1, 2.5]}}));
+        store.handle(Call::shared("state::set", &shared, 0), &mut seen).unwrap();
+        let stored = store.get("t", "k").unwrap();
+        assert!(std::ptr::eq(stored, &shared["value"]), "the stored value is the payload's own node, not a copy");
+        let Some(Observation::Commit { value: Some(committed), .. }) = seen.first() else { panic!("{seen:?}") };
+        assert!(std::ptr::eq(&**committed, &shared["value"]), "and so is the commit's");
+        // A payload only lent is copied, to the same value.
+        let lent = json!({"scope": "t", "key": "k2", "value": {"a": [1, 2.5]}});
+        store.handle(call("state::set", &lent), &mut seen).unwrap();
+        assert_eq!(store.get("t", "k2"), Some(&lent["value"]));
+        assert!(!std::ptr::eq(store.get("t", "k2").unwrap(), &lent["value"]));
+        // A write without a value stores null, shared or not.
+        let bare = std::sync::Arc::new(json!({"scope": "t", "key": "k3", "expected_version": 0}));
+        store.handle(Call::shared("state::compare-and-set", &bare, 0), &mut seen).unwrap();
+        assert_eq!(store.get("t", "k3"), Some(&Value::Null));
+        let kept: Vec<_> = store.kept().map(|(s, k, v)| (s, k, (**v).clone())).collect();
+        assert_eq!(
+            kept,
+            vec![("t", "k", shared["value"].clone()), ("t", "k2", lent["value"].clone()), ("t", "k3", Value::Null)]
+        );
+    }
+
+    #[test]
     fn list_is_ordered_by_key_within_a_scope() {
         let mut store = StateStore::new();
         store.seed("q", "b", json!(2));
@@ -509,7 +561,7 @@ mod tests {
     }
 
     fn at<'a>(function: &'a str, payload: &'a Value, now_ms: u64) -> Call<'a> {
-        Call { function, payload, now_ms }
+        Call::new(function, payload, now_ms)
     }
 
     fn acquire(store: &mut StateStore, owner: &str, ttl_ms: u64, now_ms: u64) -> Value {

@@ -189,7 +189,7 @@ mod tests {
         payload: Value,
         seen: &mut Vec<Observation>,
     ) -> Result<Value, ServiceError> {
-        service.handle(Call { function, payload: &payload, now_ms }, seen)
+        service.handle(Call::new(function, &payload, now_ms), seen)
     }
 
     fn effects(seen: &[Observation]) -> Vec<&EffectRecord> {

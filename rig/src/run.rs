@@ -52,7 +52,8 @@ pub struct RunOutcome {
     /// planted bug as the run showed it.
     pub broke: Vec<String>,
     pub rpc: BTreeMap<String, Value>,
-    pub state: Vec<(String, String, Value)>,
+    /// The store's records at the end, each shared with the store (and the trace's commit of it).
+    pub state: Vec<(String, String, doubles::Kept)>,
     /// Every recorded action at the end of the run: complete, held or unsettled, with owners.
     pub actions: Vec<ActionStatus>,
     /// How often each worker reached each named interruption point, as `((worker, point), n)`:
@@ -541,7 +542,8 @@ pub(crate) fn judge(
     judge_violations(&violations, run, &mut failures);
     failures.extend(vacuous_cuts(world, scenario, &trace, harness.name));
     let effects = effect_counts(trace.events());
-    let rpc = world.rpc.borrow().clone();
+    // Taken, not copied: the world is not read for them again after its judgement.
+    let rpc = world.rpc.take();
     let applicable = applicable_expectations(run, harness.reference_particulars);
     let observed = Observed {
         rpc: &rpc,
@@ -555,7 +557,7 @@ pub(crate) fn judge(
     failures.extend(expect::check(&applicable, &observed));
     let broke = expect::broken(&run.broken, &observed);
     failures.extend(expect::check_broken(&broke));
-    let state = store.records().map(|(s, k, v)| (s.to_string(), k.to_string(), v.clone())).collect();
+    let state = store.kept().map(|(s, k, v)| (s.to_string(), k.to_string(), v.clone())).collect();
     let actions = action_statuses(&store, layout);
     RunOutcome {
         scenario: scenario.path.display().to_string(),

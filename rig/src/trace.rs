@@ -165,13 +165,7 @@ pub enum EventKind {
     },
     /// A state write that took effect (`value: null` for a delete): the value the store keeps,
     /// shared with it rather than copied.
-    Commit {
-        scope: String,
-        key: String,
-        #[serde(serialize_with = "shared")]
-        value: Arc<Value>,
-        version: u64,
-    },
+    Commit { scope: String, key: String, value: doubles::Kept, version: u64 },
     /// A request for an external effect, as the service's ledger recorded it.
     Effect {
         effect: String,

@@ -68,7 +68,7 @@ impl Doubles {
 
     fn call(&mut self, function: &str, payload: &Value, now_ms: u64) -> Result<Value, String> {
         let mut observed = Vec::new();
-        let call = Call { function, payload, now_ms };
+        let call = Call::new(function, payload, now_ms);
         let double: &mut dyn Double = match function.split("::").next().unwrap_or_default() {
             "state" => &mut self.store,
             "session" => &mut self.session,

@@ -868,7 +868,7 @@ fn liveness_holds_a_command_to_a_held_turn_and_a_lease_only_to_a_finished_turn_o
     let lease_on = |store: &mut StateStore, scope: &str, session: &str, turn: Value| {
         store.seed("harness_turn", session, turn);
         let payload = json!({"scope": scope, "key": session, "owner": "harness", "ttl_ms": 10_000});
-        let call = doubles::Call { function: "state::acquire-lease", payload: &payload, now_ms: 100 };
+        let call = doubles::Call::new("state::acquire-lease", &payload, 100);
         doubles::Double::handle(store, call, &mut Vec::new()).unwrap();
     };
     lease_on(&mut store, "harness_owner", "s1", json!({"turn_id": "t1", "status": "paused"}));

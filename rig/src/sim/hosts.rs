@@ -199,10 +199,7 @@ impl ServiceHost {
     fn apply(&self, call: &Arrived, caller: Option<&str>, bus: &Bus) -> Result<Value, ErrorBody> {
         let mut observed = Vec::new();
         let now_ms = self.world.clock.now_ms();
-        let reply = self
-            .double
-            .borrow_mut()
-            .handle(Call { function: &call.function_id, payload: &call.data, now_ms }, &mut observed);
+        let reply = self.double.borrow_mut().handle(Call::shared(&call.function_id, &call.data, now_ms), &mut observed);
         self.world.record_observations(&self.host, caller, &call.invocation_id, observed);
         let mut reply = reply.map_err(|e| ErrorBody { code: e.code, message: e.message })?;
         // The reply's frames are looked at (and copied) only for a caller that streams.
