@@ -47,13 +47,15 @@ impl Worker {
     async fn turn_with_version(&self, bus: &Bus, session_id: &str) -> Result<(Value, u64), ErrorBody> {
         let read = json!({ "scope": TURN_SCOPE, "key": session_id, "versioned": true });
         let timeout = self.env.config.session_timeout_ms;
-        let turn = bus.invoke("state::get", read, timeout).await.map_err(|e| error_body("get_turn", &e))?;
-        Ok((turn["value"].clone(), turn["version"].as_u64().unwrap_or(0)))
+        let mut turn = bus.invoke("state::get", read, timeout).await.map_err(|e| error_body("get_turn", &e))?;
+        // Taken out of the reply, which is dropped here: no copy.
+        let version = turn["version"].as_u64().unwrap_or(0);
+        Ok((turn.get_mut("value").map(Value::take).unwrap_or_default(), version))
     }
 
     async fn control_record(&self, bus: &Bus, session_id: &str) -> Result<(Value, u64), ErrorBody> {
         let read = json!({ "scope": CONTROL_SCOPE, "key": session_id, "versioned": true });
-        let found = bus
+        let mut found = bus
             .invoke("state::get", read, self.env.config.session_timeout_ms)
             .await
             .map_err(|e| error_body("control", &e))?;
@@ -61,7 +63,8 @@ impl Worker {
         let record = if found["value"].is_null() {
             json!({ "session_id": session_id, "commands": {} })
         } else {
-            found["value"].clone()
+            // Taken out of the reply, which is dropped here: no copy.
+            found.get_mut("value").map(Value::take).unwrap_or_default()
         };
         if let Some(flaw) = super::shape::control_record_flaw(&record) {
             // Nothing is recorded over it: a person must look at it first.

@@ -41,14 +41,20 @@ impl Worker {
         let asked = self.generations.asked.get() + 1;
         self.generations.asked.set(asked);
         let stream_id = format!("{request_id}#{asked}");
-        let mut request = json!({
-            "session_id": record["session_id"], "turn_id": record["turn_id"], "step": record["step"],
-            "request_id": request_id, "system_prompt": offer.system_prompt, "messages": messages,
-            "tools": offer.tools, "stream_to": self.env.function("stream"), "stream_id": stream_id,
-        });
-        if let Some(fields) = request.as_object_mut() {
-            fields.extend(offer.versions);
-        }
+        // The messages and tools are moved in: `json!` would copy each node of them through its
+        // serializer. Same document (an object's keys are ordered whatever the insertion order).
+        let mut fields = serde_json::Map::new();
+        fields.insert("session_id".into(), record["session_id"].clone());
+        fields.insert("turn_id".into(), record["turn_id"].clone());
+        fields.insert("step".into(), record["step"].clone());
+        fields.insert("request_id".into(), request_id.into());
+        fields.insert("system_prompt".into(), offer.system_prompt.into());
+        fields.insert("messages".into(), messages);
+        fields.insert("tools".into(), Value::Array(offer.tools));
+        fields.insert("stream_to".into(), self.env.function("stream").into());
+        fields.insert("stream_id".into(), stream_id.clone().into());
+        fields.extend(offer.versions);
+        let request = Value::Object(fields);
         let reply = bus.invoke("model::generate", request, self.env.config.model_timeout_ms).await;
         let reply = match reply {
             Ok(reply) => reply,
@@ -73,8 +79,9 @@ impl Worker {
         }
         let timeout = self.env.config.session_timeout_ms;
         let read = bus.invoke("session::messages", json!({ "session_id": record["session_id"] }), timeout).await;
-        let messages =
-            read.map_err(|error| StepFailure { during: "session::messages".into(), error })?["entries"].clone();
+        // Taken out of the reply, which is dropped here: no copy.
+        let mut read = read.map_err(|error| StepFailure { during: "session::messages".into(), error })?;
+        let messages = read.get_mut("entries").map(Value::take).unwrap_or_default();
         if stale {
             self.generations.contexts.borrow_mut().insert(turn_id, messages.clone());
         }
