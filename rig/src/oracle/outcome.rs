@@ -115,7 +115,9 @@ impl Outcome {
         let mut refused: BTreeMap<String, (String, String)> = BTreeMap::new();
         // The last effect request, while its cut (if any) is the next event.
         let mut last_call: Option<&str> = None;
-        let mut generated: BTreeSet<String> = BTreeSet::new();
+        // The messages of each generation so far, compared as the texts they write: a run asks
+        // a few times, so a look along them is cheaper than writing every one out.
+        let mut generated: Vec<&Value> = Vec::new();
         for event in events {
             match &event.kind {
                 EventKind::Commit { scope, key, value, .. } if !value.is_null() => {
@@ -127,7 +129,7 @@ impl Outcome {
                     }
                 }
                 EventKind::Call { function, payload, .. }
-                    if function == GENERATE && !generated.insert(payload["messages"].to_string()) =>
+                    if function == GENERATE && !first_asked(&mut generated, &payload["messages"]) =>
                 {
                     outcome.repeated_generations += 1;
                 }
@@ -221,6 +223,28 @@ const GENERATE: &str = "model::generate";
 /// What a reply to a command says of it: whether it took effect, as far as the contract's
 /// replies tell (`resolved` for a release, `state` for a control command), or that no answer
 /// came (its delivery, or the answer's, was cut).
+/// Whether `messages` were not asked for before; kept if not.
+fn first_asked<'a>(asked: &mut Vec<&'a Value>, messages: &'a Value) -> bool {
+    let first = !asked.iter().any(|seen| same_text(seen, messages));
+    if first {
+        asked.push(messages);
+    }
+    first
+}
+
+/// Whether `a` and `b` write the same JSON text. Their `==` but for numbers, which are compared
+/// as written (`-0.0` is not `0.0`, `1.0` is not `1`).
+fn same_text(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Number(a), Value::Number(b)) => a.to_string() == b.to_string(),
+        (Value::Array(a), Value::Array(b)) => a.len() == b.len() && a.iter().zip(b).all(|(a, b)| same_text(a, b)),
+        (Value::Object(a), Value::Object(b)) => {
+            a.len() == b.len() && a.iter().zip(b).all(|((ka, a), (kb, b))| ka == kb && same_text(a, b))
+        }
+        _ => a == b,
+    }
+}
+
 fn took_effect(reply: &Value) -> String {
     if reply["outcome"] != "ok" {
         return "no answer".to_string();
@@ -440,6 +464,24 @@ fn differences(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn generations_are_the_same_when_their_messages_write_the_same_text() {
+        use serde_json::json;
+        assert!(same_text(&json!([{"b": 1, "a": "x"}]), &json!([{"a": "x", "b": 1}])));
+        assert!(!same_text(&json!([{"a": 1}]), &json!([{"a": 1.0}])), "1 and 1.0 are written apart");
+        assert!(!same_text(&json!(-0.0), &json!(0.0)), "as are -0.0 and 0.0, which `==` takes for one");
+        assert!(!same_text(&json!(["a", "b"]), &json!(["a"])));
+        assert!(!same_text(&json!({"a": 1}), &json!({"b": 1})));
+        for (a, b) in [
+            (json!([{"a": 1}]), json!([{"a": 1.0}])),
+            (json!(-0.0), json!(0.0)),
+            (json!({"x": [1]}), json!({"x": [1]})),
+        ] {
+            let (text_a, text_b) = (a.to_string(), b.to_string());
+            assert_eq!(same_text(&a, &b), text_a == text_b);
+        }
+    }
 
     fn turns(ends: &[&str]) -> Vec<TurnEnd> {
         let end = |(i, status): (usize, &&str)| TurnEnd { turn_id: format!("t{}", i + 1), status: status.to_string() };
