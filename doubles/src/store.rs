@@ -288,7 +288,14 @@ impl StateStore {
     fn list(&self, payload: &Value) -> Result<Value, ServiceError> {
         let scope = text_field(payload, "scope")?;
         let entries: Vec<Value> = (self.records.get(scope).into_iter().flatten())
-            .map(|(k, r)| json!({ "key": k, "value": &*r.value, "version": r.version }))
+            .map(|(k, r)| {
+                // A copy of the value, rather than `json!` writing it out through its serializer.
+                let mut entry = serde_json::Map::new();
+                entry.insert("key".into(), k.as_str().into());
+                entry.insert("value".into(), Value::clone(&r.value));
+                entry.insert("version".into(), r.version.into());
+                Value::Object(entry)
+            })
             .collect();
         Ok(Value::Array(entries))
     }

@@ -48,7 +48,13 @@ pub async fn driver<D: Dial>(
         let (world, bus) = (Rc::clone(&world), bus.clone());
         tokio::task::spawn_local(async move {
             let outcome = match bus.invoke_with(&call.function, call.payload, call.action, call.timeout_ms).await {
-                Ok(result) => serde_json::json!({ "outcome": "ok", "result": result }),
+                // Moved in: `json!` would copy the result node by node.
+                Ok(result) => {
+                    let mut outcome = serde_json::Map::new();
+                    outcome.insert("outcome".into(), "ok".into());
+                    outcome.insert("result".into(), result);
+                    serde_json::Value::Object(outcome)
+                }
                 Err(error) => error.to_json(),
             };
             world.rpc.borrow_mut().insert(call.name.clone(), outcome.clone());

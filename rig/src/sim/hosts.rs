@@ -202,17 +202,25 @@ impl ServiceHost {
         let reply = self.double.borrow_mut().handle(Call::shared(&call.function_id, &call.data, now_ms), &mut observed);
         self.world.record_observations(&self.host, caller, &call.invocation_id, observed);
         let mut reply = reply.map_err(|e| ErrorBody { code: e.code, message: e.message })?;
-        // The reply's frames are looked at (and copied) only for a caller that streams.
+        // The reply's frames are looked at only for a caller that streams; each is moved out of
+        // the reply into its own call (`json!` would copy it node by node).
         let stream_to = call.data["stream_to"].as_str();
-        if let Some((stream_to, frames)) = stream_to.and_then(|to| Some((to, reply.get("frames")?))) {
-            let frames = frames.as_array().cloned().unwrap_or_default();
-            for (seq, frame) in frames.iter().enumerate() {
-                let data = serde_json::json!({ "stream_id": call.data["stream_id"], "seq": seq, "frame": frame });
-                bus.send_void(stream_to, data);
-            }
-            if let Some(fields) = reply.as_object_mut() {
-                fields.remove("frames");
-                fields.insert("streamed".into(), serde_json::json!(frames.len()));
+        let fields = reply.as_object_mut().filter(|_| stream_to.is_some());
+        if let Some((stream_to, fields)) = stream_to.zip(fields) {
+            if let Some(frames) = fields.remove("frames") {
+                let frames = match frames {
+                    Value::Array(frames) => frames,
+                    _ => Vec::new(),
+                };
+                let sent = frames.len();
+                for (seq, frame) in frames.into_iter().enumerate() {
+                    let mut data = serde_json::Map::new();
+                    data.insert("stream_id".into(), call.data["stream_id"].clone());
+                    data.insert("seq".into(), seq.into());
+                    data.insert("frame".into(), frame);
+                    bus.send_void(stream_to, Value::Object(data));
+                }
+                fields.insert("streamed".into(), sent.into());
             }
         }
         Ok(reply)
