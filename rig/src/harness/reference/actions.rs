@@ -168,12 +168,14 @@ impl Worker {
                     // (or none) comes back.
                     self.spend(bus, record, Spend::EffectDispatch).await?;
                 }
-                let intent = json!({
-                    "tool": call["tool"], "args": args, "idempotency_key": self.new_key(),
+                let mut intent = json!({
+                    "tool": call["tool"], "idempotency_key": self.new_key(),
                     "client_reference": action_id, "status": "started", "owner": self.env.host,
                     "token": self.lease_token(&session_id), "intent_at_ms": self.now(),
                     "replay": if tool.replay_safe { "safe" } else { "unsafe" },
                 });
+                // Moved in: `json!` would copy the arguments node by node.
+                intent["args"] = args;
                 record["calls"][action_id] = intent;
                 self.write(bus, record).await?;
             }

@@ -145,7 +145,15 @@ impl Worker {
     /// versioned configuration, the pinned version's less what the overlay took away.
     pub(super) async fn offer(&self, bus: &Bus, record: &mut Value) -> Result<Offer, StepFailure> {
         let listed = |tools: &mut dyn Iterator<Item = &Tool>| -> Vec<Value> {
-            tools.map(|t| json!({ "name": t.name, "description": t.description, "parameters": t.parameters })).collect()
+            // Copies made directly: `json!` would write each tool's schema out through its serializer.
+            let tool = |t: &Tool| {
+                let mut fields = Map::new();
+                fields.insert("name".into(), t.name.as_str().into());
+                fields.insert("description".into(), t.description.as_str().into());
+                fields.insert("parameters".into(), t.parameters.clone());
+                Value::Object(fields)
+            };
+            tools.map(tool).collect()
         };
         if !self.env.config.versioned_config {
             let tools = listed(&mut self.env.config.tools.iter());
