@@ -556,27 +556,33 @@ impl Worker {
         session_id: &str,
         turn: Option<&Value>,
     ) -> Result<Value, ErrorBody> {
-        let (control, _) = self.control_record(bus, session_id).await?;
+        let (mut control, _) = self.control_record(bus, session_id).await?;
+        // The turn is only read: a record handed in is not copied.
+        let fetched;
         let turn = match turn {
-            Some(turn) => turn.clone(),
-            None => self.get_turn(bus, session_id).await.ok().flatten().unwrap_or(Value::Null),
+            Some(turn) => turn,
+            None => {
+                fetched = self.get_turn(bus, session_id).await.ok().flatten().unwrap_or(Value::Null);
+                &fetched
+            }
         };
         let mut last = Value::Null;
-        let pending: Vec<(String, Value)> = control["commands"]
-            .as_object()
-            .map(|c| {
-                c.iter().filter(|(_, v)| v["state"] == json!("accepted")).map(|(k, v)| (k.clone(), v.clone())).collect()
-            })
-            .unwrap_or_default();
+        // Taken out of the record read for them, which is not used again: no copies.
+        let pending: Vec<(String, Value)> = match control.get_mut("commands").map(Value::take) {
+            Some(Value::Object(commands)) => {
+                commands.into_iter().filter(|(_, v)| v["state"] == json!("accepted")).collect()
+            }
+            _ => Vec::new(),
+        };
         for (key, command) in pending {
             let kind = command["command"].as_str().unwrap_or("");
             let done = match (kind, turn["status"].as_str()) {
                 // Accepted for a turn that has ended since (the session holds a later one): as
                 // for any ended turn, a stop has what it asked for and the rest came too late.
-                ("stop", _) if self.names_another_turn(&command["turn_id"], &turn) => {
+                ("stop", _) if self.names_another_turn(&command["turn_id"], turn) => {
                     Some(("applied", format!("the turn {} ended", command["turn_id"].as_str().unwrap_or("?"))))
                 }
-                (_, _) if self.names_another_turn(&command["turn_id"], &turn) => Some((
+                (_, _) if self.names_another_turn(&command["turn_id"], turn) => Some((
                     "expired",
                     format!("the turn {} ended before the {kind} applied", command["turn_id"].as_str().unwrap_or("?")),
                 )),
@@ -589,11 +595,11 @@ impl Worker {
                 }
                 // The turn ended by itself: a stop has what it asked for; a cancellation or a
                 // pause came too late to change anything.
-                ("stop", Some(status)) if is_terminal(&turn) => Some(("applied", format!("the turn ended {status}"))),
-                ("cancel", Some(status)) if is_terminal(&turn) => {
+                ("stop", Some(status)) if is_terminal(turn) => Some(("applied", format!("the turn ended {status}"))),
+                ("cancel", Some(status)) if is_terminal(turn) => {
                     Some(("expired", format!("the turn ended {status} before the cancellation applied")))
                 }
-                ("pause", _) if is_terminal(&turn) => {
+                ("pause", _) if is_terminal(turn) => {
                     Some(("expired", "the turn ended before it could pause".to_string()))
                 }
                 ("pause", Some("held")) => Some(("expired", "the turn is held for a person".to_string())),
@@ -604,7 +610,7 @@ impl Worker {
                 }
                 // A resume whose claim never happened (its worker died first) can claim nothing
                 // from a turn that is over.
-                ("resume", Some(status)) if is_terminal(&turn) || status == "held" => {
+                ("resume", Some(status)) if is_terminal(turn) || status == "held" => {
                     Some(("expired", format!("the turn is {status}: nothing to resume")))
                 }
                 _ => None,
