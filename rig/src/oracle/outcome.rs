@@ -220,9 +220,6 @@ impl Outcome {
 /// The model's function: a generation.
 const GENERATE: &str = "model::generate";
 
-/// What a reply to a command says of it: whether it took effect, as far as the contract's
-/// replies tell (`resolved` for a release, `state` for a control command), or that no answer
-/// came (its delivery, or the answer's, was cut).
 /// Whether `messages` were not asked for before; kept if not.
 fn first_asked<'a>(asked: &mut Vec<&'a Value>, messages: &'a Value) -> bool {
     let first = !asked.iter().any(|seen| same_text(seen, messages));
@@ -245,6 +242,9 @@ fn same_text(a: &Value, b: &Value) -> bool {
     }
 }
 
+/// What a reply to a command says of it: whether it took effect, as far as the contract's
+/// replies tell (`resolved` for a release, `state` for a control command), or that no answer
+/// came (its delivery, or the answer's, was cut).
 fn took_effect(reply: &Value) -> String {
     if reply["outcome"] != "ok" {
         return "no answer".to_string();
