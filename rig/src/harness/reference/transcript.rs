@@ -70,21 +70,17 @@ impl Worker {
             entry["entry_key"] = json!(key);
         }
         let attempts = attempts.max(1);
-        // A keyed request is kept to the end (for the background); an unkeyed one may be moved
-        // into its last try, so its key, if it has one, is kept for the note.
-        let unkeyed_entry_key = if keyed { None } else { entry.get("entry_key").cloned() };
-        // The entry is moved in (`json!` would copy each node of it through its serializer), and
-        // the request is copied only while a later try or the background may still need it.
+        let entry_key = entry.get("entry_key").cloned().unwrap_or(Value::Null);
+        // The entry is moved in (`json!` would copy each node of it through its serializer).
         let mut append = serde_json::Map::new();
         append.insert("session_id".into(), session_id.clone());
         append.insert("entry".into(), entry);
-        let mut append = Some(Value::Object(append));
+        let mut append = Value::Object(append);
         let mut last_error = String::new();
         for attempt in 1..=attempts {
-            let request = match &append {
-                Some(request) if attempt < attempts || keyed => request.clone(),
-                _ => append.take().unwrap_or_default(),
-            };
+            // A later try, or the background for a keyed entry, still needs the request; an
+            // unkeyed entry's last try does not, so it takes it.
+            let request = if keyed || attempt < attempts { append.clone() } else { std::mem::take(&mut append) };
             match bus.invoke("session::append", request, self.env.config.session_timeout_ms).await {
                 Ok(_) => return true,
                 Err(error) => last_error = error.to_string(),
@@ -93,11 +89,8 @@ impl Worker {
                 self.env.clock.sleep(self.deferred_backoff(attempt)).await;
             }
         }
-        let entry_key = unkeyed_entry_key
-            .or_else(|| append.as_ref().and_then(|a| a["entry"].get("entry_key").cloned()))
-            .unwrap_or(Value::Null);
         self.note("transcript_append_failed", json!({ "entry_key": entry_key, "error": last_error }));
-        if let Some(append) = append.filter(|_| keyed) {
+        if keyed {
             let (env, bus) = (self.env.clone(), bus.clone());
             tokio::task::spawn_local(append_later(env, bus, append));
         }
