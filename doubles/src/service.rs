@@ -225,3 +225,30 @@ pub(crate) fn optional_object_field<'a>(payload: &'a Value, field: &str) -> Resu
         Some(_) => Err(ServiceError::bad_request(format!("field `{field}` must be an object"))),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// A value kept as a field of a shared payload is the value a copy would have been: equal to
+    /// it, unequal to another, and shown and serialised as it.
+    #[test]
+    fn a_kept_field_reads_compares_shows_and_serialises_as_its_value() {
+        let payload = Arc::new(json!({ "scope": "runs", "value": { "status": "done", "n": 1 } }));
+        let shared = Call::shared("state::set", &payload, 0).keep("value");
+        let copied = Call::new("state::set", &payload, 0).keep("value");
+        let other = Kept::from(json!({ "status": "running", "n": 1 }));
+
+        assert_eq!(*shared, payload["value"]);
+        assert_eq!(shared, copied);
+        assert_ne!(shared, other);
+        assert_eq!(format!("{shared:?}"), format!("{:?}", payload["value"]));
+        assert_eq!(serde_json::to_string(&shared).unwrap(), payload["value"].to_string());
+        assert_eq!(
+            *Call::shared("state::set", &payload, 0).keep("absent"),
+            Value::Null,
+            "an absent field reads as null"
+        );
+    }
+}
