@@ -471,6 +471,9 @@ mod tests {
         assert!(same_text(&json!([{"b": 1, "a": "x"}]), &json!([{"a": "x", "b": 1}])));
         assert!(!same_text(&json!([{"a": 1}]), &json!([{"a": 1.0}])), "1 and 1.0 are written apart");
         assert!(!same_text(&json!(-0.0), &json!(0.0)), "as are -0.0 and 0.0, which `==` takes for one");
+        // Inside a list or a map too, where `==` alone would take them for one.
+        assert!(!same_text(&json!([-0.0]), &json!([0.0])));
+        assert!(!same_text(&json!({"t": -0.0}), &json!({"t": 0.0})));
         assert!(!same_text(&json!(["a", "b"]), &json!(["a"])));
         assert!(!same_text(&json!({"a": 1}), &json!({"b": 1})));
         for (a, b) in [
