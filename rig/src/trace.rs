@@ -301,6 +301,12 @@ trait Fields<'e> {
     fn flag(&mut self, name: Name, value: bool);
     fn json(&mut self, name: Name, value: &'e Value);
 
+    /// A text the rig names itself (an event's kind, a frame's kind and direction), which has
+    /// nothing to escape: the canonical line writes it without looking at its bytes.
+    fn word(&mut self, name: Name, value: &'static str) {
+        self.text(name, value);
+    }
+
     fn some_text(&mut self, name: Name, value: &'e Option<impl AsRef<str>>) {
         if let Some(value) = value {
             self.text(name, value.as_ref());
@@ -334,6 +340,15 @@ impl Fields<'_> for Canonical<'_> {
     fn text(&mut self, name: Name, value: &str) {
         self.key(name);
         write_text(self.out, value);
+    }
+
+    fn word(&mut self, name: Name, value: &'static str) {
+        debug_assert!(crate::json_text::plain(value), "{value:?} has something to escape");
+        self.key(name);
+        self.out.reserve(value.len() + 2);
+        self.out.push(b'"');
+        self.out.extend_from_slice(value.as_bytes());
+        self.out.push(b'"');
     }
 
     fn number(&mut self, name: Name, value: u64) {
@@ -489,12 +504,12 @@ impl Event {
     fn fields<'e>(&'e self, to: &mut impl Fields<'e>) {
         to.number(name!("at_ms"), self.at_ms);
         to.text(name!("host"), &self.host);
-        to.text(name!("kind"), self.kind.name());
+        to.word(name!("kind"), self.kind.name());
         match &self.kind {
             EventKind::Frame { direction, peer, frame, function_id, invocation_id } => {
-                to.text(name!("direction"), direction);
+                to.word(name!("direction"), direction);
                 to.text(name!("peer"), peer);
-                to.text(name!("frame"), frame);
+                to.word(name!("frame"), frame);
                 to.some_text(name!("function_id"), function_id);
                 to.some_text(name!("invocation_id"), invocation_id);
             }

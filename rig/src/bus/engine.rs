@@ -28,6 +28,7 @@
 use super::local::{self, Outbox};
 use super::protocol::{codes, Action, ErrorBody, Frame};
 use super::{websocket, wire, BusObserver, FrameDirection, OUTBOX_CAPACITY};
+use crate::trace::Label;
 use futures_util::{SinkExt, StreamExt};
 use serde_json::json;
 use std::cell::RefCell;
@@ -64,8 +65,9 @@ struct Routing {
 }
 
 struct Peer {
-    /// Shared with every frame's report (a count, not a copy, per frame).
-    name: Rc<str>,
+    /// Shared with every frame's report and kept in its trace event as it is (a count, not a
+    /// copy, per frame).
+    name: Label,
     /// Named by whoever serves the connection: `engine::workers::register` does not rename it.
     pinned: bool,
     outbox: Outbox<Message>,
@@ -135,8 +137,8 @@ impl Engine {
             state.next_connection += 1;
             let id = state.next_connection;
             let (name, pinned) = match name {
-                Some(name) => (Rc::from(name), true),
-                None => (Rc::from(format!("worker-{id}")), false),
+                Some(name) => (Label::from(name), true),
+                None => (Label::from(format!("worker-{id}")), false),
             };
             state.connections.insert(id, Peer { name, pinned, outbox, retired: Rc::clone(&retired) });
             id
@@ -189,12 +191,8 @@ impl Engine {
         }
     }
 
-    fn peer_name(&self, id: u64) -> Rc<str> {
-        self.state
-            .borrow()
-            .connections
-            .get(&id)
-            .map_or_else(|| Rc::from(format!("worker-{id}")), |p| Rc::clone(&p.name))
+    fn peer_name(&self, id: u64) -> Label {
+        self.state.borrow().connections.get(&id).map_or_else(|| Label::from(format!("worker-{id}")), |p| p.name.clone())
     }
 
     fn send(&self, to: u64, frame: Frame) {
@@ -287,7 +285,7 @@ impl Engine {
                 (data.get("name").and_then(|n| n.as_str()), self.state.borrow_mut().connections.get_mut(&from))
             {
                 if !peer.pinned {
-                    peer.name = Rc::from(name);
+                    peer.name = Label::from(name);
                 }
             }
             let result = Some(json!({ "registered": true }));
@@ -346,7 +344,7 @@ impl Engine {
             return;
         }
         let (name, old_name) =
-            (self.peer_name(from), self.state.borrow().connections.get(&old).map(|p| Rc::clone(&p.name)));
+            (self.peer_name(from), self.state.borrow().connections.get(&old).map(|p| p.name.clone()));
         if let Some(old_name) = old_name.filter(|old_name| *old_name != name) {
             let why = format!("refused `reattach {previous}` from `{name}`: that connection is `{old_name}`'s");
             return self.observer.refused(&name, &why);
@@ -364,7 +362,7 @@ impl Engine {
     }
 
     fn disconnect(&self, id: u64, why: &str) {
-        let (name, stopped): (Rc<str>, Vec<(String, Route)>) = {
+        let (name, stopped): (Label, Vec<(String, Route)>) = {
             let mut state = self.state.borrow_mut();
             // Its outbox goes here, before the replies below wake anyone: the order tasks wake
             // in is part of a simulated run.
@@ -397,7 +395,7 @@ mod tests {
     struct Silent;
 
     impl BusObserver for Silent {
-        fn frame(&self, _direction: FrameDirection, _peer: &str, _frame: &Frame) {}
+        fn frame(&self, _direction: FrameDirection, _peer: &Label, _frame: &Frame) {}
         fn note(&self, _host: &str, _what: &str, _detail: Value) {}
     }
 
@@ -406,7 +404,7 @@ mod tests {
     struct Notes(RefCell<Vec<String>>);
 
     impl BusObserver for Notes {
-        fn frame(&self, _direction: FrameDirection, _peer: &str, _frame: &Frame) {}
+        fn frame(&self, _direction: FrameDirection, _peer: &Label, _frame: &Frame) {}
         fn note(&self, _host: &str, what: &str, detail: Value) {
             self.0.borrow_mut().push(format!("{what} {detail}"));
         }

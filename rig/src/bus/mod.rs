@@ -27,7 +27,9 @@ pub enum FrameDirection {
 
 /// Where the bus reports what it saw. The simulation records it in the trace.
 pub trait BusObserver {
-    fn frame(&self, direction: FrameDirection, peer: &str, frame: &Frame);
+    /// `peer` is the engine's own label for the connection, shared with the frame's record
+    /// rather than copied into it (a record per frame, most of a run's).
+    fn frame(&self, direction: FrameDirection, peer: &crate::trace::Label, frame: &Frame);
     fn note(&self, host: &str, what: &str, detail: serde_json::Value);
     /// A worker connected, as `peer` (its name so far) with the engine's `worker_id` for it.
     /// The simulation keeps no record of it (its frames tell the story); live mode does.

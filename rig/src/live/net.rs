@@ -13,6 +13,7 @@ use crate::bus::{websocket, BusObserver, Engine, Frame, FrameDirection, WORKERS_
 use crate::sim::hosts::{relay_client, Dial, ENGINE_PORT};
 use crate::sim::world::World;
 use crate::topology::{ENGINE, HARNESS, PROXY};
+use crate::trace::Label;
 use futures_util::StreamExt;
 use serde_json::{json, Value};
 use std::cell::{Cell, RefCell};
@@ -330,10 +331,10 @@ struct LiveObserver {
 }
 
 impl BusObserver for LiveObserver {
-    fn frame(&self, direction: FrameDirection, peer: &str, frame: &Frame) {
+    fn frame(&self, direction: FrameDirection, peer: &Label, frame: &Frame) {
         BusObserver::frame(&*self.world, direction, peer, frame);
         if let (FrameDirection::In, Frame::InvokeFunction { function_id, data, .. }) = (direction, frame) {
-            if function_id == WORKERS_REGISTER && self.external.contains(peer) {
+            if function_id == WORKERS_REGISTER && self.external.contains(peer.as_str()) {
                 let field = |name: &str| data.get(name).cloned().unwrap_or(Value::Null);
                 let detail = json!({ "peer": peer, "name": field("name"), "runtime": field("runtime"), "version": field("version") });
                 self.world.note_event(ENGINE, "worker_named", detail);

@@ -386,9 +386,9 @@ impl World {
         self.callers.borrow().by_invocation.get(invocation_id).cloned()
     }
 
-    fn note_caller(&self, invocation_id: &str, caller: &str) {
+    fn note_caller(&self, invocation_id: &str, caller: &Label) {
         let mut callers = self.callers.borrow_mut();
-        if callers.by_invocation.insert(invocation_id.to_string(), caller.into()).is_none() {
+        if callers.by_invocation.insert(invocation_id.to_string(), caller.clone()).is_none() {
             callers.order.push_back(invocation_id.to_string());
         }
         while callers.order.len() > CALLERS_MAX {
@@ -400,7 +400,7 @@ impl World {
 }
 
 impl BusObserver for World {
-    fn frame(&self, direction: FrameDirection, peer: &str, frame: &Frame) {
+    fn frame(&self, direction: FrameDirection, peer: &Label, frame: &Frame) {
         match (direction, frame) {
             (FrameDirection::In, Frame::InvokeFunction { invocation_id: Some(id), .. }) => self.note_caller(id, peer),
             (FrameDirection::In, Frame::InvocationResult { .. }) => self.keep_reply(peer, frame),
@@ -414,7 +414,7 @@ impl BusObserver for World {
             self.engine.clone(),
             EventKind::Frame {
                 direction,
-                peer: peer.into(),
+                peer: peer.clone(),
                 frame: frame.kind(),
                 function_id: frame.function_id().map(Label::from),
                 invocation_id: frame.invocation_id().map(str::to_string),
