@@ -148,7 +148,9 @@ impl RecordLayout {
     }
 
     pub fn is_terminal(&self, record: &Value) -> bool {
-        self.terminal_statuses.iter().any(|s| s == self.status(record))
+        // The status read once, not once per terminal status (each read is a search of the record).
+        let status = self.status(record);
+        self.terminal_statuses.iter().any(|s| s == status)
     }
 
     /// Held for a person with a reason a person can read.
@@ -158,7 +160,8 @@ impl RecordLayout {
 
     /// Parked on purpose, waiting for a resume.
     pub fn is_parked(&self, record: &Value) -> bool {
-        self.parked_statuses.iter().any(|s| s == self.status(record))
+        let status = self.status(record);
+        self.parked_statuses.iter().any(|s| s == status)
     }
 
     /// What an ended turn claims its cancellation left behind: `Some(false)` no effect,

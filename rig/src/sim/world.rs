@@ -64,6 +64,10 @@ pub struct World {
     replies_dropped: Cell<u64>,
     /// The engine's name, which every frame event carries: made once a run, not once a frame.
     engine: Label,
+    /// The function the last frame event named. A call and its result each go in and then out
+    /// of the engine under one function id: the event going out shares the label of the one
+    /// that came in rather than copying the name again.
+    last_function: RefCell<Option<Label>>,
 }
 
 /// The live connections between hosts, and which links are cut.
@@ -76,8 +80,9 @@ struct Links {
 /// Who sent each invocation, as the engine saw it arrive.
 #[derive(Default)]
 struct Callers {
-    by_invocation: BTreeMap<String, Label>,
-    order: VecDeque<String>,
+    /// The id is shared with `order` (one copy of it, not two).
+    by_invocation: BTreeMap<Rc<str>, Label>,
+    order: VecDeque<Rc<str>>,
 }
 
 /// A link's two ends in a fixed order, so `(a, b)` and `(b, a)` are one link.
@@ -124,6 +129,7 @@ impl World {
             replies: RefCell::default(),
             replies_dropped: Cell::new(0),
             engine: Label::from(crate::topology::ENGINE),
+            last_function: RefCell::default(),
         })
     }
 
@@ -381,6 +387,15 @@ impl World {
         });
     }
 
+    /// A label for a frame's function id: the last frame's when it names the same function.
+    fn function_label(&self, id: &str) -> Label {
+        let mut last = self.last_function.borrow_mut();
+        match &*last {
+            Some(label) if label.as_str() == id => label.clone(),
+            _ => last.insert(Label::from(id)).clone(),
+        }
+    }
+
     /// The worker an invocation came from, as the engine saw it arrive.
     pub fn caller_of(&self, invocation_id: &str) -> Option<Label> {
         self.callers.borrow().by_invocation.get(invocation_id).cloned()
@@ -388,8 +403,9 @@ impl World {
 
     fn note_caller(&self, invocation_id: &str, caller: &Label) {
         let mut callers = self.callers.borrow_mut();
-        if callers.by_invocation.insert(invocation_id.to_string(), caller.clone()).is_none() {
-            callers.order.push_back(invocation_id.to_string());
+        let id: Rc<str> = Rc::from(invocation_id);
+        if callers.by_invocation.insert(Rc::clone(&id), caller.clone()).is_none() {
+            callers.order.push_back(id);
         }
         while callers.order.len() > CALLERS_MAX {
             if let Some(oldest) = callers.order.pop_front() {
@@ -416,7 +432,7 @@ impl BusObserver for World {
                 direction,
                 peer: peer.clone(),
                 frame: frame.kind(),
-                function_id: frame.function_id().map(Label::from),
+                function_id: frame.function_id().map(|id| self.function_label(id)),
                 invocation_id: frame.invocation_id().map(str::to_string),
             },
         );
