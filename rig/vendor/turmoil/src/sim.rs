@@ -95,6 +95,7 @@ impl<'a> Sim<'a> {
         let rt = World::enter(&self.world, || Rt::client(nodename, client, config));
 
         self.rts.insert(addr, rt);
+        self.assert_same_place(addr);
     }
 
     /// Register a host with the simulation.
@@ -126,6 +127,17 @@ impl<'a> Sim<'a> {
         let rt = World::enter(&self.world, || Rt::host(nodename, host, config));
 
         self.rts.insert(addr, rt);
+        self.assert_same_place(addr);
+    }
+
+    /// Rig patch: a host's runtime has the same place among the runtimes as
+    /// its state among the world's hosts (both are added together, at the
+    /// end, and never removed; the world refuses an address twice), which
+    /// [`Sim::step`] relies on to find its state and its messages by place.
+    fn assert_same_place(&self, addr: IpAddr) {
+        let world = self.world.borrow();
+        assert_eq!(self.rts.get_index_of(&addr), world.hosts.get_index_of(&addr), "a host's place");
+        assert_eq!(self.rts.len(), world.hosts.len(), "a runtime for every host");
     }
 
     /// Crashes the resolved hosts. Nothing will be running on the matched hosts
@@ -145,6 +157,7 @@ impl<'a> Sim<'a> {
                 // Rig patch: the host's timer is read while it is current.
                 settle(World::host_at(&mut world.hosts, usize::MAX, h), rt, self.config.tick);
                 world.current = Some(h);
+                world.current_place = usize::MAX;
             }
 
             World::enter(&self.world, || {
@@ -186,6 +199,7 @@ impl<'a> Sim<'a> {
                 // Rig patch: the host's timer is read while it is current.
                 settle(World::host_at(&mut world.hosts, usize::MAX, h), rt, self.config.tick);
                 world.current = Some(h);
+                world.current_place = usize::MAX;
             }
 
             World::enter(&self.world, || f(h, rt));
@@ -440,8 +454,10 @@ impl<'a> Sim<'a> {
                 let World { rng, topology, hosts, .. } = world.deref_mut();
                 // Rig patch: the host is looked up only when a message is
                 // ready for it (on most steps none is).
-                if topology.has_ready_for(addr) {
-                    topology.deliver_messages(rng, World::host_at(hosts, index, addr));
+                // The host's place among the runtimes is its place among the
+                // world's hosts (see `Sim::host`), which the topology counts by.
+                if topology.has_ready_for(index) {
+                    topology.deliver_messages(rng, World::host_at(hosts, index, addr), index);
                 }
 
                 // Rig patch: a host none of whose tasks is woken (a delivery
@@ -463,6 +479,7 @@ impl<'a> Sim<'a> {
 
                 // Set the current host (see method docs)
                 world.current = Some(addr);
+                world.current_place = index;
 
                 world.current_host_mut().timer.now(rt.now());
             }

@@ -30,6 +30,12 @@ pub(crate) struct World {
     /// If set, this is the current host being executed.
     pub(crate) current: Option<IpAddr>,
 
+    /// Rig patch: where the current host is looked for first among `hosts`
+    /// (see [`World::host_at`]): its place, set with `current` by the step
+    /// (`usize::MAX` elsewhere), so that the current host's sockets are found
+    /// without hashing its address on every write.
+    pub(crate) current_place: usize,
+
     /// Random number generator used for all decisions. To make execution
     /// deterministic, reuse the same seed.
     pub(crate) rng: Box<dyn RngCore>,
@@ -55,6 +61,7 @@ impl World {
             dns: Dns::new(addrs),
             multicast_groups: MulticastGroups::default(),
             current: None,
+            current_place: usize::MAX,
             rng,
             tick_duration,
         }
@@ -95,7 +102,8 @@ impl World {
 
     pub(crate) fn current_host_mut(&mut self) -> &mut Host {
         let addr = self.current.expect("current host missing");
-        self.hosts.get_mut(&addr).expect("host missing")
+        // Rig patch: by its place first, then by its address.
+        Self::host_at(&mut self.hosts, self.current_place, addr)
     }
 
     pub(crate) fn current_host(&self) -> &Host {
@@ -209,9 +217,12 @@ impl World {
 
         tracing::info!(target: TRACING_TARGET, nodename, ?addr, "New");
 
-        // Register links between the new host and all existing hosts
-        for existing in self.hosts.keys() {
-            self.topology.register(*existing, addr);
+        // Register links between the new host and all existing hosts (rig
+        // patch: with their places among the hosts, the new one's being the next).
+        let place = self.hosts.len();
+        self.topology.add_host(place);
+        for (existing_place, existing) in self.hosts.keys().enumerate() {
+            self.topology.register(*existing, existing_place, addr, place);
         }
 
         // Initialize host state

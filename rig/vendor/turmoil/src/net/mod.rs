@@ -26,10 +26,29 @@ where
     Ok(iter::once(addr))
 }
 
-#[derive(Debug, Copy, Clone, Hash, Eq, PartialEq)]
+#[derive(Debug, Copy, Clone, Eq, PartialEq)]
 pub(crate) struct SocketPair {
     pub(crate) local: SocketAddr,
     pub(crate) remote: SocketAddr,
+}
+
+/// Rig patch: an IPv4 socket address is hashed as one word (its address and
+/// port), where the derived hash wrote the enum's discriminant, the address
+/// and the port apart: a host's stream sockets are looked up by their pair on
+/// every segment sent and received. Equal pairs hash equal as before; the
+/// maps keyed by pairs keep their order of insertion whatever the hash.
+impl std::hash::Hash for SocketPair {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        for addr in [self.local, self.remote] {
+            match addr {
+                SocketAddr::V4(v4) => state.write_u64(u64::from(v4.ip().to_bits()) << 16 | u64::from(v4.port())),
+                SocketAddr::V6(v6) => {
+                    state.write_u128(v6.ip().to_bits());
+                    state.write_u16(v6.port());
+                }
+            }
+        }
+    }
 }
 
 impl SocketPair {
