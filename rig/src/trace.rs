@@ -345,10 +345,7 @@ impl Fields<'_> for Canonical<'_> {
     fn word(&mut self, name: Name, value: &'static str) {
         debug_assert!(crate::json_text::plain(value), "{value:?} has something to escape");
         self.key(name);
-        self.out.reserve(value.len() + 2);
-        self.out.push(b'"');
-        self.out.extend_from_slice(value.as_bytes());
-        self.out.push(b'"');
+        write_plain(self.out, value);
     }
 
     fn number(&mut self, name: Name, value: u64) {
@@ -372,13 +369,18 @@ impl Fields<'_> for Canonical<'_> {
 /// quotes; the rest go through serde_json.
 fn write_text(out: &mut Vec<u8>, text: &str) {
     if crate::json_text::plain(text) {
-        out.reserve(text.len() + 2);
-        out.push(b'"');
-        out.extend_from_slice(text.as_bytes());
-        out.push(b'"');
+        write_plain(out, text);
     } else {
         serde_json::to_writer(&mut *out, text).expect("writing to memory");
     }
+}
+
+/// A text with nothing to escape, between quotes, as serde_json writes it.
+fn write_plain(out: &mut Vec<u8>, text: &str) {
+    out.reserve(text.len() + 2);
+    out.push(b'"');
+    out.extend_from_slice(text.as_bytes());
+    out.push(b'"');
 }
 
 /// A JSON value as `serde_json::to_writer` writes it (compact, an object's entries in the map's
