@@ -4,7 +4,7 @@
 //! (`admitted-once`: answered twice, even when its first copy never went through the input
 //! queue).
 
-use super::{admissions, violation, Evidence, Oracle, Violation};
+use super::{violation, Derived, Evidence, Oracle, Violation};
 use crate::topology::DRIVER;
 use crate::trace::EventKind;
 use serde_json::Value;
@@ -38,7 +38,7 @@ fn carries(value: &Value, message: &Value, depth: u32) -> bool {
 /// no turn record names it, none of the session's turn records carries its message, and the
 /// message never reached the session's transcript. The message vanished. (What is still queued
 /// is the rule of input never admitted.)
-pub(super) fn vanished(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
+pub(super) fn vanished<'a>(evidence: &Evidence<'a>, derived: &Derived<'a>, violations: &mut Vec<Violation>) {
     let layout = evidence.layout;
     let Some(input_scope) = &layout.input_scope else { return };
     let mut entries: BTreeMap<&str, &Value> = BTreeMap::new();
@@ -60,7 +60,7 @@ pub(super) fn vanished(evidence: &Evidence<'_>, violations: &mut Vec<Violation>)
             removed.remove(key.as_str());
         }
     }
-    let mut admitted: BTreeSet<&str> = admissions(evidence).into_keys().collect();
+    let mut admitted: BTreeSet<&str> = derived.admissions(evidence).keys().copied().collect();
     if let Some(field) = &layout.input_keys_field {
         let seeded_turns = evidence.seeded.iter().filter(|(scope, _, _)| *scope == layout.turn_scope);
         for (_, _, record) in seeded_turns {

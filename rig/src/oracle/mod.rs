@@ -215,6 +215,7 @@ pub struct Sent {
 /// Runs every oracle.
 pub fn check(evidence: &Evidence<'_>) -> Vec<Violation> {
     let mut violations = Vec::new();
+    let derived = Derived::default();
     effects(evidence, &mut violations);
     fencing(evidence, &mut violations);
     blind_replay(evidence, &mut violations);
@@ -222,29 +223,55 @@ pub fn check(evidence: &Evidence<'_>) -> Vec<Violation> {
     holds::held_for_nothing(evidence, &mut violations);
     holds::paused_after_resume(evidence, &mut violations);
     monotonic(evidence, &mut violations);
-    stranded(evidence, &mut violations);
-    input::vanished(evidence, &mut violations);
-    admitted_once(evidence, &mut violations);
+    stranded(evidence, &derived, &mut violations);
+    input::vanished(evidence, &derived, &mut violations);
+    admitted_once(evidence, &derived, &mut violations);
     input::answered_twice(evidence, &mut violations);
-    ledger(evidence, &mut violations);
+    ledger(evidence, &derived, &mut violations);
     truthful_reply(evidence, &mut violations);
     calls_closed(evidence, &mut violations);
-    cancellation(evidence, &mut violations);
-    cancellation_claims(evidence, &mut violations);
+    cancellation(evidence, &derived, &mut violations);
+    cancellation_claims(evidence, &derived, &mut violations);
     commands::moved_without_a_command(evidence, &mut violations);
-    budget(evidence, &mut violations);
+    budget(evidence, &derived, &mut violations);
     one_owner(evidence, &mut violations);
     one_writer(evidence, &mut violations);
     recovery_cost(evidence, &mut violations);
     leases::lapsed_without_a_fault(evidence, &mut violations);
     versions::pinned_config(evidence, &mut violations);
-    versions::safety_overlay(evidence, &mut violations);
+    versions::safety_overlay(evidence, &derived, &mut violations);
     hooks::approval_expiry(evidence, &mut violations);
     hooks::hook_arguments(evidence, &mut violations);
     transcript::model_context(evidence, &mut violations);
     transcript::whole_replies(evidence, &mut violations);
     outcome::same_outcome(evidence, &mut violations);
     violations
+}
+
+/// What several oracles read of the same events, worked out once per [`check`], when the first
+/// of them asks: the committed versions of the action records (the ledger's, and the source of
+/// the next), the turn of each action (cancellation, its claims, budgets, the safety overlay) and
+/// the turns each input was admitted into (stranded, vanished, admitted-once). Every one of them
+/// worked each out again from the events for itself.
+#[derive(Default)]
+struct Derived<'a> {
+    committed: std::cell::OnceCell<Vec<(u64, ActionVersion<'a>)>>,
+    turns: std::cell::OnceCell<BTreeMap<&'a str, &'a str>>,
+    admissions: std::cell::OnceCell<BTreeMap<&'a str, Vec<&'a str>>>,
+}
+
+impl<'a> Derived<'a> {
+    fn committed(&self, evidence: &Evidence<'a>) -> &[(u64, ActionVersion<'a>)] {
+        self.committed.get_or_init(|| committed_actions(evidence))
+    }
+
+    fn action_turns(&self, evidence: &Evidence<'a>) -> &BTreeMap<&'a str, &'a str> {
+        self.turns.get_or_init(|| action_turns(self.committed(evidence)))
+    }
+
+    fn admissions(&self, evidence: &Evidence<'a>) -> &BTreeMap<&'a str, Vec<&'a str>> {
+        self.admissions.get_or_init(|| admissions(evidence))
+    }
 }
 
 fn violation(oracle: Oracle, detail: String) -> Violation {
@@ -582,9 +609,9 @@ fn admissions<'a>(evidence: &Evidence<'a>) -> BTreeMap<&'a str, Vec<&'a str>> {
     turns_by_input
 }
 
-fn admitted_once(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
+fn admitted_once<'a>(evidence: &Evidence<'a>, derived: &Derived<'a>, violations: &mut Vec<Violation>) {
     let Some(input_scope) = &evidence.layout.input_scope else { return };
-    for (key, turns) in admissions(evidence) {
+    for (key, turns) in derived.admissions(evidence) {
         if turns.len() > 1 {
             violations.push(violation(
                 Oracle::AdmittedOnce,
@@ -594,11 +621,11 @@ fn admitted_once(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
     }
 }
 
-fn stranded(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
+fn stranded<'a>(evidence: &Evidence<'a>, derived: &Derived<'a>, violations: &mut Vec<Violation>) {
     if let Some(input_scope) = &evidence.layout.input_scope {
         // Input a turn names as its own was admitted, even if its entry was never removed; input
         // behind a turn held for a person (or paused) waits on that person, as the turn does.
-        let admitted = admissions(evidence);
+        let admitted = derived.admissions(evidence);
         let layout = evidence.layout;
         let waits_on_a_person = |entry: &Value| {
             let session = entry["session_id"].as_str().unwrap_or_default();
@@ -642,9 +669,9 @@ fn committed_actions<'a>(evidence: &Evidence<'a>) -> Vec<(u64, ActionVersion<'a>
 }
 
 /// The last status each action had in any committed record, in commit order.
-fn recorded_actions<'a>(evidence: &Evidence<'a>) -> BTreeMap<&'a str, (u64, &'a Value)> {
+fn recorded_actions<'a>(committed: &[(u64, ActionVersion<'a>)]) -> BTreeMap<&'a str, (u64, &'a Value)> {
     let mut last: BTreeMap<&str, (u64, &Value)> = BTreeMap::new();
-    for (at_ms, version) in committed_actions(evidence) {
+    for &(at_ms, ref version) in committed {
         if crate::planted!("ledger-judges-first-recorded-status") {
             last.entry(version.action_id).or_insert((at_ms, version.entry));
             continue;
@@ -654,8 +681,8 @@ fn recorded_actions<'a>(evidence: &Evidence<'a>) -> BTreeMap<&'a str, (u64, &'a 
     last
 }
 
-fn ledger(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
-    let recorded = recorded_actions(evidence);
+fn ledger<'a>(evidence: &Evidence<'a>, derived: &Derived<'a>, violations: &mut Vec<Violation>) {
+    let recorded = recorded_actions(derived.committed(evidence));
     let mut judged = BTreeSet::new();
     for event in evidence.events {
         let EventKind::Effect { effect, action, accepted: true, .. } = &event.kind else { continue };
@@ -903,11 +930,11 @@ fn calls_closed(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
 }
 
 /// The turn each recorded action belongs to, from the committed records.
-fn action_turns<'a>(evidence: &Evidence<'a>) -> BTreeMap<&'a str, &'a str> {
-    committed_actions(evidence).into_iter().map(|(_, version)| (version.action_id, version.turn_id)).collect()
+fn action_turns<'a>(committed: &[(u64, ActionVersion<'a>)]) -> BTreeMap<&'a str, &'a str> {
+    committed.iter().map(|(_, version)| (version.action_id, version.turn_id)).collect()
 }
 
-fn cancellation(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
+fn cancellation<'a>(evidence: &Evidence<'a>, derived: &Derived<'a>, violations: &mut Vec<Violation>) {
     // Frames from one worker reach the engine in the order it sent them, so the order of their
     // arrival says whether an effect was sent after the cancellation was recorded.
     let mut arrival: BTreeMap<&str, usize> = BTreeMap::new();
@@ -917,7 +944,7 @@ fn cancellation(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
             arrival.entry(id.as_str()).or_insert(position);
         }
     }
-    let turns = action_turns(evidence);
+    let turns = derived.action_turns(evidence);
     // When a cancel or stop of each turn was first recorded as accepted (a rejected one
     // cancels nothing), by its arrival position.
     let mut cancelled_at: BTreeMap<String, (usize, u64)> = BTreeMap::new();
@@ -974,9 +1001,9 @@ fn cancellation(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
 /// A cancelled turn's account of its effects, held to the ledger: it must not claim that no
 /// effect happened while the ledger holds an accepted effect of the turn, nor that one completed
 /// while the ledger holds none. Each turn is judged by the last record committed for it.
-fn cancellation_claims(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
+fn cancellation_claims<'a>(evidence: &Evidence<'a>, derived: &Derived<'a>, violations: &mut Vec<Violation>) {
     let layout = evidence.layout;
-    let turns = action_turns(evidence);
+    let turns = derived.action_turns(evidence);
     let mut accepted: BTreeMap<&str, Vec<(&str, &str)>> = BTreeMap::new();
     let mut latest: BTreeMap<&str, (&str, &Value)> = BTreeMap::new();
     for event in evidence.events {
@@ -1053,7 +1080,7 @@ impl Consumed {
     }
 }
 
-fn budget(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
+fn budget<'a>(evidence: &Evidence<'a>, derived: &Derived<'a>, violations: &mut Vec<Violation>) {
     let layout = evidence.layout;
     // Every turn's latest record, when it began, and its actions; then what it consumed.
     let mut latest: BTreeMap<String, &Value> = BTreeMap::new();
@@ -1068,7 +1095,7 @@ fn budget(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
             }
         }
     }
-    for (action, turn) in action_turns(evidence) {
+    for (&action, turn) in derived.action_turns(evidence) {
         action_turn.insert(action, turn.to_string());
     }
     for (_, _, record) in evidence.store.records() {

@@ -2,7 +2,7 @@
 //! received and from the configuration service's own account of its overlay; in a world
 //! without `[world.config]` they have nothing to judge.
 
-use super::{violation, Evidence, Oracle, Violation};
+use super::{violation, Derived, Evidence, Oracle, Violation};
 use crate::topology::{CONFIG, DRIVER};
 use crate::trace::EventKind;
 use serde_json::Value;
@@ -69,11 +69,11 @@ struct Looked {
 /// offers or calls a tool the overlay it read last took away. Both follow from the requests
 /// themselves, so a revocation that lands between the worker's look and its request (it
 /// cannot have known) is no violation.
-pub(super) fn safety_overlay(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
+pub(super) fn safety_overlay<'a>(evidence: &Evidence<'a>, derived: &Derived<'a>, violations: &mut Vec<Violation>) {
     if evidence.config.is_none() {
         return;
     }
-    let turns = super::action_turns(evidence);
+    let turns = derived.action_turns(evidence);
     let tool_of: BTreeMap<&str, &str> =
         evidence.tool_functions.iter().map(|(tool, function)| (function.as_str(), tool.as_str())).collect();
     let mut excluded: BTreeSet<String> = BTreeSet::new();
