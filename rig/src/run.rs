@@ -214,19 +214,25 @@ pub fn run_unchecked(harness: &Arc<dyn HarnessFactory>, scenario: &Scenario, run
     let started = std::time::Instant::now();
     let (world, mut ended, failures) = simulate(harness, scenario, &run.policy, seed, Simulation::Judged);
     ended.started = started;
-    ended.outcome = outcome_to_judge(harness, scenario, &run.policy, seed, &world, &ended.settled);
+    // Made once for the run: each is a fresh set of owned texts, and judging reads them often.
+    let (layout, effects) = (harness.layout(), scenario.world.services.effect_functions());
+    let read = Read { layout: &layout, effects: &effects };
+    ended.outcome = outcome_to_judge(harness, scenario, &run.policy, seed, &world, &ended.settled, read);
     ended.uncut = ended.outcome.as_ref().map(|(_, uncut)| Arc::clone(uncut));
-    ended.recovery =
-        Some(measure_recovery(harness, scenario, &run.policy, seed, &world, &ended.settled, ended.uncut.as_deref()));
-    let judged = Judged {
-        name: harness.name(),
-        layout: harness.layout(),
-        reference_particulars: harness.reference_particulars(),
-    };
+    ended.recovery = Some(measure_recovery(harness, scenario, &run.policy, seed, &world, &ended, read));
+    let judged = Judged { name: harness.name(), layout, reference_particulars: harness.reference_particulars() };
     let mut outcome = judge(&world, scenario, run, seed, &judged, ended, failures);
     let reached = file.reached_undeclared(harness.name(), &declared, outcome.trace.events());
     outcome.notes.extend(reached);
     outcome
+}
+
+/// How a run's harness keeps its records and which of the world's calls are effects, made once
+/// per run for everything that reads a run's events.
+#[derive(Clone, Copy)]
+struct Read<'a> {
+    layout: &'a RecordLayout,
+    effects: &'a crate::services::EffectFunctions,
 }
 
 /// What a simulation is for.
@@ -304,6 +310,7 @@ fn outcome_to_judge(
     seed: u64,
     world: &World,
     settled: &Settled,
+    read: Read<'_>,
 ) -> Option<(oracle::Outcome, Arc<UncutRun>)> {
     if scenario.outcome_depends_on_faults.is_some() || !uncut::has_faults(scenario) {
         return None;
@@ -316,14 +323,12 @@ fn outcome_to_judge(
         if !trace.events().iter().any(|event| fault(&event.kind)) {
             return None;
         }
-        let (effects, layout) = (scenario.world.services.effect_functions(), harness.layout());
         let (store, sessions) = (world.store.borrow(), world.session.borrow());
-        oracle::Outcome::of(trace.events(), &store, &sessions, &outcome_workload(scenario), &layout, &effects)
+        oracle::Outcome::of(trace.events(), &store, &sessions, &outcome_workload(scenario), read.layout, read.effects)
     };
     let canonical = uncut_run(harness, scenario, policy, CANONICAL_UNCUT_SEED)?;
-    let layout = harness.layout();
-    let against = outcome_judged(&run, &canonical.outcome, scenario, settled, &layout);
-    if oracle::outcome_differences(&against, &layout, &scenario.world.services.effect_functions()).is_empty() {
+    let against = outcome_judged(&run, &canonical.outcome, scenario, settled, read.layout);
+    if oracle::outcome_differences(&against, read.layout, read.effects).is_empty() {
         return None;
     }
     let own = if seed == CANONICAL_UNCUT_SEED { canonical } else { uncut_run(harness, scenario, policy, seed)? };
@@ -379,22 +384,17 @@ pub(crate) fn uncut_run(
 /// What a finished run came to, as an uncut run of its workload.
 fn uncut_of(harness: &Arc<dyn HarnessFactory>, scenario: &Scenario, world: &World) -> uncut::UncutRun {
     let (effects, layout) = (scenario.world.services.effect_functions(), harness.layout());
-    let work = recovery::measure(world.trace().events(), &effects, &layout);
-    uncut_measured(harness, scenario, world, work)
+    let read = Read { layout: &layout, effects: &effects };
+    let work = recovery::measure(world.trace().events(), read.effects, read.layout);
+    uncut_measured(scenario, world, work, read)
 }
 
 /// [`uncut_of`] for a run whose work is measured already.
-fn uncut_measured(
-    harness: &Arc<dyn HarnessFactory>,
-    scenario: &Scenario,
-    world: &World,
-    work: recovery::Measured,
-) -> uncut::UncutRun {
-    let (effects, layout) = (scenario.world.services.effect_functions(), harness.layout());
+fn uncut_measured(scenario: &Scenario, world: &World, work: recovery::Measured, read: Read<'_>) -> uncut::UncutRun {
     let trace = world.trace();
     let (store, sessions) = (world.store.borrow(), world.session.borrow());
     let outcome =
-        oracle::Outcome::of(trace.events(), &store, &sessions, &outcome_workload(scenario), &layout, &effects);
+        oracle::Outcome::of(trace.events(), &store, &sessions, &outcome_workload(scenario), read.layout, read.effects);
     uncut::UncutRun { work, outcome }
 }
 
@@ -435,17 +435,17 @@ fn measure_recovery(
     policy: &str,
     seed: u64,
     world: &World,
-    settled: &Settled,
-    uncut: Option<&uncut::UncutRun>,
+    ended: &Ended,
+    read: Read<'_>,
 ) -> Recovery {
-    let (effects, layout) = (scenario.world.services.effect_functions(), harness.layout());
+    let (settled, uncut) = (&ended.settled, ended.uncut.as_deref());
     let mut recovery = {
         let trace = world.trace();
         Recovery {
-            run: recovery::measure(trace.events(), &effects, &layout),
+            run: recovery::measure(trace.events(), read.effects, read.layout),
             uncut: None,
             faults: recovery::faults(trace.events()),
-            turns: recovery::turns(trace.events(), &layout),
+            turns: recovery::turns(trace.events(), read.layout),
             per_fault_max: scenario.world.recovery_per_fault_max,
         }
     };
@@ -453,7 +453,7 @@ fn measure_recovery(
         recovery.uncut = Some(recovery.run);
         if settled.steps_completed {
             let key = uncut::key(harness.name(), policy, seed, scenario);
-            let made = uncut_measured(harness, scenario, world, recovery.run);
+            let made = uncut_measured(scenario, world, recovery.run, read);
             uncut::remember(key, seed == CANONICAL_UNCUT_SEED, Arc::new(made));
         }
     } else if recovery.needs_uncut() {
