@@ -98,6 +98,13 @@ pub struct Rt<'a> {
     /// runtime's `block_on` waker is the same on every tick, so the noting
     /// waker is made once per runtime rather than once per tick.
     noting: Option<(Waker, Waker)>,
+
+    /// The runtime's paused clock as last read (rig patch), kept until the
+    /// clock can have moved: a paused clock only moves when the scheduler
+    /// parks with a timer to wait for, which only a tick that sleeps does (a
+    /// timerless tick parks with a zero limit, which advances it by zero).
+    /// Reading it enters the runtime's context, on every tick of every host.
+    clock: Option<Instant>,
 }
 
 /// The waker the host's [`LocalSet`] is polled with: it notes that one of
@@ -158,6 +165,7 @@ impl<'a> Rt<'a> {
             unsettled: 0,
             metrics,
             noting: None,
+            clock: None,
         }
     }
 
@@ -187,6 +195,7 @@ impl<'a> Rt<'a> {
             unsettled: 0,
             metrics,
             noting: None,
+            clock: None,
         }
     }
 
@@ -246,9 +255,14 @@ impl<'a> Rt<'a> {
         self.handle.is_some()
     }
 
-    pub(crate) fn now(&self) -> Instant {
-        let _guard = self.tokio.enter();
-        Instant::now()
+    pub(crate) fn now(&mut self) -> Instant {
+        // Rig patch: the clock as last read, unless a tick slept since (see
+        // `clock`).
+        let tokio = &self.tokio;
+        *self.clock.get_or_insert_with(|| {
+            let _guard = tokio.enter();
+            Instant::now()
+        })
     }
 
     // This method is called by [`Sim::run`], which iterates through all the
@@ -293,10 +307,22 @@ impl<'a> Rt<'a> {
             let noting = &mut self.noting;
             let mut idle_once = false;
             self.tokio.block_on(poll_fn(|cx| {
-                let waker = NoteWake::around(noting, &pending, cx.waker());
                 if pending.swap(false, Ordering::Relaxed) {
                     idle_once = false;
+                } else if idle_once {
+                    // Rig patch: nothing was scheduled over the park (a
+                    // deferred task's wake and a task put in the local set's
+                    // queue from outside it both pass the noting waker), and
+                    // the poll before the park left both queues empty (a tick
+                    // that stops with tasks still queued wakes the set, which
+                    // the flag notes too). Polling the set again would run no
+                    // task and only count one more tick of its own, whose
+                    // count only orders its queue of wakes from other threads
+                    // (empty: a simulation runs on one thread) before its
+                    // local one.
+                    return Poll::Ready(());
                 }
+                let waker = NoteWake::around(noting, &pending, cx.waker());
                 let _ = Pin::new(&mut *local).poll(&mut std::task::Context::from_waker(&waker));
                 if pending.load(Ordering::Relaxed) {
                     Poll::Pending
@@ -327,6 +353,8 @@ impl<'a> Rt<'a> {
             })
             .await
         });
+        // The sleep moved the runtime's clock (rig patch).
+        self.clock = None;
 
         self.software_finished()
     }
@@ -391,8 +419,10 @@ impl<'a> Rt<'a> {
         let (tokio, local) = init(&mut self.config);
 
         self.metrics = tokio.metrics();
-        // The noting waker wraps the old runtime's waker (rig patch).
+        // The noting waker wraps the old runtime's waker, and the clock read
+        // was the old runtime's (rig patch).
         self.noting = None;
+        self.clock = None;
         _ = mem::replace(&mut self.tokio, tokio);
         drop(mem::replace(&mut self.local, local));
         // The new local set's first task is queued without a wake (rig patch).
