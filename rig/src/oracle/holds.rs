@@ -17,12 +17,17 @@ use std::collections::BTreeMap;
 /// judged here.
 pub(super) fn held_for_nothing(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
     let layout = evidence.layout;
-    let holds_calls = |function: &str| evidence.hook_replies.get(function).is_some_and(|r| r["decision"] == "hold");
+    let holds = |reply: &Value| reply["decision"] == "hold";
+    // No hook of the world answers `hold`: no call was held, and no turn waits on one.
+    if !evidence.hook_replies.values().any(holds) {
+        return;
+    }
+    let holds_calls = |function: &str| evidence.hook_replies.get(function).is_some_and(holds);
     // The last hold of a call each session's hooks answered, by trace position.
     let mut last_hold: BTreeMap<&str, (usize, &str, u64)> = BTreeMap::new();
     for (position, event) in evidence.events.iter().enumerate() {
         let EventKind::Call { function, payload, .. } = &event.kind else { continue };
-        if payload["point"] == "pre_trigger" && holds_calls(function) {
+        if holds_calls(function) && payload["point"] == "pre_trigger" {
             if let Some(session) = payload["session_id"].as_str() {
                 last_hold.insert(session, (position, function.as_str(), event.at_ms));
             }

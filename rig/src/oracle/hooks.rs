@@ -175,6 +175,10 @@ pub(super) fn hook_arguments(evidence: &Evidence<'_>, violations: &mut Vec<Viola
                 .map(|reply| merged(&call["arguments"], reply));
             continue;
         }
+        // No hook was consulted yet: no chain can have changed this call's arguments.
+        if chains.is_empty() {
+            continue;
+        }
         let args = &payload["args"];
         let of_function = |chain: &&Chain<'_>| *chain.function_id == function.as_str();
         if args.is_null() || chains.values().filter(of_function).any(|c| c.passed_on.as_ref() == Some(args)) {

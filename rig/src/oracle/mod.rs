@@ -469,11 +469,14 @@ fn blind_replay(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
 fn liveness(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
     let layout = evidence.layout;
     let settled_ms = evidence.ended_at_ms.saturating_sub(evidence.healed_at_ms);
-    let why = if evidence.quiescent {
-        format!("and the world went quiet {settled_ms} ms after the faults were healed, with nothing left to run")
-    } else {
-        format!("{settled_ms} ms after the faults were healed")
-    };
+    // Said only by a violation: a run that has none makes no text of it.
+    let why = std::cell::LazyCell::new(|| {
+        if evidence.quiescent {
+            format!("and the world went quiet {settled_ms} ms after the faults were healed, with nothing left to run")
+        } else {
+            format!("{settled_ms} ms after the faults were healed")
+        }
+    });
     for (scope, key, record) in evidence.store.records() {
         if scope != layout.turn_scope
             || layout.is_terminal(record)
@@ -482,6 +485,7 @@ fn liveness(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
         {
             continue;
         }
+        let why = why.as_str();
         violations.push(violation(
             Oracle::Liveness,
             format!(
@@ -508,6 +512,7 @@ fn liveness(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
         for (key, command) in control["commands"].as_object().into_iter().flatten() {
             let for_this_turn = turn.is_some_and(|t| command["turn_id"].as_str() == Some(layout.turn_id(t)));
             if command["state"] == "accepted" && !still_running && for_this_turn {
+                let why = why.as_str();
                 violations.push(violation(
                     Oracle::Liveness,
                     format!(
@@ -936,14 +941,22 @@ fn action_turns<'a>(committed: &[(u64, ActionVersion<'a>)]) -> BTreeMap<&'a str,
 
 fn cancellation<'a>(evidence: &Evidence<'a>, derived: &Derived<'a>, violations: &mut Vec<Violation>) {
     // Frames from one worker reach the engine in the order it sent them, so the order of their
-    // arrival says whether an effect was sent after the cancellation was recorded.
-    let mut arrival: BTreeMap<&str, usize> = BTreeMap::new();
-    for (position, event) in evidence.events.iter().enumerate() {
-        if let EventKind::Frame { direction: "in", frame: "invokefunction", invocation_id: Some(id), .. } = &event.kind
-        {
-            arrival.entry(id.as_str()).or_insert(position);
-        }
-    }
+    // arrival says whether an effect was sent after the cancellation was recorded. Made when a
+    // control record is first committed after a call: most runs commit none, and need none.
+    let arrival = std::cell::OnceCell::new();
+    let arrival = || {
+        arrival.get_or_init(|| {
+            let mut arrival: BTreeMap<&str, usize> = BTreeMap::new();
+            for (position, event) in evidence.events.iter().enumerate() {
+                if let EventKind::Frame { direction: "in", frame: "invokefunction", invocation_id: Some(id), .. } =
+                    &event.kind
+                {
+                    arrival.entry(id.as_str()).or_insert(position);
+                }
+            }
+            arrival
+        })
+    };
     let turns = derived.action_turns(evidence);
     // When a cancel or stop of each turn was first recorded as accepted (a rejected one
     // cancels nothing), by its arrival position.
@@ -955,12 +968,12 @@ fn cancellation<'a>(evidence: &Evidence<'a>, derived: &Derived<'a>, violations: 
     for event in evidence.events {
         match &event.kind {
             EventKind::Call { function, payload, invocation_id: Some(id), .. }
-                if payload["scope"] == CONTROL_SCOPE && function.starts_with("state::") =>
+                if function.starts_with("state::") && payload["scope"] == CONTROL_SCOPE =>
             {
                 control_request = Some(id.as_str());
             }
             EventKind::Commit { scope, value, .. } if *scope == CONTROL_SCOPE => {
-                let Some(&at) = control_request.take().and_then(|id| arrival.get(id)) else { continue };
+                let Some(&at) = control_request.take().and_then(|id| arrival().get(id)) else { continue };
                 let commands = value["commands"].as_object().into_iter().flatten();
                 for (_, command) in commands {
                     let cancels = matches!(command["command"].as_str(), Some("cancel" | "stop"))
@@ -975,10 +988,9 @@ fn cancellation<'a>(evidence: &Evidence<'a>, derived: &Derived<'a>, violations: 
             {
                 let action = payload["action_id"].as_str().unwrap_or("");
                 let Some(&turn) = turns.get(action) else { continue };
-                let (Some(&(cancel, cancel_ms)), Some(&sent)) = (cancelled_at.get(turn), arrival.get(id.as_str()))
-                else {
-                    continue;
-                };
+                // Nothing cancelled yet: nothing to be sent after (and no arrival to look up).
+                let Some(&(cancel, cancel_ms)) = cancelled_at.get(turn) else { continue };
+                let Some(&sent) = arrival().get(id.as_str()) else { continue };
                 let after = match crate::planted!("cancellation-ordered-by-the-clock") {
                     true => event.at_ms > cancel_ms,
                     false => sent > cancel,
@@ -1185,13 +1197,14 @@ fn one_owner(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
     let mut owners: BTreeMap<(String, u64), BTreeSet<String>> = BTreeMap::new();
     for event in evidence.events {
         let EventKind::Commit { scope, value, .. } = &event.kind else { continue };
+        if *scope != layout.turn_scope {
+            continue;
+        }
         let (Some(epoch), Some(owner)) = (value[&layout.epoch_field].as_u64(), value[&layout.owner_field].as_str())
         else {
             continue;
         };
-        if *scope == layout.turn_scope {
-            owners.entry((layout.turn_id(value).to_string(), epoch)).or_default().insert(owner.to_string());
-        }
+        owners.entry((layout.turn_id(value).to_string(), epoch)).or_default().insert(owner.to_string());
     }
     for ((turn, epoch), owners) in owners.into_iter().filter(|(_, o)| o.len() > 1) {
         let owners: Vec<String> = owners.into_iter().collect();

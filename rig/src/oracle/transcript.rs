@@ -67,9 +67,10 @@ pub(super) fn model_context(evidence: &Evidence<'_>, violations: &mut Vec<Violat
             continue;
         }
         let EventKind::Call { function, payload, caller: Some(worker), .. } = &event.kind else { continue };
-        let Some(session) = payload["session_id"].as_str().filter(|_| function == "model::generate") else {
+        if function != "model::generate" {
             continue;
-        };
+        }
+        let Some(session) = payload["session_id"].as_str() else { continue };
         let Some(results) = put.get(&(worker.as_str(), session)) else { continue };
         let sent = results_in(&payload["messages"]);
         let missing: Vec<(&&str, &u64)> = results.iter().filter(|(id, _)| !sent.contains(**id)).collect();
@@ -130,6 +131,10 @@ pub(super) fn whole_replies(evidence: &Evidence<'_>, violations: &mut Vec<Violat
         if (2..=DELTAS_MAX).contains(&deltas.len()) {
             streamed.entry(generation.session_id.as_str()).or_default().push(deltas);
         }
+    }
+    // No reply was streamed in pieces: no entry can be a part of one.
+    if streamed.is_empty() {
+        return;
     }
     for (index, event) in evidence.events.iter().enumerate() {
         let Some((worker, session, entry)) = worker_append(evidence.events, index) else { continue };
