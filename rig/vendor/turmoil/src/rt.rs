@@ -85,11 +85,13 @@ pub struct Rt<'a> {
 
     /// Steps skipped and not yet added to `lag` (rig patch): a skipped step
     /// only counts, and the next tick adds them all at once (the same sum).
-    skipped: u32,
+    /// Counted in a `u64`, which no simulation overflows, and turned into the
+    /// `u32` a `Duration` is multiplied by where it is used ([`steps`]).
+    skipped: u64,
 
     /// Steps skipped and not yet added to the host's timer (rig patch), which
     /// the simulation adds before anything can read it ([`Rt::take_unsettled`]).
-    unsettled: u32,
+    unsettled: u64,
 
     /// The current runtime's metrics, for its count of tasks (rig patch).
     metrics: tokio::runtime::RuntimeMetrics,
@@ -233,14 +235,15 @@ impl<'a> Rt<'a> {
     /// the skipped ticks on its next tick and the host's timer when the
     /// simulation settles it ([`Rt::take_unsettled`]).
     pub(crate) fn skip(&mut self) {
-        self.skipped = self.skipped.checked_add(1).expect("fewer than 2^32 steps skipped in a row");
-        self.unsettled = self.unsettled.checked_add(1).expect("fewer than 2^32 steps skipped in a row");
+        // Most hosts skip most steps: two plain additions (see `skipped`).
+        self.skipped += 1;
+        self.unsettled += 1;
     }
 
     /// How many skipped ticks the host's timer has not been given yet, now
     /// given (rig patch).
     pub(crate) fn take_unsettled(&mut self) -> u32 {
-        mem::take(&mut self.unsettled)
+        steps(mem::take(&mut self.unsettled))
     }
 
     pub(crate) fn is_client(&self) -> bool {
@@ -293,7 +296,7 @@ impl<'a> Rt<'a> {
         // wakes (the sleep's own wake is not a task's), and skipped ticks are
         // made up in one sleep. The order of polls is run_until's.
         // Rig patch: the ticks skipped since the last one, as one sum.
-        self.lag += duration * mem::take(&mut self.skipped);
+        self.lag += duration * steps(mem::take(&mut self.skipped));
         let pending = Arc::clone(&self.pending);
         let timerless = self.skip_idle && self.no_runtime_tasks();
         let local = &mut self.local;
@@ -430,6 +433,13 @@ impl<'a> Rt<'a> {
         self.lag = Duration::ZERO;
         self.skipped = 0;
     }
+}
+
+/// A count of skipped steps as the `u32` a `Duration` is multiplied by (rig
+/// patch): more than `u32::MAX` steps skipped in a row is refused, as when
+/// the counts were `u32`s themselves.
+fn steps(skipped: u64) -> u32 {
+    u32::try_from(skipped).expect("fewer than 2^32 steps skipped in a row")
 }
 
 fn init(config: &mut Config) -> (Runtime, LocalSet) {

@@ -40,6 +40,14 @@ pub struct Sim<'a> {
     /// the step, kept from step to step (see [`Sim::step`]).
     running: Vec<usize>,
     stopped: Vec<usize>,
+
+    /// Rig patch: the places of the running hosts in order, from which
+    /// `running` is copied and shuffled on every step, and whether they (and
+    /// `stopped`) must be listed again: a host was added, crashed or
+    /// restarted, or its software ended. Hosts run or stop far less often
+    /// than the simulation steps.
+    running_in_order: Vec<usize>,
+    places_stale: bool,
 }
 
 impl<'a> Sim<'a> {
@@ -55,6 +63,8 @@ impl<'a> Sim<'a> {
             steps: 1, // bumped after each step
             running: Vec::new(),
             stopped: Vec::new(),
+            running_in_order: Vec::new(),
+            places_stale: true,
         }
     }
 
@@ -95,6 +105,7 @@ impl<'a> Sim<'a> {
         let rt = World::enter(&self.world, || Rt::client(nodename, client, config));
 
         self.rts.insert(addr, rt);
+        self.places_stale = true;
         self.assert_same_place(addr);
     }
 
@@ -127,6 +138,7 @@ impl<'a> Sim<'a> {
         let rt = World::enter(&self.world, || Rt::host(nodename, host, config));
 
         self.rts.insert(addr, rt);
+        self.places_stale = true;
         self.assert_same_place(addr);
     }
 
@@ -160,6 +172,7 @@ impl<'a> Sim<'a> {
                 world.current_place = usize::MAX;
             }
 
+            self.places_stale = true;
             World::enter(&self.world, || {
                 rt.crash();
 
@@ -202,6 +215,8 @@ impl<'a> Sim<'a> {
                 world.current_place = usize::MAX;
             }
 
+            // Rig patch: `f` may start or stop the host's software.
+            self.places_stale = true;
             World::enter(&self.world, || f(h, rt));
         }
 
@@ -429,18 +444,23 @@ impl<'a> Sim<'a> {
         // Rig patch: the hosts are taken by their place in `rts`, in lists kept
         // from step to step, rather than partitioned into two new vectors of
         // references on every step. A shuffle's draws depend on the length
-        // alone, so the order drawn is the same.
-        let mut running = mem::take(&mut self.running);
-        let mut stopped = mem::take(&mut self.stopped);
-        running.clear();
-        stopped.clear();
-        for (index, (_, rt)) in self.rts.iter().enumerate() {
-            if rt.is_software_running() {
-                running.push(index);
-            } else {
-                stopped.push(index);
+        // alone, so the order drawn is the same. The lists are made again only
+        // after a host started or stopped; the running hosts are copied in
+        // order for each step's shuffle.
+        if mem::take(&mut self.places_stale) {
+            self.running_in_order.clear();
+            self.stopped.clear();
+            for (index, (_, rt)) in self.rts.iter().enumerate() {
+                if rt.is_software_running() {
+                    self.running_in_order.push(index);
+                } else {
+                    self.stopped.push(index);
+                }
             }
         }
+        let mut running = mem::take(&mut self.running);
+        running.clear();
+        running.extend_from_slice(&self.running_in_order);
         if self.config.random_node_order {
             running.shuffle(&mut self.world.borrow_mut().rng);
         }
@@ -490,6 +510,11 @@ impl<'a> Sim<'a> {
             if rt.is_client() {
                 is_finished = is_finished && is_software_finished;
             }
+            // Rig patch: its software ended (the step's lists stay as they were
+            // made at its start).
+            if !rt.is_software_running() {
+                self.places_stale = true;
+            }
 
             // Unset the current host
             let mut world = self.world.borrow_mut();
@@ -500,13 +525,12 @@ impl<'a> Sim<'a> {
 
         // Tick the nodes that are not actively running (i.e., crashed) to ensure their clock keeps up
         // with the rest of the simulation when they are restarted (bounced).
-        for &index in &stopped {
+        for &index in &self.stopped {
             let (&addr, _rt) = self.rts.get_index(index).expect("a host's place");
             let mut world = self.world.borrow_mut();
             World::host_at(&mut world.hosts, index, addr).timer.tick(tick);
         }
         self.running = running;
-        self.stopped = stopped;
 
         self.elapsed += tick;
         self.steps += 1;
