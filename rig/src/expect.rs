@@ -106,8 +106,10 @@ pub struct Observed<'a> {
 pub fn effect_counts(events: &[Event]) -> BTreeMap<String, u64> {
     let mut counts = BTreeMap::new();
     for event in events {
-        if let EventKind::Effect { effect, accepted: true, .. } = &event.kind {
-            *counts.entry(effect.clone()).or_default() += 1;
+        if let EventKind::Effect(ledgered) = &event.kind {
+            if ledgered.accepted {
+                *counts.entry(ledgered.effect.clone()).or_default() += 1;
+            }
         }
     }
     counts
@@ -544,7 +546,7 @@ mod tests {
     fn effect_event(effect: &str, accepted: bool) -> Event {
         at(
             5,
-            EventKind::Effect {
+            EventKind::Effect(Box::new(crate::trace::EffectEvent {
                 effect: effect.into(),
                 action: "a1".into(),
                 idempotency_key: None,
@@ -554,7 +556,7 @@ mod tests {
                 reason: String::new(),
                 by: None,
                 invocation_id: None,
-            },
+            })),
         )
     }
 

@@ -211,7 +211,7 @@ fn ledger(outcome: &RunOutcome) -> Vec<Value> {
         .trace
         .events()
         .iter()
-        .filter(|e| matches!(e.kind, EventKind::Effect { .. }))
+        .filter(|e| matches!(e.kind, EventKind::Effect(_)))
         .map(|e| {
             let mut line = e.to_json();
             if let Value::Object(fields) = &mut line {

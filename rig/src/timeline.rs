@@ -381,18 +381,22 @@ fn row(
                 format!("commit {scope}/{key} v{version} {what}{by}"),
             )
         }
-        EventKind::Effect { effect, action, idempotency_key, token, accepted, reason, .. } => dot(
-            &event.host,
-            Shape::Diamond,
-            if *accepted { EFFECT_GREEN } else { REFUSED_ORANGE },
-            if *accepted { "effect".into() } else { "refused".into() },
-            format!(
-                "ledger: {effect} action={action} key={} token={} {} ({reason})",
-                idempotency_key.as_deref().unwrap_or("-"),
-                token.map_or_else(|| "-".to_string(), |t| t.to_string()),
-                if *accepted { "accepted" } else { "refused" }
-            ),
-        ),
+        EventKind::Effect(ledgered) => {
+            let crate::trace::EffectEvent { effect, action, idempotency_key, token, accepted, reason, .. } =
+                &**ledgered;
+            dot(
+                &event.host,
+                Shape::Diamond,
+                if *accepted { EFFECT_GREEN } else { REFUSED_ORANGE },
+                if *accepted { "effect".into() } else { "refused".into() },
+                format!(
+                    "ledger: {effect} action={action} key={} token={} {} ({reason})",
+                    idempotency_key.as_deref().unwrap_or("-"),
+                    token.map_or_else(|| "-".to_string(), |t| t.to_string()),
+                    if *accepted { "accepted" } else { "refused" }
+                ),
+            )
+        }
         EventKind::Lease { domain, owner, token, expires_at_ms } => {
             let verb = if leases.insert((domain.clone(), *token)) { "granted" } else { "renewed" };
             dot(

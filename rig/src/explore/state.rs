@@ -284,11 +284,11 @@ impl Abstraction {
                 None => false,
             },
             EventKind::Commit { scope, key, value, .. } => self.commit(state, scope, key, value),
-            EventKind::Effect { action, accepted, .. } => {
-                if *accepted {
-                    bump(&mut state.actions.get(action).accepted, ACCEPTED_CAP);
+            EventKind::Effect(ledgered) => {
+                if ledgered.accepted {
+                    bump(&mut state.actions.get(&ledgered.action).accepted, ACCEPTED_CAP);
                 }
-                *accepted
+                ledgered.accepted
             }
             EventKind::Note { what, detail } => {
                 let id = detail["message_id"].as_str().unwrap_or_default();
@@ -542,7 +542,7 @@ mod tests {
                 turn("running", json!({ action: { "status": "requested" } })),
                 ticket(action, key, "i1"),
                 ticket(action, key, "i1"),
-                event(EventKind::Effect {
+                event(EventKind::Effect(Box::new(crate::trace::EffectEvent {
                     effect: "ticket.create".into(),
                     action: action.into(),
                     idempotency_key: Some(key.into()),
@@ -552,7 +552,7 @@ mod tests {
                     reason: String::new(),
                     by: None,
                     invocation_id: None,
-                }),
+                }))),
                 call("ticket::status", json!({ "idempotency_key": key }), "i2"),
                 turn("completed", json!({ action: { "status": "complete" } })),
             ]
@@ -658,7 +658,7 @@ mod tests {
             commit("harness_turn", "s2", completed),
             fenced("i1", 1),
             fenced("i2", 2),
-            event(EventKind::Effect {
+            event(EventKind::Effect(Box::new(crate::trace::EffectEvent {
                 effect: "ticket.create".into(),
                 action: "a1".into(),
                 idempotency_key: Some("k1".into()),
@@ -668,7 +668,7 @@ mod tests {
                 reason: String::new(),
                 by: None,
                 invocation_id: None,
-            }),
+            }))),
             call("ticket::status", json!({ "idempotency_key": "k1" }), "i3"),
             call("session::append", result, "i4"),
             call("state::set", json!({ "scope": "harness_turn", "key": "s1" }), "i5"),

@@ -8,7 +8,7 @@
 pub use crate::layout::CONTROL_SCOPE;
 use crate::layout::{ActionClass, ActionVersion, RecordLayout};
 use crate::services::EffectFunctions;
-use crate::trace::{Event, EventKind};
+use crate::trace::{EffectEvent, Event, EventKind};
 use doubles::{SessionService, StateStore};
 pub use outcome::{outcome_differences, Outcome, OutcomeJudged, Workload as OutcomeWorkload};
 use serde::Serialize;
@@ -288,7 +288,9 @@ fn effects(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
     let mut per_action: BTreeMap<(&str, &str), u64> = BTreeMap::new();
     let mut requests: BTreeSet<&str> = BTreeSet::new();
     for event in evidence.events {
-        if let EventKind::Effect { effect, action, idempotency_key, accepted: true, invocation_id, .. } = &event.kind {
+        if let Some(EffectEvent { effect, action, idempotency_key, accepted: true, invocation_id, .. }) =
+            event.kind.effect()
+        {
             // (The planted bug: effects counted per idempotency key, "one key, one effect".)
             let action = match (crate::planted!("effects-counted-per-key"), idempotency_key) {
                 (true, Some(key)) => key,
@@ -335,17 +337,19 @@ fn fencing(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
                     ),
                 ));
             }
-            EventKind::Effect { effect, action, token: Some(token), domain: Some(domain), accepted: true, .. }
-                if stale(domain, *token, &latest) =>
-            {
-                violations.push(violation(
-                    Oracle::Fencing,
-                    format!(
-                        "`{effect}` for action `{action}` with token {token} accepted at {} ms after token {} was granted for {domain}",
-                        event.at_ms,
-                        latest[domain.as_str()]
-                    ),
-                ));
+            EventKind::Effect(ledgered) => {
+                let EffectEvent { effect, action, token, domain, accepted, .. } = &**ledgered;
+                let (true, Some(token), Some(domain)) = (*accepted, token, domain) else { continue };
+                if stale(domain, *token, &latest) {
+                    violations.push(violation(
+                        Oracle::Fencing,
+                        format!(
+                            "`{effect}` for action `{action}` with token {token} accepted at {} ms after token {} was granted for {domain}",
+                            event.at_ms,
+                            latest[domain.as_str()]
+                        ),
+                    ));
+                }
             }
             _ => {}
         }
@@ -412,10 +416,11 @@ fn blind_replay(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
                 }
             }
             // A stale-token refusal is the fencing oracle's business, and changes nothing.
-            EventKind::Effect { reason, .. } if reason == "stale token" => {}
+            EventKind::Effect(ledgered) if ledgered.reason == "stale token" => {}
             // A call its service declares safe to replay may be sent again unasked.
-            EventKind::Effect { effect, .. } if functions.replay_safe.contains(effect) => {}
-            EventKind::Effect { effect, action, by, invocation_id, .. } => {
+            EventKind::Effect(ledgered) if functions.replay_safe.contains(&ledgered.effect) => {}
+            EventKind::Effect(ledgered) => {
+                let EffectEvent { effect, action, by, invocation_id, .. } = &**ledgered;
                 let sender = by.clone().unwrap_or_default();
                 let request = invocation_id.clone().unwrap_or_default();
                 let seen = actions.entry(action.clone()).or_default();
@@ -690,7 +695,7 @@ fn ledger<'a>(evidence: &Evidence<'a>, derived: &Derived<'a>, violations: &mut V
     let recorded = recorded_actions(derived.committed(evidence));
     let mut judged = BTreeSet::new();
     for event in evidence.events {
-        let EventKind::Effect { effect, action, accepted: true, .. } = &event.kind else { continue };
+        let Some(EffectEvent { effect, action, accepted: true, .. }) = event.kind.effect() else { continue };
         if !judged.insert(action.as_str()) {
             continue;
         }
@@ -1020,7 +1025,8 @@ fn cancellation_claims<'a>(evidence: &Evidence<'a>, derived: &Derived<'a>, viola
     let mut latest: BTreeMap<&str, (&str, &Value)> = BTreeMap::new();
     for event in evidence.events {
         match &event.kind {
-            EventKind::Effect { effect, action, accepted: true, .. } => {
+            EventKind::Effect(ledgered) if ledgered.accepted => {
+                let EffectEvent { effect, action, .. } = &**ledgered;
                 if let Some(&turn) = turns.get(action.as_str()) {
                     accepted.entry(turn).or_default().push((effect.as_str(), action.as_str()));
                 }
@@ -1139,8 +1145,8 @@ fn budget<'a>(evidence: &Evidence<'a>, derived: &Derived<'a>, violations: &mut V
                     touch(turn, event.at_ms, &|_| {});
                 }
             }
-            EventKind::Effect { action, accepted: true, .. } => {
-                if let Some(turn) = action_turn.get(action.as_str()) {
+            EventKind::Effect(ledgered) if ledgered.accepted => {
+                if let Some(turn) = action_turn.get(ledgered.action.as_str()) {
                     touch(turn, event.at_ms, &|c| c.effects += 1);
                 }
             }

@@ -153,7 +153,10 @@ impl Outcome {
                         commands.insert(format!("reply {name}"), took_effect(reply));
                     }
                 }
-                EventKind::Effect { effect, action, accepted: was_accepted, invocation_id, reason, .. } => {
+                EventKind::Effect(ledgered) => {
+                    let crate::trace::EffectEvent {
+                        effect, action, accepted: was_accepted, invocation_id, reason, ..
+                    } = &**ledgered;
                     let payload = invocation_id.as_deref().and_then(|id| requests.get(id));
                     let named = (effect.clone(), payload.map_or_else(String::new, |p| arguments(p)));
                     if *was_accepted {
@@ -714,7 +717,7 @@ mod tests {
     }
 
     fn ledger(action: &str, invocation: &str, accepted: bool, reason: &str) -> Event {
-        at(EventKind::Effect {
+        at(EventKind::Effect(Box::new(crate::trace::EffectEvent {
             effect: "ticket.create".into(),
             action: action.into(),
             idempotency_key: None,
@@ -724,7 +727,7 @@ mod tests {
             reason: reason.into(),
             by: Some("worker".into()),
             invocation_id: Some(invocation.into()),
-        })
+        })))
     }
 
     fn cut(index: usize) -> Event {

@@ -25,7 +25,7 @@ fn call_from(at_ms: u64, caller: &str, function: &str, payload: Value) -> Event 
 fn effect_from(at_ms: u64, by: &str, invocation: &str, token: Option<u64>, accepted: bool, reason: &str) -> Event {
     event(
         at_ms,
-        EventKind::Effect {
+        EventKind::Effect(Box::new(crate::trace::EffectEvent {
             effect: "ticket.create".into(),
             action: "a1".into(),
             idempotency_key: Some("k1".into()),
@@ -35,7 +35,7 @@ fn effect_from(at_ms: u64, by: &str, invocation: &str, token: Option<u64>, accep
             reason: reason.into(),
             by: Some(by.into()),
             invocation_id: Some(invocation.into()),
-        },
+        })),
     )
 }
 

@@ -9,7 +9,7 @@ use crate::oracle::Reply;
 use crate::queue::Queues;
 use crate::services::SharedDouble;
 use crate::streams::component_stream;
-use crate::trace::{Event, EventKind, Label, Trace};
+use crate::trace::{EffectEvent, Event, EventKind, Label, Trace};
 use doubles::{Observation, SessionService, StateStore};
 use proxy::SharedRules;
 use rand_chacha::ChaCha8Rng;
@@ -240,7 +240,7 @@ impl World {
                 Observation::Note { what, detail } => self.record_on(host.clone(), EventKind::Note { what, detail }),
                 Observation::Effect(effect) => self.record_on(
                     host.clone(),
-                    EventKind::Effect {
+                    EventKind::Effect(Box::new(EffectEvent {
                         effect: effect.kind,
                         action: effect.action_id,
                         idempotency_key: effect.idempotency_key,
@@ -250,7 +250,7 @@ impl World {
                         reason: effect.reason,
                         by: caller.map(str::to_string),
                         invocation_id: Some(invocation_id.to_string()).filter(|id| !id.is_empty()),
-                    },
+                    })),
                 ),
             }
         }
