@@ -348,18 +348,18 @@ fn overlapping_deliveries(events: &[Event]) -> Vec<Overlap> {
                 if peer == "queue" =>
             {
                 if let Some(delivery) = deliveries.iter_mut().rev().find(|d| d.invocation.is_none()) {
-                    delivery.invocation = Some(id.clone());
+                    delivery.invocation = Some(id.to_string());
                 }
             }
             EventKind::Frame { direction: "out", peer, frame: "invokefunction", invocation_id: Some(id), .. } => {
-                if let Some(delivery) = deliveries.iter_mut().find(|d| d.invocation.as_ref() == Some(id)) {
+                if let Some(delivery) = deliveries.iter_mut().find(|d| d.invocation.as_deref() == Some(id.as_str())) {
                     delivery.worker.get_or_insert_with(|| peer.to_string());
                 }
             }
             EventKind::Frame { direction: "in", peer, frame: "invocationresult", invocation_id: Some(id), .. } => {
-                let answered = deliveries
-                    .iter_mut()
-                    .find(|d| d.invocation.as_ref() == Some(id) && d.worker.as_deref() == Some(peer.as_str()));
+                let answered = deliveries.iter_mut().find(|d| {
+                    d.invocation.as_deref() == Some(id.as_str()) && d.worker.as_deref() == Some(peer.as_str())
+                });
                 if let Some(delivery) = answered {
                     delivery.ended_ms.get_or_insert(event.at_ms);
                 }

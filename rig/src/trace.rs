@@ -144,7 +144,7 @@ pub enum EventKind {
         #[serde(skip_serializing_if = "Option::is_none")]
         function_id: Option<Label>,
         #[serde(skip_serializing_if = "Option::is_none")]
-        invocation_id: Option<String>,
+        invocation_id: Option<Label>,
     },
     /// A call arriving at a double, before any cut decides its fate: who sent it (the worker
     /// the engine received it from) and under which invocation id (a frame the network

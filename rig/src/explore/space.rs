@@ -984,7 +984,7 @@ mod tests {
                 peer: HARNESS.into(),
                 frame,
                 function_id: Some(function.into()),
-                invocation_id: id.map(str::to_string),
+                invocation_id: id.map(Into::into),
             };
             run.trace.push(Event { at_ms: 0, host: "engine".into(), kind });
         }

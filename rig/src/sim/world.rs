@@ -68,6 +68,10 @@ pub struct World {
     /// of the engine under one function id: the event going out shares the label of the one
     /// that came in rather than copying the name again.
     last_function: RefCell<Option<Label>>,
+    /// The invocation id the last frame event with one named, shared the same way: a call and
+    /// its result go in and out under one id (about two frames in three repeat the one before),
+    /// and the engine's note of the call's sender shares it too.
+    last_invocation: RefCell<Option<Label>>,
 }
 
 /// The live connections between hosts, and which links are cut.
@@ -80,9 +84,9 @@ struct Links {
 /// Who sent each invocation, as the engine saw it arrive.
 #[derive(Default)]
 struct Callers {
-    /// The id is shared with `order` (one copy of it, not two).
-    by_invocation: BTreeMap<Rc<str>, Label>,
-    order: VecDeque<Rc<str>>,
+    /// The id is shared with `order` and with the trace's frame events (one copy of it).
+    by_invocation: BTreeMap<Label, Label>,
+    order: VecDeque<Label>,
 }
 
 /// A link's two ends in a fixed order, so `(a, b)` and `(b, a)` are one link.
@@ -130,6 +134,7 @@ impl World {
             replies_dropped: Cell::new(0),
             engine: Label::from(crate::topology::ENGINE),
             last_function: RefCell::default(),
+            last_invocation: RefCell::default(),
         })
     }
 
@@ -389,11 +394,12 @@ impl World {
 
     /// A label for a frame's function id: the last frame's when it names the same function.
     fn function_label(&self, id: &str) -> Label {
-        let mut last = self.last_function.borrow_mut();
-        match &*last {
-            Some(label) if label.as_str() == id => label.clone(),
-            _ => last.insert(Label::from(id)).clone(),
-        }
+        same_or_new(&self.last_function, id)
+    }
+
+    /// A label for a frame's invocation id: the last one's when it is the same id.
+    fn invocation_label(&self, id: &str) -> Label {
+        same_or_new(&self.last_invocation, id)
     }
 
     /// The worker an invocation came from, as the engine saw it arrive.
@@ -401,11 +407,10 @@ impl World {
         self.callers.borrow().by_invocation.get(invocation_id).cloned()
     }
 
-    fn note_caller(&self, invocation_id: &str, caller: &Label) {
+    fn note_caller(&self, invocation_id: &Label, caller: &Label) {
         let mut callers = self.callers.borrow_mut();
-        let id: Rc<str> = Rc::from(invocation_id);
-        if callers.by_invocation.insert(Rc::clone(&id), caller.clone()).is_none() {
-            callers.order.push_back(id);
+        if callers.by_invocation.insert(invocation_id.clone(), caller.clone()).is_none() {
+            callers.order.push_back(invocation_id.clone());
         }
         while callers.order.len() > CALLERS_MAX {
             if let Some(oldest) = callers.order.pop_front() {
@@ -415,11 +420,21 @@ impl World {
     }
 }
 
+/// `last` when it holds `text`, else a new label for `text`, kept in `last` for the next ask.
+fn same_or_new(last: &RefCell<Option<Label>>, text: &str) -> Label {
+    let mut last = last.borrow_mut();
+    match &*last {
+        Some(label) if label.as_str() == text => label.clone(),
+        _ => last.insert(Label::from(text)).clone(),
+    }
+}
+
 impl BusObserver for World {
     fn frame(&self, direction: FrameDirection, peer: &Label, frame: &Frame) {
-        match (direction, frame) {
-            (FrameDirection::In, Frame::InvokeFunction { invocation_id: Some(id), .. }) => self.note_caller(id, peer),
-            (FrameDirection::In, Frame::InvocationResult { .. }) => self.keep_reply(peer, frame),
+        let invocation_id = frame.invocation_id().map(|id| self.invocation_label(id));
+        match (direction, frame, &invocation_id) {
+            (FrameDirection::In, Frame::InvokeFunction { .. }, Some(id)) => self.note_caller(id, peer),
+            (FrameDirection::In, Frame::InvocationResult { .. }, _) => self.keep_reply(peer, frame),
             _ => {}
         }
         let direction = match direction {
@@ -433,7 +448,7 @@ impl BusObserver for World {
                 peer: peer.clone(),
                 frame: frame.kind(),
                 function_id: frame.function_id().map(|id| self.function_label(id)),
-                invocation_id: frame.invocation_id().map(str::to_string),
+                invocation_id,
             },
         );
     }
