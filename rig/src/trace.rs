@@ -338,11 +338,18 @@ impl Canonical<'_> {
         self.out.extend_from_slice(text.as_bytes());
     }
 
-    /// `"name":`, after a comma for every field but the first.
+    /// `"name":`, after a comma for every field but the first. Each branch copies a constant
+    /// of its own (where this is inlined, its length is known, and the copy is a move or two);
+    /// choosing the slice first and copying it after made the length a variable, and every key
+    /// a call to `memmove` (about 0.4 % of the catalogue's CPU under `perf`).
     fn key(&mut self, name: Name) {
         let quoted = name.quoted.as_bytes();
-        let quoted = if std::mem::replace(&mut self.started, true) { quoted } else { &quoted[1..] };
-        self.out.extend_from_slice(quoted);
+        if self.started {
+            self.out.extend_from_slice(quoted);
+        } else {
+            self.started = true;
+            self.out.extend_from_slice(&quoted[1..]);
+        }
     }
 }
 
