@@ -144,9 +144,8 @@ fn execute<D: WorldDriver>(
     failures: &mut Vec<String>,
     steps_begun: &mut usize,
 ) -> Result<Settled, Stop> {
-    let everything = topology.registered_after_restart(topology::ENGINE, &BTreeSet::new());
     let ready_ms_max = runner.ready_ms_max();
-    let mut registrations = Registrations::since(0, &everything);
+    let mut registrations = Registrations::since(0, topology.registered_at_start());
     if runner.run_until(Some(ready_ms_max), |r| r.driver_connected() && registrations.all_in(r.world()))?
         != WaitEnd::Met
     {

@@ -72,7 +72,7 @@ pub struct Host {
 }
 
 /// Everything a world is made of, before anything runs.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Plan {
     /// The services by host, with their functions.
     pub services: Vec<(String, Vec<String>)>,
@@ -89,6 +89,8 @@ pub struct Plan {
 #[derive(Debug, Clone)]
 pub struct Topology {
     hosts: Vec<Host>,
+    /// [`Topology::registered_at_start`], once asked: a topology is shared by many runs.
+    at_start: std::cell::OnceCell<BTreeSet<String>>,
 }
 
 impl Topology {
@@ -141,7 +143,7 @@ impl Topology {
             functions: BTreeSet::new(),
             dials: Some(ENGINE.into()),
         });
-        Self { hosts }
+        Self { hosts, at_start: std::cell::OnceCell::new() }
     }
 
     pub fn hosts(&self) -> &[Host] {
@@ -172,6 +174,12 @@ impl Topology {
     /// Every link, as `(dialling host, dialled host)`.
     pub fn links(&self) -> Vec<(&str, &str)> {
         self.hosts.iter().filter_map(|h| h.dials.as_deref().map(|target| (h.name.as_str(), target))).collect()
+    }
+
+    /// The functions to wait for before a world's script starts: every host's (as after a
+    /// restart of the engine with every host up).
+    pub fn registered_at_start(&self) -> &BTreeSet<String> {
+        self.at_start.get_or_init(|| self.registered_after_restart(ENGINE, &BTreeSet::new()))
     }
 
     /// The functions to wait for after `host` (re)starts: its own, or, for the engine, those of
@@ -214,6 +222,14 @@ mod tests {
         let proxied = Topology::new(&plan(Some(HARNESS)));
         assert!(proxied.has_link(HARNESS, PROXY) && proxied.has_link(PROXY, ENGINE));
         assert!(!proxied.has_link(HARNESS, ENGINE));
+    }
+
+    #[test]
+    fn a_world_starts_once_every_host_registered() {
+        let topology = Topology::new(&plan(Some(HARNESS)));
+        let everything = topology.registered_after_restart(ENGINE, &BTreeSet::new());
+        assert_eq!(topology.registered_at_start(), &everything);
+        assert!(everything.contains("harness::turn") && everything.contains("state::get"));
     }
 
     #[test]
