@@ -463,31 +463,37 @@ impl Fields<'_> for Document {
 /// One field of an event's document, by name (see [`Event::field`]).
 struct Field<'n, 'e> {
     name: &'n str,
-    value: Option<Cow<'e, Value>>,
+    value: Option<Found<'e>>,
+}
+
+/// A field's value as the event holds it: a text borrowed as it is (not made a JSON string).
+enum Found<'e> {
+    Text(&'e str),
+    Value(Cow<'e, Value>),
 }
 
 impl<'e> Fields<'e> for Field<'_, 'e> {
     fn text(&mut self, name: Name, value: &'e str) {
         if name.bare == self.name {
-            self.value = Some(Cow::Owned(Value::String(value.to_string())));
+            self.value = Some(Found::Text(value));
         }
     }
 
     fn number(&mut self, name: Name, value: u64) {
         if name.bare == self.name {
-            self.value = Some(Cow::Owned(Value::from(value)));
+            self.value = Some(Found::Value(Cow::Owned(Value::from(value))));
         }
     }
 
     fn flag(&mut self, name: Name, value: bool) {
         if name.bare == self.name {
-            self.value = Some(Cow::Owned(Value::Bool(value)));
+            self.value = Some(Found::Value(Cow::Owned(Value::Bool(value))));
         }
     }
 
     fn json(&mut self, name: Name, value: &'e Value) {
         if name.bare == self.name {
-            self.value = Some(Cow::Borrowed(value));
+            self.value = Some(Found::Value(Cow::Borrowed(value)));
         }
     }
 }
@@ -514,6 +520,23 @@ impl Event {
     /// The value of the document's top-level field `name` ([`Event::to_json`]'s), without making
     /// the document: its JSON fields borrowed, the rest made.
     pub fn field(&self, name: &str) -> Option<Cow<'_, Value>> {
+        self.found(name).map(|found| match found {
+            Found::Text(text) => Cow::Owned(Value::String(text.to_string())),
+            Found::Value(value) => value,
+        })
+    }
+
+    /// Whether the event's document meets `condition`, judged on the one field it reads (a text
+    /// field as it is: [`Condition::matches_text_field`]).
+    fn meets(&self, condition: &Condition) -> bool {
+        match self.found(condition.field()) {
+            Some(Found::Text(text)) => condition.matches_text_field(text),
+            Some(Found::Value(value)) => condition.matches_field(Some(&value)),
+            None => condition.matches_field(None),
+        }
+    }
+
+    fn found(&self, name: &str) -> Option<Found<'_>> {
         let mut field = Field { name, value: None };
         self.fields(&mut field);
         field.value
@@ -659,10 +682,10 @@ fn meeting(events: &[Event], conditions: &[Condition], range: Range<usize>, mut 
     for index in range {
         let event = &events[index];
         let holds = *kind_holds[event.kind.ordinal()].get_or_insert_with(|| {
-            let kind = Value::String(event.kind.name().to_string());
-            conditions.iter().filter(|c| c.is_on_field("kind")).all(|c| c.matches_field(Some(&kind)))
+            let kind = event.kind.name();
+            conditions.iter().filter(|c| c.is_on_field("kind")).all(|c| c.matches_text_field(kind))
         });
-        if holds && conditions.iter().all(|c| c.matches_field(event.field(c.field()).as_deref())) {
+        if holds && conditions.iter().all(|c| event.meets(c)) {
             found(index);
         }
     }
