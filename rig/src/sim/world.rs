@@ -270,13 +270,14 @@ impl World {
     /// The seeded stream of a component; it persists across the component's restarts so that
     /// ids drawn before and after a crash never collide.
     pub fn stream(&self, component: &str) -> Rc<RefCell<ChaCha8Rng>> {
-        let seed = self.seed;
-        Rc::clone(
-            self.streams
-                .borrow_mut()
-                .entry(component.to_string())
-                .or_insert_with(|| Rc::new(RefCell::new(component_stream(seed, component)))),
-        )
+        let mut streams = self.streams.borrow_mut();
+        // Looked up before a key is made: most asks find the stream made already.
+        if let Some(stream) = streams.get(component) {
+            return Rc::clone(stream);
+        }
+        let stream = Rc::new(RefCell::new(component_stream(self.seed, component)));
+        streams.insert(component.to_string(), Rc::clone(&stream));
+        stream
     }
 
     /// Keeps no trace digest from now on: a run whose hash nothing reads (an uncut run) saves
