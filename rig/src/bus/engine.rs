@@ -30,7 +30,7 @@ use super::protocol::{codes, Action, ErrorBody, Frame};
 use super::{websocket, wire, BusObserver, FrameDirection, OUTBOX_CAPACITY};
 use crate::trace::Label;
 use futures_util::{SinkExt, StreamExt};
-use serde_json::json;
+use serde_json::{json, Value};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::rc::Rc;
@@ -299,11 +299,15 @@ impl Engine {
             return self.forward_void(function_id, data, known);
         };
         let (target, forwarded, caller) = match &action {
-            Some(Action::Enqueue { queue }) => (
-                QUEUE_ENQUEUE.to_string(),
-                json!({ "queue": queue, "function_id": function_id, "data": data }),
-                Some(from),
-            ),
+            Some(Action::Enqueue { queue }) => {
+                // The payload moved in: `json!` would write it out through its serializer, node
+                // by node, to come to the same value.
+                let mut fields = serde_json::Map::new();
+                fields.insert("queue".into(), queue.as_str().into());
+                fields.insert("function_id".into(), function_id.as_str().into());
+                fields.insert("data".into(), data);
+                (QUEUE_ENQUEUE.to_string(), Value::Object(fields), Some(from))
+            }
             Some(Action::Void) => (function_id.clone(), data, None),
             None => (function_id.clone(), data, Some(from)),
         };
