@@ -37,8 +37,16 @@ pub(crate) fn plain(text: &str) -> bool {
 }
 
 /// `n` in decimal (after a minus sign when `negative`), as serde_json (itoa) writes an integer.
-pub(crate) fn write_decimal(out: &mut Vec<u8>, negative: bool, mut n: u64) {
-    let mut digits = [0u8; 20];
+pub(crate) fn write_decimal(out: &mut Vec<u8>, negative: bool, n: u64) {
+    if negative {
+        out.push(b'-');
+    }
+    out.extend_from_slice(decimal(n, &mut [0; 20]));
+}
+
+/// The digits of `n`, written at the end of `digits` (20 of them hold any `u64`): the one place
+/// the trace's lines and the bus's frames both take an integer's text from.
+pub(crate) fn decimal(mut n: u64, digits: &mut [u8; 20]) -> &[u8] {
     let mut at = digits.len();
     loop {
         at -= 1;
@@ -48,10 +56,7 @@ pub(crate) fn write_decimal(out: &mut Vec<u8>, negative: bool, mut n: u64) {
             break;
         }
     }
-    if negative {
-        out.push(b'-');
-    }
-    out.extend_from_slice(&digits[at..]);
+    &digits[at..]
 }
 
 #[cfg(test)]

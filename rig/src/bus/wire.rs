@@ -241,21 +241,12 @@ impl Text {
     }
 
     /// An integer in decimal, as serde_json (itoa) writes it.
-    fn decimal(&mut self, negative: bool, mut n: u64) {
-        let mut digits = [0u8; 20];
-        let mut at = digits.len();
-        loop {
-            at -= 1;
-            digits[at] = b'0' + (n % 10) as u8;
-            n /= 10;
-            if n == 0 {
-                break;
-            }
-        }
+    fn decimal(&mut self, negative: bool, n: u64) {
         if negative {
             self.out.push('-');
         }
-        self.out.push_str(std::str::from_utf8(&digits[at..]).expect("decimal digits"));
+        let digits = &mut [0; 20];
+        self.out.push_str(std::str::from_utf8(crate::json_text::decimal(n, digits)).expect("decimal digits"));
     }
 
     /// A JSON value as serde_json writes it: keys in the map's order, integers in decimal,
