@@ -86,11 +86,6 @@ pub fn run_script<D: WorldDriver>(
     }
 }
 
-/// Whether every function in `expected` was registered at the engine since trace position `since`.
-pub fn registered_since(world: &World, since: usize, expected: &BTreeSet<String>) -> bool {
-    Registrations::since(since, expected).all_in(world)
-}
-
 /// The functions of a set not yet registered at the engine since a trace position, for a wait
 /// that asks after every simulation step whether they all are: each ask looks only at the
 /// events recorded since the one before. (Looking at every event since the position on each

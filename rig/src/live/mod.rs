@@ -32,7 +32,7 @@ use crate::bus::Bus;
 use crate::layout::RecordLayout;
 use crate::run::{judge, seeded_world, Ended, Judged, RunOutcome};
 use crate::scenario::{PolicyRun, Scenario, Step};
-use crate::script::{registered_functions, registered_since, run_script, Settled, WorldDriver};
+use crate::script::{registered_functions, run_script, Registrations, Settled, WorldDriver};
 use crate::sim::hosts::worker;
 use crate::sim::world::World;
 use crate::topology::{self, Role, Topology, ENGINE, HARNESS};
@@ -438,7 +438,8 @@ fn wait_for_workers(
     let mut everything = topology.registered_after_restart(ENGINE, &BTreeSet::new());
     everything.extend([RIG_CONFIG.to_string(), RIG_NOTE.to_string()]);
     let within = std::time::Duration::from_millis(within_ms);
-    let up = |r: &LiveRunner| r.driver_connected() && registered_since(r.world(), 0, &everything);
+    let mut registrations = Registrations::since(0, &everything);
+    let mut up = |r: &LiveRunner| r.driver_connected() && registrations.all_in(r.world());
     // A process of the rig's that ended before registering will not register later.
     if runner.wait_until_up(within, |r| up(r) || r.process_failed()) && !runner.process_failed() {
         return None;
