@@ -15,6 +15,8 @@ use libtest_mimic::{Arguments, Completion, Failed, Trial};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+mod outside;
+
 fn main() {
     let trial = Trial::ignorable_test("a_new_finding_bisects_to_the_commit_that_introduced_it", bisect);
     libtest_mimic::run(&Arguments::from_args(), vec![trial]).exit();
@@ -134,14 +136,13 @@ fn bisect() -> Result<Completion, Failed> {
     let _ = std::fs::remove_dir_all(&root);
     let rig = Path::new(env!("CARGO_MANIFEST_DIR"));
     // The workspace's own profile settings, so the dependencies built here are its builds, shared.
+    let profile: String =
+        outside::settings(&workspace(), "dev").iter().map(|s| format!("{}\n", &s["profile.".len()..])).collect();
     write(
         &root.join("Cargo.toml"),
         &format!(
             "[package]\nname = \"tiny\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n\
-             [dependencies]\nrig = {{ path = {:?} }}\n\n\
-             [profile.dev.package.\"*\"]\nopt-level = 2\n[profile.dev.package.rig]\nopt-level = 0\n\
-             [profile.dev.package.doubles]\nopt-level = 0\n[profile.dev.package.proxy]\nopt-level = 0\n\n\
-             [workspace]\n",
+             [dependencies]\nrig = {{ path = {:?} }}\n\n[profile]\n{profile}\n[workspace]\n",
             rig.display().to_string()
         ),
     );

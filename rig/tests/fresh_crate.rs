@@ -12,6 +12,8 @@ use libtest_mimic::{Arguments, Completion, Failed, Trial};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+mod outside;
+
 fn main() {
     let trial = Trial::ignorable_test(
         "a_crate_outside_the_workspace_builds_on_rig_by_path_and_runs_its_one_line_test",
@@ -40,61 +42,13 @@ fn target_dir() -> PathBuf {
     profile_dir().parent().expect("target/PROFILE").to_path_buf()
 }
 
-/// The profile this test was built with and the workspace's settings of it, read from the
-/// workspace's `Cargo.toml`, as cargo `--config` arguments: the fresh crate's manifest stays as a
-/// user writes it. Outside the workspace the rig's crates are no longer members, so what a `"*"`
-/// override sets is given back to them by name, as the workspace builds its members. A setting left out here would build every
-/// dependency again, with other debug info, beside the workspace's own (a gigabyte of disk).
+/// The profile this test was built with and the workspace's settings of it, as cargo arguments:
+/// the fresh crate's manifest stays as a user writes it.
 fn profile_arguments() -> Vec<String> {
     let release = profile_dir().ends_with("release");
-    let profile = if release { "release" } else { "dev" };
-    let manifest: toml::Table = std::fs::read_to_string(workspace().join("Cargo.toml")).unwrap().parse().unwrap();
-    // Every member, those a path dependency makes one (the vendored turmoil) included.
-    let metadata = Command::new(env!("CARGO"))
-        .args(["metadata", "--no-deps", "--offline", "--format-version", "1"])
-        .current_dir(workspace())
-        .output()
-        .unwrap();
-    assert!(metadata.status.success(), "cargo metadata: {}", String::from_utf8_lossy(&metadata.stderr));
-    let metadata: serde_json::Value = serde_json::from_slice(&metadata.stdout).unwrap();
-    let members: Vec<&str> =
-        metadata["packages"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap()).collect();
-    let empty = toml::Table::new();
-    let table = manifest.get("profile").and_then(|p| p.get(profile)).and_then(|t| t.as_table()).unwrap_or(&empty);
-    let mut settings = Vec::new();
-    if release {
-        settings.push("--release".to_string());
-    }
-    let mut everything_else = &empty;
-    for (key, value) in table {
-        if key == "package" {
-            for (package, overrides) in value.as_table().unwrap() {
-                if package == "*" {
-                    everything_else = overrides.as_table().unwrap();
-                }
-                for (key, value) in overrides.as_table().unwrap() {
-                    settings.push(format!("profile.{profile}.package.\"{package}\".{key}={value}"));
-                }
-            }
-        } else {
-            settings.push(format!("profile.{profile}.{key}={value}"));
-        }
-    }
-    // What `"*"` sets, the members keep at the profile's own value (or cargo's default).
-    for key in everything_else.keys() {
-        let value = match (table.get(key), key.as_str(), release) {
-            (Some(value), _, _) => value.to_string(),
-            (None, "opt-level", false) => "0".into(),
-            (None, "opt-level", true) => "3".into(),
-            (None, "debug", false) => "true".into(),
-            (None, "debug", true) => "false".into(),
-            (None, key, _) => panic!("cargo's default of profile.{profile}.{key} is not known here"),
-        };
-        for member in &members {
-            settings.push(format!("profile.{profile}.package.{member}.{key}={value}"));
-        }
-    }
-    settings.into_iter().flat_map(|s| if s.starts_with("--") { vec![s] } else { vec!["--config".into(), s] }).collect()
+    let settings = outside::settings(&workspace(), if release { "release" } else { "dev" });
+    let release = release.then(|| "--release".to_string());
+    release.into_iter().chain(settings.into_iter().flat_map(|s| ["--config".to_string(), s])).collect()
 }
 
 fn write(path: &Path, text: &str) {
